@@ -1,0 +1,56 @@
+# kstall — `make run` runs the default kernel matrix, `make test` the test suite.
+# Both install whatever Debian packages are missing first (ci/install-deps).
+
+PYTHON  ?= /usr/bin/python3
+BUILD   ?= build
+GUEST   := $(BUILD)/guest
+CC      ?= gcc
+GUEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -static
+KSTALL  := harness/kstall
+PYTEST_ARGS ?=
+
+REPROS  := perf-refresh
+
+.PHONY: all deps guest run test unit e2e bench clean help
+
+all: guest
+
+help:
+	@echo "make run     install missing packages, run the default matrix, print the verdict table"
+	@echo "make test    install missing packages, run the whole test suite (unit + end-to-end)"
+	@echo "make unit    unit tests only (no guest boots)"
+	@echo "make guest   build the static guest binaries into $(GUEST)/"
+	@echo "make bench   print speed figures (medians over several runs)"
+
+deps:
+	@ci/install-deps
+
+guest: $(GUEST)/init $(addprefix $(GUEST)/,$(REPROS))
+
+$(GUEST):
+	@mkdir -p $@
+
+$(GUEST)/init: repro/agent.c repro/ktap.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+$(GUEST)/perf-refresh: repro/perf_refresh.c repro/ktap.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+run: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) $(KSTALL) matrix ci/matrix.toml
+
+test: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
+
+unit: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) -m pytest -q -m "not e2e" $(PYTEST_ARGS) tests
+
+bench: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/bench/verify_speed.py
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,179 @@
+"""GDB commands that dump every vCPU of a QEMU guest (load with `source`).
+
+    kstall-symbols KALLSYMS          text symbols captured from the guest
+    kstall-sample OUT.json [BYTES]   registers, stack bytes, code bytes around
+                                     return addresses and a symbolized stack
+                                     for every vCPU, as JSON
+
+Each vCPU is a GDB thread of QEMU's gdbstub ("CPU#n [state]"). Stacks are
+walked by gdbscripts/stackwalk.py from the raw bytes, which are kept in the
+dump so the host can re-walk them; when GDB has a vmlinux with DWARF loaded
+(`file vmlinux`), GDB's own unwinder adds the real frames, inlined ones
+included (csd_lock_wait inside smp_call_function_many_cond).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+import gdb  # type: ignore[import-not-found]
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import stackwalk  # noqa: E402
+from symbols import Kallsyms  # noqa: E402
+
+PAGE = 4096
+KERNEL_HALF = 0xFF00000000000000
+_state: dict = {"syms": None}
+
+
+def _u64(v: "gdb.Value") -> int:
+    return int(v) & (2**64 - 1)
+
+
+def _read(inf: "gdb.Inferior", addr: int, n: int) -> bytes | None:
+    try:
+        return bytes(inf.read_memory(addr, n))
+    except (gdb.MemoryError, gdb.error):
+        return None
+
+
+def _read_region(inf: "gdb.Inferior", start: int, max_bytes: int) -> tuple[bytes, bool]:
+    """Bytes from start up to max_bytes or the first unreadable page (the
+    guard page above a vmapped stack); and whether that guard was hit."""
+    out = bytearray()
+    addr = start
+    while len(out) < max_bytes:
+        end = min((addr & ~(PAGE - 1)) + PAGE, start + max_bytes)
+        chunk = _read(inf, addr, end - addr)
+        if chunk is None:
+            return bytes(out), True
+        out += chunk
+        addr = end
+    return bytes(out), False
+
+
+def _stack_regions(inf: "gdb.Inferior", sp: int, max_bytes: int, syms: Kallsyms | None) -> list[tuple[int, bytes]]:
+    regions = []
+    data, hit_top = _read_region(inf, sp, max_bytes)
+    regions.append((sp, data))
+    # x86-64 call_on_irqstack() pushes the interrupted stack pointer as the
+    # IRQ stack's first (topmost) word: follow it once
+    if hit_top and len(data) >= 8:
+        prev = int.from_bytes(data[-8:], "little")
+        inside = sp <= prev < sp + len(data)
+        if prev >= KERNEL_HALF and prev % 8 == 0 and not inside and not (syms and syms.is_text(prev)):
+            more, _ = _read_region(inf, prev, max_bytes)
+            if more:
+                regions.append((prev, more))
+    return regions
+
+
+def _thread_details(t: "gdb.InferiorThread") -> str:
+    details = getattr(t, "details", None)
+    if details:
+        return details
+    info = gdb.execute("info threads", to_string=True)
+    m = re.search(rf"^\*?\s*{t.num}\s+Thread [^(]*\(([^)]*)\)", info, re.M)
+    return m.group(1) if m else ""
+
+
+def _dwarf_frames(limit: int = 64) -> list[dict]:
+    frames = []
+    try:
+        f = gdb.newest_frame()
+    except gdb.error:
+        return frames
+    while f is not None and len(frames) < limit:
+        name = f.name() or ""
+        sal = f.find_sal()
+        where = f"{sal.symtab.filename}:{sal.line}" if sal and sal.symtab else ""
+        frames.append({"addr": f"{f.pc():#x}", "text": name or f"{f.pc():#x}", "function": name,
+                       "reliable": True, "slot": None, "inlined": f.type() == gdb.INLINE_FRAME,
+                       "source": where})
+        try:
+            f = f.older()
+        except gdb.error:
+            break
+    return frames
+
+
+def _has_dwarf() -> bool:
+    return any(o.filename and o.lookup_global_symbol("start_kernel") is not None for o in gdb.objfiles())
+
+
+def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
+    t.switch()
+    frame = gdb.selected_frame()
+    regs = {r: _u64(frame.read_register(r)) for r in ("rip", "rsp", "rbp", "eflags", "cs")}
+    details = _thread_details(t)
+    m = re.search(r"CPU#(\d+)(?:\s*\[(\w+)\s*\])?", details)
+    cpu = {"cpu": int(m.group(1)) if m else t.num - 1, "thread": t.num,
+           "state": (m.group(2) if m and m.group(2) else "unknown"),
+           "regs": {k: f"{v:#x}" for k, v in regs.items()}}
+    syms = _state["syms"]
+    user = (regs["cs"] & 3) == 3
+    inf = gdb.selected_inferior()
+    regions = [] if user else _stack_regions(inf, regs["rsp"], max_bytes, syms)
+    code: dict[int, bytes] = {}
+    if syms is not None:
+        for addr in stackwalk.candidates(regions, syms):
+            b = _read(inf, addr - stackwalk.CODE_BEFORE, stackwalk.CODE_BEFORE)
+            if b is not None:
+                code[addr] = b
+    cpu["regions"] = [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions]
+    cpu["code"] = {f"{a:#x}": b.hex() for a, b in code.items()}
+    if _has_dwarf() and not user:
+        cpu["frames"] = _dwarf_frames()
+        cpu["unwinder"] = "dwarf"
+    elif syms is not None and not user:
+        cpu["frames"] = [f.to_json() for f in stackwalk.walk(regs["rip"], regions, code, syms)]
+        cpu["unwinder"] = "stack-scan"
+    else:
+        cpu["frames"] = [{"addr": f"{regs['rip']:#x}", "text": f"{regs['rip']:#x}", "function": "",
+                          "reliable": True, "slot": None, "inlined": False}]
+        cpu["unwinder"] = "none"
+    return cpu
+
+
+class SymbolsCommand(gdb.Command):
+    """kstall-symbols KALLSYMS: load text symbols for kstall-sample."""
+
+    def __init__(self) -> None:
+        super().__init__("kstall-symbols", gdb.COMMAND_USER)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        _state["syms"] = Kallsyms.load(arg.strip())
+        gdb.write(f"kstall: {len(_state['syms'])} text symbols\n")
+
+
+class SampleCommand(gdb.Command):
+    """kstall-sample OUT.json [STACK_BYTES]: dump every vCPU as JSON."""
+
+    def __init__(self) -> None:
+        super().__init__("kstall-sample", gdb.COMMAND_USER)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        argv = gdb.string_to_argv(arg)
+        out = argv[0]
+        max_bytes = int(argv[1]) if len(argv) > 1 else 16384
+        t0 = time.monotonic()
+        selected = gdb.selected_thread()
+        threads = sorted(gdb.selected_inferior().threads(), key=lambda t: t.num)
+        cpus = [dump_cpu(t, max_bytes) for t in threads]
+        if selected is not None:
+            selected.switch()
+        doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus}
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, out)
+        gdb.write(f"kstall: sampled {len(cpus)} cpus in {doc['dump_seconds']}s\n")
+
+
+SymbolsCommand()
+SampleCommand()

@@ -1,0 +1,96 @@
+"""Kernel text symbols from a /proc/kallsyms capture: address -> name+offset.
+
+Shared by the GDB-side dumper and the host (which re-symbolizes recorded dumps
+in tests). Debian's System.map is a stub, so kallsyms captured from the guest
+(nokaslr, kptr_restrict=0) is the symbol source when there is no vmlinux.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+
+TEXT_TYPES = frozenset("tTwW")
+# a symbol's extent is up to the next symbol; past this we call it unknown
+MAX_SYMBOL_SIZE = 1 << 20
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    start: int
+    end: int
+    module: str = ""
+
+    def fmt(self, addr: int) -> str:
+        mod = f" [{self.module}]" if self.module else ""
+        return f"{self.name}+{addr - self.start:#x}/{self.end - self.start:#x}{mod}"
+
+
+def _better(a: tuple[str, str, str], b: tuple[str, str, str]) -> bool:
+    """Whether alias a names an address better than b: real functions over
+    __pfx_/__cfi_ padding, globals over locals."""
+    def rank(s: tuple[str, str, str]) -> tuple[int, int]:
+        name, typ, _ = s
+        return (name.startswith(("__pfx_", "__cfi_")), typ.islower())
+    return rank(a) < rank(b)
+
+
+class Kallsyms:
+    def __init__(self, entries: list[tuple[int, str, str, str]]) -> None:
+        """entries: (address, type, name, module) of text symbols, any order."""
+        best: dict[int, tuple[str, str, str]] = {}
+        for addr, typ, name, mod in entries:
+            if typ not in TEXT_TYPES or addr == 0:
+                continue
+            cur = best.get(addr)
+            if cur is None or _better((name, typ, mod), cur):
+                best[addr] = (name, typ, mod)
+        self.addrs = sorted(best)
+        self.names = [best[a] for a in self.addrs]
+        self.by_name: dict[str, int] = {}
+        for a, (name, _, _) in zip(self.addrs, self.names):
+            self.by_name.setdefault(name, a)
+
+    @classmethod
+    def parse(cls, text: str) -> "Kallsyms":
+        entries = []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            try:
+                addr = int(parts[0], 16)
+            except ValueError:
+                continue
+            mod = parts[3].strip("[]") if len(parts) > 3 else ""
+            entries.append((addr, parts[1], parts[2], mod))
+        return cls(entries)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Kallsyms":
+        return cls.parse(Path(path).read_text(errors="replace"))
+
+    def __len__(self) -> int:
+        return len(self.addrs)
+
+    def lookup(self, addr: int) -> Symbol | None:
+        i = bisect.bisect_right(self.addrs, addr) - 1
+        if i < 0:
+            return None
+        start = self.addrs[i]
+        end = self.addrs[i + 1] if i + 1 < len(self.addrs) else start + 4096
+        if addr >= end or end - start > MAX_SYMBOL_SIZE:
+            return None
+        name, _, mod = self.names[i]
+        return Symbol(name, start, end, mod)
+
+    def is_text(self, addr: int) -> bool:
+        return self.lookup(addr) is not None
+
+    def address(self, name: str) -> int | None:
+        return self.by_name.get(name)
+
+    def fmt(self, addr: int) -> str:
+        sym = self.lookup(addr)
+        return sym.fmt(addr) if sym else f"{addr:#x}"

@@ -1,0 +1,1 @@
+"""kstall host harness: boots kernels under QEMU, watches, debugs, classifies."""

@@ -1,0 +1,41 @@
+"""Child-process hygiene: children die with kstall and are always reaped."""
+from __future__ import annotations
+
+import ctypes
+import signal
+import subprocess
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL if kstall dies, even by SIGKILL.
+    (Linux ties this to the forking thread, so fork from long-lived threads.)"""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def reap(proc: subprocess.Popen, grace: float = 3.0) -> int | None:
+    """Terminate, then kill, and always wait: no zombies, no orphans."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+class Interrupted(Exception):
+    """SIGTERM/SIGHUP turned into an exception so cleanup code runs."""
+
+
+def raise_on_termination() -> None:
+    def handler(signum, frame):  # noqa: ARG001
+        raise Interrupted(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)

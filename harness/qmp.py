@@ -1,0 +1,82 @@
+"""A minimal QMP client over a unix socket: every call has a deadline."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+
+class QMPError(RuntimeError):
+    pass
+
+
+class QMP:
+    def __init__(self, path: Path, timeout: float = 10.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.sock: socket.socket | None = None
+        self.buf = b""
+        self.events: list[dict[str, Any]] = []
+
+    def connect(self, deadline: float) -> None:
+        """Connect (QEMU may still be creating the socket) and negotiate."""
+        while True:
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(str(self.path))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if time.monotonic() > deadline:
+                    raise QMPError(f"QMP socket {self.path} did not come up")
+                time.sleep(0.02)
+        self.sock = s
+        self._read_msg(deadline)  # greeting
+        self.cmd("qmp_capabilities")
+
+    def _read_msg(self, deadline: float) -> dict[str, Any]:
+        assert self.sock is not None
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise QMPError("QMP timed out")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                raise QMPError("QMP timed out") from None
+            if not chunk:
+                raise QMPError("QMP connection closed")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def cmd(self, name: str, timeout: float | None = None, **args: Any) -> Any:
+        if self.sock is None:
+            raise QMPError("QMP not connected")
+        msg: dict[str, Any] = {"execute": name}
+        if args:
+            msg["arguments"] = args
+        self.sock.sendall(json.dumps(msg).encode() + b"\n")
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            reply = self._read_msg(deadline)
+            if "event" in reply:
+                self.events.append(reply)
+                continue
+            if "error" in reply:
+                raise QMPError(f"{name}: {reply['error'].get('desc', reply['error'])}")
+            return reply.get("return")
+
+    def hmp(self, command: str, cpu: int | None = None, timeout: float | None = None) -> str:
+        args: dict[str, Any] = {"command-line": command}
+        if cpu is not None:
+            args["cpu-index"] = cpu
+        return self.cmd("human-monitor-command", timeout=timeout, **args)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None

@@ -1,0 +1,174 @@
+"""One QEMU guest: its command line, its private run directory, its lifetime.
+
+Every channel is a unix socket in a private 0700 directory: QMP, the gdbstub,
+the kernel console (UART) and the agent's virtio-serial ports. QEMU starts
+paused (-S) so the host is connected to every stream before the first byte;
+the console and agent channels also log to files through QEMU itself, so a
+kstall crash loses nothing the guest said.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import procs
+from harness.qmp import QMP, QMPError
+
+QEMU = os.environ.get("KSTALL_QEMU", "qemu-system-x86_64")
+
+
+@dataclass
+class VMConfig:
+    kernel: Path
+    initrd: Path
+    cmdline: str
+    log_dir: Path
+    cpus: int = 2
+    memory_mb: int = 1024
+    accel: str = "tcg"  # "tcg" or "kvm"
+    extra_args: list[str] = field(default_factory=list)
+
+
+def kvm_available() -> tuple[bool, str]:
+    """Whether /dev/kvm can be opened; a boot still has to prove it works."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False, "/dev/kvm does not exist"
+    except OSError as e:
+        return False, f"/dev/kvm: {e.strerror}"
+    os.close(fd)
+    return True, "/dev/kvm opens"
+
+
+class VMError(RuntimeError):
+    pass
+
+
+class VM:
+    """A running QEMU. Use as a context manager: leaving it always stops and
+    reaps QEMU and removes the socket directory."""
+
+    def __init__(self, cfg: VMConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(tempfile.mkdtemp(prefix="kstall-"))
+        os.chmod(self.run_dir, 0o700)
+        self.proc: subprocess.Popen | None = None
+        self.qmp = QMP(self.sock("qmp"))
+        self.console: socket.socket | None = None
+        self.agent: socket.socket | None = None
+        self.syms: socket.socket | None = None
+        self.started_at = 0.0
+
+    def sock(self, name: str) -> Path:
+        return self.run_dir / f"{name}.sock"
+
+    @property
+    def gdb_socket(self) -> Path:
+        return self.sock("gdb")
+
+    def command(self) -> list[str]:
+        c = self.cfg
+        logs = c.log_dir
+        if c.accel == "kvm":
+            accel = ["-accel", "kvm", "-cpu", "host"]
+        else:
+            accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        return [
+            QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
+            "-machine", "q35", *accel, "-smp", str(c.cpus), "-m", str(c.memory_mb),
+            "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
+            "-chardev", f"socket,id=con0,path={self.sock('console')},server=on,wait=off,"
+                        f"logfile={logs / 'console.log'}",
+            "-serial", "chardev:con0",
+            "-device", "virtio-serial-pci,id=vser0",
+            "-chardev", f"socket,id=agent0,path={self.sock('agent')},server=on,wait=off,"
+                        f"logfile={logs / 'agent.log'}",
+            "-device", "virtserialport,bus=vser0.0,chardev=agent0,name=org.kstall.agent",
+            "-chardev", f"socket,id=syms0,path={self.sock('syms')},server=on,wait=off",
+            "-device", "virtserialport,bus=vser0.0,chardev=syms0,name=org.kstall.syms",
+            "-chardev", f"socket,id=gdb0,path={self.gdb_socket},server=on,wait=off",
+            "-gdb", "chardev:gdb0",
+            "-qmp", f"unix:{self.sock('qmp')},server=on,wait=off",
+            *c.extra_args,
+        ]
+
+    def _connect(self, name: str, deadline: float) -> socket.socket:
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(str(self.sock(name)))
+                s.setblocking(False)
+                return s
+            except (FileNotFoundError, ConnectionRefusedError):
+                s.close()
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise VMError(f"QEMU exited early: {self.qemu_log_tail()}")
+                if time.monotonic() > deadline:
+                    raise VMError(f"QEMU socket {name} did not come up")
+                time.sleep(0.02)
+
+    def start(self, timeout: float = 20.0) -> None:
+        self.cfg.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.cfg.log_dir / "qemu.log", "wb") as log:
+            log.write((" ".join(self.command()) + "\n").encode())
+            log.flush()
+            try:
+                self.proc = subprocess.Popen(
+                    self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=procs.die_with_parent)
+            except FileNotFoundError:
+                raise VMError(f"{QEMU} not found: run `make deps` (Debian package qemu-system-x86)")
+        deadline = time.monotonic() + timeout
+        try:
+            self.qmp.connect(deadline)
+        except QMPError as e:
+            raise VMError(f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
+        self.console = self._connect("console", deadline)
+        self.agent = self._connect("agent", deadline)
+        self.syms = self._connect("syms", deadline)
+        self.qmp.cmd("cont")
+        self.started_at = time.monotonic()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def qemu_log_tail(self, n: int = 5) -> str:
+        try:
+            lines = (self.cfg.log_dir / "qemu.log").read_text(errors="replace").splitlines()[1:]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])
+
+    def stop(self) -> int | None:
+        """Quit QEMU (politely, then not), reap it, remove the sockets."""
+        rc = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    self.qmp.cmd("quit", timeout=2.0)
+                except (QMPError, OSError):
+                    pass
+                try:
+                    self.proc.wait(2.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            rc = procs.reap(self.proc)
+        self.qmp.close()
+        for s in (self.console, self.agent, self.syms):
+            if s is not None:
+                s.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        return rc
+
+    def __enter__(self) -> "VM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

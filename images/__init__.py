@@ -1,0 +1,1 @@
+"""kstall kernel images: kernel specs, fetchers and the initramfs builder."""

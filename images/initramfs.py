@@ -1,0 +1,73 @@
+"""Builds the guest's initramfs (newc cpio) from the static guest binaries.
+
+Written in Python rather than with cpio(1) so that device nodes (/dev/console)
+can be created without root and the archive is byte-for-byte reproducible,
+which lets it be cached by content hash.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from harness import paths
+
+_DIRS = ("bin", "dev", "proc", "sys", "tmp")
+
+
+def _entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0), ino: int = 0) -> bytes:
+    namez = name.encode() + b"\0"
+    fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(namez), 0)
+    hdr = b"070701" + b"".join(b"%08X" % f for f in fields)
+    out = hdr + namez
+    out += b"\0" * (-len(out) % 4)
+    out += data
+    out += b"\0" * (-len(out) % 4)
+    return out
+
+
+def newc_archive(files: dict[str, bytes]) -> bytes:
+    """A newc archive holding the standard directories, /dev/console and files
+    (archive path -> contents, all executable)."""
+    parts = []
+    ino = 1
+    for d in _DIRS:
+        parts.append(_entry(d, stat.S_IFDIR | 0o755, ino=ino))
+        ino += 1
+    # the kernel opens /dev/console for init's stdio before devtmpfs exists
+    parts.append(_entry("dev/console", stat.S_IFCHR | 0o600, rdev=(5, 1), ino=ino))
+    ino += 1
+    for name in sorted(files):
+        parts.append(_entry(name, stat.S_IFREG | 0o755, files[name], ino=ino))
+        ino += 1
+    parts.append(_entry("TRAILER!!!", 0))
+    blob = b"".join(parts)
+    return blob + b"\0" * (-len(blob) % 512)
+
+
+def guest_files(guest: Path | None = None) -> dict[str, bytes]:
+    """/init plus every reproducer binary in the guest build directory."""
+    guest = guest or paths.guest_dir()
+    init = guest / "init"
+    if not init.is_file():
+        raise FileNotFoundError(f"guest agent {init} is missing: run `make guest`")
+    files = {"init": init.read_bytes()}
+    for p in sorted(guest.iterdir()):
+        if p.is_file() and p.name != "init" and os.access(p, os.X_OK):
+            files[f"bin/{p.name}"] = p.read_bytes()
+    return files
+
+
+def build(guest: Path | None = None) -> Path:
+    """Path of the initramfs for the current guest binaries, built if needed."""
+    blob = newc_archive(guest_files(guest))
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    out_dir = paths.cache_dir() / "initramfs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{digest}.cpio"
+    if not out.exists():
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(blob)
+        os.replace(tmp, out)
+    return out

@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: GPL-2.0
+/* kstall guest agent: the initramfs's /init.
+ *
+ * Prepares a bare guest for the reproducers (mounts, perf_event_paranoid=-1,
+ * kptr_restrict=0), sends /proc/kallsyms to the host when asked, runs the
+ * reproducer named on the kernel command line and forwards its KTAP output,
+ * and heartbeats with guest CLOCK_MONOTONIC so the host can tell the moment
+ * the guest freezes. Everything goes over virtio-serial ports; the UART stays
+ * for the kernel's own console.
+ *
+ * Kernel command line:
+ *   kstall.repro=NAME   reproducer to run (/bin/NAME); "none" just reports
+ *   kstall.args=A,B,C   its arguments, comma separated
+ *   kstall.syms=1       send /proc/kallsyms text symbols on the syms port
+ *   kstall.hb_ms=N      heartbeat interval (default 50 ms)
+ *
+ * Agent channel lines (host parses these; anything else is reproducer KTAP):
+ *   KSTALL hello uname=R cpus=N
+ *   KSTALL syms bytes=B lines=L ms=T
+ *   HB seq mono_ns count
+ *   KSTALL exit code=C
+ *   KSTALL poweroff
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+
+#include "ktap.h"
+
+#define AGENT_PORT "org.kstall.agent"
+#define SYMS_PORT "org.kstall.syms"
+
+static int agent_fd = -1;
+static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_ullong progress_count;
+static atomic_int hb_stop;
+static unsigned hb_ms = 50;
+
+static void say_fd(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= n;
+	}
+}
+
+/* one line to the host, never interleaved with the heartbeat thread's */
+static void say(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	if (buf[n - 1] != '\n')
+		buf[n++] = '\n';
+	pthread_mutex_lock(&agent_lock);
+	say_fd(agent_fd >= 0 ? agent_fd : STDOUT_FILENO, buf, n);
+	pthread_mutex_unlock(&agent_lock);
+}
+
+static void write_file(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+
+	if (fd < 0) {
+		fprintf(stderr, "kstall-agent: %s: %s\n", path, strerror(errno));
+		return;
+	}
+	say_fd(fd, val, strlen(val));
+	close(fd);
+}
+
+static void mount_all(void)
+{
+	mkdir("/proc", 0755);
+	mkdir("/sys", 0755);
+	mkdir("/dev", 0755);
+	mkdir("/tmp", 01777);
+	mount("proc", "/proc", "proc", 0, NULL);
+	mount("sysfs", "/sys", "sysfs", 0, NULL);
+	mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
+	mount("tmpfs", "/tmp", "tmpfs", 0, NULL);
+	mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, NULL);
+	mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+	mount("bpf", "/sys/fs/bpf", "bpf", 0, NULL);
+}
+
+/* value of key=... in /proc/cmdline, copied into out; 0 if absent */
+static int cmdline_get(const char *cmdline, const char *key, char *out, size_t outlen)
+{
+	size_t klen = strlen(key);
+	const char *p = cmdline;
+
+	while ((p = strstr(p, key))) {
+		if ((p == cmdline || p[-1] == ' ') && p[klen] == '=') {
+			const char *v = p + klen + 1;
+			size_t n = strcspn(v, " \n");
+
+			if (n >= outlen)
+				n = outlen - 1;
+			memcpy(out, v, n);
+			out[n] = 0;
+			return 1;
+		}
+		p += klen;
+	}
+	return 0;
+}
+
+/* /dev node of the virtio-serial port called name; waits up to 3 s for it */
+static int open_port(const char *name)
+{
+	for (int tries = 0; tries < 30; tries++) {
+		DIR *d = opendir("/sys/class/virtio-ports");
+		struct dirent *e;
+
+		while (d && (e = readdir(d))) {
+			char path[300], buf[128] = "";
+			int fd;
+
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/sys/class/virtio-ports/%s/name", e->d_name);
+			fd = open(path, O_RDONLY);
+			if (fd < 0)
+				continue;
+			if (read(fd, buf, sizeof(buf) - 1) < 0)
+				buf[0] = 0;
+			close(fd);
+			buf[strcspn(buf, "\n")] = 0;
+			if (strcmp(buf, name) == 0) {
+				snprintf(path, sizeof(path), "/dev/%s", e->d_name);
+				closedir(d);
+				return open(path, O_RDWR | O_CLOEXEC);
+			}
+		}
+		if (d)
+			closedir(d);
+		usleep(100000);
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+/* Text symbols only: they are all the host symbolizes stacks with, and the
+ * fewer bytes the faster a TCG guest gets them across. */
+static void send_kallsyms(void)
+{
+	unsigned long long t0 = mono_ns();
+	size_t cap = 16 << 20, len = 0, out = 0, lines = 0;
+	char *buf = malloc(cap), *hdr_end;
+	char hdr[64];
+	int fd = open("/proc/kallsyms", O_RDONLY), port;
+	ssize_t n;
+
+	if (!buf || fd < 0) {
+		say("KSTALL syms error=%s", strerror(errno));
+		return;
+	}
+	while ((n = read(fd, buf + len, cap - len)) > 0) {
+		len += n;
+		if (cap - len < 65536) {
+			char *nb = realloc(buf, cap * 2);
+
+			if (!nb)
+				break;
+			buf = nb;
+			cap *= 2;
+		}
+	}
+	close(fd);
+	/* filter in place: "ffffffff81000000 T _text [mod]" keep t/T/w/W */
+	for (size_t i = 0; i < len;) {
+		char *nl = memchr(buf + i, '\n', len - i);
+		size_t l = (nl ? (size_t)(nl - (buf + i)) : len - i) + 1;
+		char type = (l > 18) ? buf[i + 17] : 0;
+
+		if (type == 't' || type == 'T' || type == 'w' || type == 'W') {
+			memmove(buf + out, buf + i, l);
+			out += l;
+			lines++;
+		}
+		i += l;
+	}
+	port = open_port(SYMS_PORT);
+	if (port < 0) {
+		say("KSTALL syms error=no-port");
+		free(buf);
+		return;
+	}
+	snprintf(hdr, sizeof(hdr), "KALLSYMS %zu\n", out);
+	hdr_end = hdr + strlen(hdr);
+	say_fd(port, hdr, hdr_end - hdr);
+	say_fd(port, buf, out);
+	close(port);
+	free(buf);
+	say("KSTALL syms bytes=%zu lines=%zu ms=%llu", out, lines, (mono_ns() - t0) / 1000000);
+}
+
+static void *heartbeat(void *arg)
+{
+	struct sched_param sp = { .sched_priority = 50 };
+	struct timespec next;
+	unsigned long long seq = 0;
+
+	(void)arg;
+	/* above the reproducer's spinning threads: silence must mean a frozen
+	 * kernel, not a starved heartbeat */
+	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	while (!atomic_load(&hb_stop)) {
+		say("HB %llu %llu %llu", seq++, mono_ns(), (unsigned long long)atomic_load(&progress_count));
+		next.tv_nsec += hb_ms * 1000000L;
+		while (next.tv_nsec >= 1000000000L) {
+			next.tv_nsec -= 1000000000L;
+			next.tv_sec++;
+		}
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+	}
+	return NULL;
+}
+
+/* run /bin/NAME ARGS..., forward its output a line at a time; exit code */
+static int run_repro(const char *name, char *args)
+{
+	char path[128], *argv[64], linebuf[4096];
+	int argc = 0, pfd[2], status = 0;
+	size_t have = 0;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "/bin/%s", name);
+	argv[argc++] = path;
+	for (char *tok = strtok(args, ","); tok && argc < 63; tok = strtok(NULL, ","))
+		argv[argc++] = tok;
+	argv[argc] = NULL;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], STDOUT_FILENO);
+		dup2(pfd[1], STDERR_FILENO);
+		execv(path, argv);
+		ktap_line("# kstall-agent: exec %s: %s", path, strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	if (pid < 0)
+		return -errno;
+	for (;;) {
+		ssize_t n = read(pfd[0], linebuf + have, sizeof(linebuf) - 1 - have);
+		char *start = linebuf, *nl;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += n;
+		linebuf[have] = 0;
+		while ((nl = memchr(start, '\n', have - (start - linebuf)))) {
+			*nl = 0;
+			if (strncmp(start, "# progress count=", 17) == 0)
+				atomic_store(&progress_count, strtoull(start + 17, NULL, 10));
+			say("%s", start);
+			start = nl + 1;
+		}
+		have -= start - linebuf;
+		memmove(linebuf, start, have);
+		if (have == sizeof(linebuf) - 1) {	/* overlong line: pass it on */
+			say("%s", linebuf);
+			have = 0;
+		}
+	}
+	close(pfd[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int main(void)
+{
+	char cmdline[4096] = "", repro[64] = "none", args[1024] = "", val[32];
+	struct utsname u;
+	pthread_t hb;
+	int fd, code = 0;
+
+	mount_all();
+	fd = open("/proc/cmdline", O_RDONLY);
+	if (fd >= 0) {
+		if (read(fd, cmdline, sizeof(cmdline) - 1) < 0)
+			cmdline[0] = 0;
+		close(fd);
+	}
+	write_file("/proc/sys/kernel/perf_event_paranoid", "-1");
+	write_file("/proc/sys/kernel/kptr_restrict", "0");
+	/* KERN_INFO too: "NMI handler ... took too long" is printed at that level */
+	write_file("/proc/sys/kernel/printk", "7 4 1 7");
+
+	cmdline_get(cmdline, "kstall.repro", repro, sizeof(repro));
+	cmdline_get(cmdline, "kstall.args", args, sizeof(args));
+	if (cmdline_get(cmdline, "kstall.hb_ms", val, sizeof(val)) && atoi(val) > 0)
+		hb_ms = atoi(val);
+
+	agent_fd = open_port(AGENT_PORT);
+	if (agent_fd < 0)
+		fprintf(stderr, "kstall-agent: no virtio port %s (CONFIG_VIRTIO_CONSOLE?)\n", AGENT_PORT);
+	uname(&u);
+	say("KSTALL hello uname=%s cpus=%ld", u.release, sysconf(_SC_NPROCESSORS_ONLN));
+
+	if (cmdline_get(cmdline, "kstall.syms", val, sizeof(val)) && val[0] == '1')
+		send_kallsyms();
+
+	pthread_create(&hb, NULL, heartbeat, NULL);
+	if (strcmp(repro, "none") != 0)
+		code = run_repro(repro, args);
+	say("KSTALL exit code=%d", code);
+	atomic_store(&hb_stop, 1);
+	pthread_join(hb, NULL);
+	say("KSTALL poweroff");
+	sync();
+	reboot(RB_POWER_OFF);
+	return 0;
+}

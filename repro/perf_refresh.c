@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: GPL-2.0
+/* perf-refresh: the async-profiler pattern that deadlocks affected kernels.
+ *
+ * Every worker thread opens a per-thread cpu-clock software event, routes its
+ * overflow to a signal (O_ASYNC, F_SETSIG, F_SETOWN_EX to its own tid) and arms
+ * it with PERF_EVENT_IOC_REFRESH 1. When the refresh count reaches zero inside
+ * the cpu-clock hrtimer callback, affected kernels (18dbcbfabfff up to
+ * eb3182ef0405) stop the event from within that callback and hrtimer_cancel()
+ * waits for itself with interrupts off. The signal handler re-arms with
+ * IOC_RESET + IOC_REFRESH 1, so each POLL_HUP signal is one completed pass
+ * over the buggy path: that count is the evidence printed as progress.
+ *
+ * A bystander thread of the same process maps and unmaps memory so that the
+ * kernel sends TLB-shootdown IPIs to the CPUs running the workers: on a hung
+ * kernel it ends up in csd_lock_wait, the second half of the signature.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "ktap.h"
+
+struct options {
+	int threads;
+	int bystander;
+	unsigned long long period_ns;
+	unsigned long long duration_ms;
+	unsigned long long target;
+	unsigned long long progress_ms;
+};
+
+static atomic_ullong hup_signals;	/* refresh-to-zero passes completed */
+static atomic_ullong other_signals;	/* POLL_IN and friends */
+static atomic_ullong unmaps;		/* bystander munmap calls */
+static atomic_int stop;
+static atomic_int failed_errno;
+static __thread int event_fd = -1;
+
+static void on_overflow(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+
+	(void)sig;
+	(void)uc;
+	if (event_fd >= 0) {
+		ioctl(event_fd, PERF_EVENT_IOC_RESET, 0);
+		ioctl(event_fd, PERF_EVENT_IOC_REFRESH, 1);
+	}
+	if (si->si_code == POLL_HUP)
+		atomic_fetch_add_explicit(&hup_signals, 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&other_signals, 1, memory_order_relaxed);
+	errno = saved;
+}
+
+static int open_event(unsigned long long period_ns)
+{
+	struct perf_event_attr attr;
+	struct f_owner_ex owner = { .type = F_OWNER_TID, .pid = gettid() };
+	int fd;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.size = sizeof(attr);
+	attr.type = PERF_TYPE_SOFTWARE;
+	attr.config = PERF_COUNT_SW_CPU_CLOCK;
+	attr.sample_period = period_ns;
+	attr.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID;
+	attr.disabled = 1;
+	attr.wakeup_events = 1;
+	attr.exclude_idle = 1;
+
+	fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	/* async-profiler maps a sample buffer; keep that part of the pattern */
+	if (mmap(NULL, 2 * getpagesize(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED ||
+	    fcntl(fd, F_SETFL, O_ASYNC) < 0 ||
+	    fcntl(fd, F_SETSIG, SIGPROF) < 0 ||
+	    fcntl(fd, F_SETOWN_EX, &owner) < 0) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+static void *worker(void *arg)
+{
+	const struct options *o = arg;
+	volatile unsigned long spin = 0;
+	int fd = open_event(o->period_ns);
+
+	if (fd < 0) {
+		atomic_store(&failed_errno, -fd);
+		return NULL;
+	}
+	event_fd = fd;
+	ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+	ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+	/* burn CPU time in user mode: cpu-clock only advances while we run */
+	while (!atomic_load_explicit(&stop, memory_order_relaxed))
+		spin++;
+	ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+	event_fd = -1;
+	return NULL;
+}
+
+static void *bystander(void *arg)
+{
+	const size_t len = 16 * 4096;
+
+	(void)arg;
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			continue;
+		for (size_t i = 0; i < len; i += 4096)
+			p[i] = 1;
+		munmap(p, len);
+		atomic_fetch_add_explicit(&unmaps, 1, memory_order_relaxed);
+	}
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: perf-refresh [options]\n"
+		"  --threads N       worker threads (default: half the CPUs, at least 1)\n"
+		"  --no-bystander    no mmap/munmap thread forcing TLB-shootdown IPIs\n"
+		"  --period-ns NS    cpu-clock sample period (default 100000)\n"
+		"  --duration S      stop after S seconds (default 30)\n"
+		"  --cycles N        stop once N refresh cycles completed (default: no limit)\n"
+		"  --progress-ms MS  progress line interval (default 100)\n");
+}
+
+static int parse(int argc, char **argv, struct options *o)
+{
+	static const struct option longopts[] = {
+		{ "threads", required_argument, NULL, 't' },
+		{ "no-bystander", no_argument, NULL, 'B' },
+		{ "period-ns", required_argument, NULL, 'p' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "cycles", required_argument, NULL, 'c' },
+		{ "progress-ms", required_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int c;
+
+	*o = (struct options){ .threads = cpus > 1 ? cpus / 2 : 1, .bystander = 1,
+			       .period_ns = 100000, .duration_ms = 30000, .progress_ms = 100 };
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 't': o->threads = atoi(optarg); break;
+		case 'B': o->bystander = 0; break;
+		case 'p': o->period_ns = strtoull(optarg, NULL, 0); break;
+		case 'd': o->duration_ms = (unsigned long long)(strtod(optarg, NULL) * 1000); break;
+		case 'c': o->target = strtoull(optarg, NULL, 0); break;
+		case 'P': o->progress_ms = strtoull(optarg, NULL, 0); break;
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -1;
+		}
+	}
+	if (o->threads < 1 || o->threads > 256 || o->period_ns < 10000 || o->progress_ms < 1) {
+		usage(stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa = { .sa_sigaction = on_overflow, .sa_flags = SA_SIGINFO | SA_RESTART };
+	struct timespec tick;
+	struct options o;
+	pthread_t tids[257];
+	unsigned long long start, elapsed_ms = 0, count = 0;
+	int n = 0, err;
+
+	if (parse(argc, argv, &o))
+		return 2;
+	ktap_header(1);
+	ktap_line("# perf-refresh: threads=%d bystander=%d period_ns=%llu duration_ms=%llu target=%llu",
+		  o.threads, o.bystander, o.period_ns, o.duration_ms, o.target);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGPROF, &sa, NULL);
+
+	start = mono_ns();
+	for (int i = 0; i < o.threads; i++)
+		if (pthread_create(&tids[n], NULL, worker, &o) == 0)
+			n++;
+	if (o.bystander && pthread_create(&tids[n], NULL, bystander, NULL) == 0)
+		n++;
+
+	tick.tv_sec = o.progress_ms / 1000;
+	tick.tv_nsec = (o.progress_ms % 1000) * 1000000;
+	for (;;) {
+		nanosleep(&tick, NULL);
+		count = atomic_load(&hup_signals);
+		elapsed_ms = (mono_ns() - start) / 1000000;
+		ktap_progress(count, elapsed_ms);
+		if (atomic_load(&failed_errno) || elapsed_ms >= o.duration_ms ||
+		    (o.target && count >= o.target))
+			break;
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < n; i++)
+		pthread_join(tids[i], NULL);
+
+	count = atomic_load(&hup_signals);
+	ktap_line("# result count=%llu elapsed_ms=%llu other_signals=%llu bystander_unmaps=%llu",
+		  count, elapsed_ms, (unsigned long long)atomic_load(&other_signals),
+		  (unsigned long long)atomic_load(&unmaps));
+	err = atomic_load(&failed_errno);
+	if (err) {
+		ktap_line("ok 1 perf-refresh # SKIP perf_event_open: %s", strerror(err));
+		return 4;
+	}
+	ktap_line("ok 1 perf-refresh");
+	return 0;
+}
