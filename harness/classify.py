@@ -6,6 +6,7 @@ every sample is stuck (a spin), not passing through.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,6 +16,12 @@ from typing import Any
 from harness import paths
 
 SIGNATURE_DIR = paths.data_file("harness", "signatures")
+# GCC/LLVM clones: hrtimer_try_to_cancel.part.0, set_ptes.isra.0, foo.cold
+_CLONE_SUFFIX = re.compile(r"(\.(?:part|isra|constprop|cold|llvm|lto_priv)(?:\.\d+)?)+$")
+
+
+def base_name(function: str) -> str:
+    return _CLONE_SUFFIX.sub("", function or "")
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,7 @@ class Signature:
     at: frozenset[str]
     under: frozenset[str] = frozenset()
     within: int = 12
+    depth: int = 1
     states: frozenset[str] = frozenset()
     description: str = ""
     bug: str = ""
@@ -37,7 +45,7 @@ class Signature:
             raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim or benign")
         return cls(name=doc["name"], title=doc["title"], role=doc["role"], priority=int(doc.get("priority", 0)),
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
-                   within=int(m.get("within", 12)), states=frozenset(m.get("states", ())),
+                   within=int(m.get("within", 12)), depth=int(m.get("depth", 1)), states=frozenset(m.get("states", ())),
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""))
 
 
@@ -53,18 +61,27 @@ USER = Signature("user", "in user mode", "benign", -1, frozenset())
 UNKNOWN = Signature("unknown", "unknown", "unknown", -2, frozenset())
 
 
-def positions(frames: list[dict]) -> list[int]:
-    """Indices of the frames the CPU is 'in': the pc, frames inlined at the pc
-    (DWARF lists the inlined function first, its container next), and the
-    pc every interrupt frame on the stack returns to."""
+def positions(frames: list[dict], depth: int = 1) -> list[int]:
+    """Indices of the frames the CPU is 'in': the pc and the depth-1 frames
+    below it (a spin loop that calls helpers, e.g. hrtimer_cancel ->
+    hrtimer_try_to_cancel -> _raw_spin_lock_irqsave), frames inlined there
+    (DWARF lists the inlined function first, its container next), and for
+    every interrupt frame on the stack the pc it returns to (and depth-1
+    frames below that)."""
     if not frames:
         return []
-    out = [0]
-    i = 0
-    while i + 1 < len(frames) and frames[i].get("inlined"):
-        i += 1
-        out.append(i)
-    out += [j for j, f in enumerate(frames) if f.get("interrupted") and j not in out]
+    starts = [0] + [j for j, f in enumerate(frames) if f.get("interrupted") and j]
+    out: list[int] = []
+    for start in starts:
+        i, taken = start, 0
+        while i < len(frames) and taken < depth:
+            if i not in out:
+                out.append(i)
+            if not frames[i].get("inlined"):
+                taken += 1
+            i += 1
+            if i < len(frames) and frames[i].get("interrupted"):
+                break
     return out
 
 
@@ -72,11 +89,12 @@ def matches(sig: Signature, cpu: dict) -> bool:
     if cpu.get("state") in sig.states:
         return True
     frames = cpu.get("frames", [])
-    for i in positions(frames):
-        if frames[i].get("function") in sig.at:
+    names = [base_name(f.get("function", "")) for f in frames]
+    for i in positions(frames, sig.depth):
+        if names[i] in sig.at:
             if not sig.under:
                 return True
-            if any(f.get("function") in sig.under for f in frames[i + 1:i + 1 + sig.within]):
+            if any(n in sig.under for n in names[i + 1:i + 1 + sig.within]):
                 return True
     return False
 
@@ -109,8 +127,18 @@ class CpuClass:
         return {"cpu": self.cpu, "class": self.signature.title, "signature": self.signature.name,
                 "role": self.signature.role, "stuck": self.stuck, "samples": self.samples,
                 "seen": self.seen, "pc": self.pc, "state": self.state,
-                "frames": [f.get("text", f.get("addr")) if f.get("reliable", True) or f.get("interrupted")
-                           else "? " + f.get("text", "") for f in self.frames]}
+                "frames": [frame_text(f) for f in self.frames]}
+
+
+def frame_text(f: dict) -> str:
+    """One frame as the kernel prints it: '? ' when unreliable, and the pc an
+    interrupt frame returns to marked as such."""
+    text = f.get("text") or f.get("addr", "?")
+    if f.get("interrupted"):
+        return f"--- interrupted at {text}"
+    if f.get("inlined"):
+        return f"{text} (inlined)"
+    return text if f.get("reliable", True) else f"? {text}"
 
 
 def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClass]:
@@ -124,11 +152,13 @@ def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClas
         counts = Counter(sig.name for sig, _ in seq)
         by_name = {sig.name: sig for sig, _ in seq}
         best = max(by_name.values(), key=lambda s: (counts[s.name], s.priority))
-        pcs = {c.get("frames", [{}])[0].get("function") or c["regs"]["rip"] for _, c in seq}
+        pcs = {base_name(c.get("frames", [{}])[0].get("function", "")) or c["regs"]["rip"] for _, c in seq}
         last = [c for sig, c in seq if sig.name == best.name][-1]
         frames = last.get("frames", [])
         out.append(CpuClass(cpu=n, signature=best, samples=len(seq), seen=dict(counts),
-                            stuck=len(seq) > 1 and len(counts) == 1 and len(pcs) == 1,
+                            # a known class in every sample is a spin even if the loop
+                            # spans functions; an unknown one must also stay put
+                            stuck=len(seq) > 1 and len(counts) == 1 and (best is not UNKNOWN or len(pcs) == 1),
                             pc=frames[0].get("text", "") if frames else last["regs"]["rip"],
                             frames=frames, state=last.get("state", "")))
     return out

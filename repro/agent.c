@@ -331,10 +331,10 @@ int main(void)
 	uname(&u);
 	say("KSTALL hello uname=%s cpus=%ld", u.release, sysconf(_SC_NPROCESSORS_ONLN));
 
+	/* heartbeats first: a guest that freezes while exporting symbols is a freeze too */
+	pthread_create(&hb, NULL, heartbeat, NULL);
 	if (cmdline_get(cmdline, "kstall.syms", val, sizeof(val)) && val[0] == '1')
 		send_kallsyms();
-
-	pthread_create(&hb, NULL, heartbeat, NULL);
 	if (strcmp(repro, "none") != 0)
 		code = run_repro(repro, args);
 	say("KSTALL exit code=%d", code);

@@ -1,0 +1,183 @@
+"""The `kstall` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness import procs, reproducers, symcache, verify as verify_mod
+from harness.verdict import EXIT_CODES
+from images.kernel import SpecError
+
+EXIT_USAGE = 2
+EXIT_ERROR = EXIT_CODES["ERROR"]
+
+
+def echo_stderr(msg: str) -> None:
+    if msg.startswith("\r") or msg == "\n":
+        sys.stderr.write(msg)
+    else:
+        sys.stderr.write(f"kstall: {msg}\n")
+    sys.stderr.flush()
+
+
+def add_vm_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("guest")
+    g.add_argument("--cpus", type=int, help="vCPUs (default: the reproducer's, 2 for perf-refresh)")
+    g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
+    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                   help="auto: KVM if a probe boot proves it works, else TCG (default)")
+    g.add_argument("--vmlinux", type=Path, help="vmlinux with DWARF: GDB shows inlined frames")
+    g.add_argument("--cmdline", default="", help="extra kernel command line")
+    r = p.add_argument_group("run")
+    r.add_argument("--duration", type=float, help="upper bound on the reproducer's run, seconds")
+    r.add_argument("--count", type=int, help="stop after this many passes over the path "
+                   "(default: the reproducer's minimum, or more if --pmiss needs it)")
+    r.add_argument("--pmiss", type=float, default=1e-6, help="target P(miss) for NOT_REPRODUCED (default 1e-6)")
+    r.add_argument("--attempts", type=int, default=2, help="attempts when an emulator fault spoils a run (default 2)")
+    r.add_argument("--freeze-after", type=float, default=0.8, help="heartbeat silence that means a freeze (s)")
+    r.add_argument("--stuck-after", type=float, help="progress-count silence that means stuck CPUs (s)")
+    r.add_argument("--samples", type=int, default=3, help="GDB samples of every vCPU (default 3)")
+    r.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
+
+
+def options_from(a: argparse.Namespace) -> verify_mod.Options:
+    return verify_mod.Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
+                              pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
+                              freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
+                              vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline)
+
+
+def print_human(doc: dict) -> None:
+    print(doc["line"])
+    for c in doc.get("cpus", []):
+        if c["role"] in ("culprit", "victim", "unknown"):
+            stuck = "stuck" if c["stuck"] else "moving"
+            print(f"  CPU{c['cpu']}: {c['class']:<30} at {c['pc']} ({stuck}, "
+                  f"{c['seen'].get(c['signature'], 0)}/{c['samples']} samples)")
+    ev = doc.get("evidence", {})
+    if doc["verdict"] == "NOT_REPRODUCED" and ev.get("p_miss"):
+        print(f"  {ev['p_miss']['method']}")
+    if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED"):
+        print(f"  reason: {doc['reason']}")
+    t = doc.get("timings", {})
+    boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"
+    print(f"  {ev.get('count')} {ev.get('count_name')}; {boot}, verdict after {doc.get('wall_s')}s; "
+          f"results: {doc.get('results_dir')}")
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    try:
+        res = verify_mod.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
+    except KeyError as e:
+        echo_stderr(str(e.args[0]))
+        return EXIT_USAGE
+    except SpecError as e:
+        if a.json:
+            print(json.dumps({"verdict": "ERROR", "exit_code": EXIT_ERROR, "reason": str(e)}))
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR
+    if a.json:
+        print(verify_mod.dumps(res.doc))
+    else:
+        print_human(res.doc)
+    return res.verdict.exit_code
+
+
+def cmd_kernels(a: argparse.Namespace) -> int:
+    from images import debian
+    try:
+        rows = debian.available(progress=echo_stderr)
+    except SpecError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR
+    if not a.available:
+        rows = [(k, c) for k, c in rows if c]
+    if not a.all_flavours:
+        rows = [(k, c) for k, c in rows if k.flavour == "amd64"]
+    if a.json:
+        print(json.dumps([{"spec": f"debian:{k.upstream}", "canonical": k.canonical, "package": k.package,
+                           "image_package": k.image_package, "version": k.version, "suite": k.suite,
+                           "cached": c} for k, c in rows], indent=1))
+        return 0
+    print(f"{'spec':<22} {'package':<40} {'debian version':<20} {'suite':<18} cached")
+    for k, c in rows:
+        print(f"{'debian:' + k.upstream:<22} {k.package:<40} {k.version:<20} {k.suite:<18} {'yes' if c else ''}")
+    if not rows:
+        print("no kernels cached yet; `kstall kernels --available` lists what debian: can fetch")
+    return 0
+
+
+def cmd_symbols(a: argparse.Namespace) -> int:
+    from images.kernel import resolve
+    try:
+        kernel = resolve(a.kernel, progress=echo_stderr)
+    except SpecError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR
+    path = symcache.cached(kernel.sha256)
+    if path and not a.refresh:
+        print(f"{path} (cached, {sum(1 for _ in open(path))} text symbols)")
+        return 0
+    if path:
+        path.unlink()
+    from harness import symcapture
+    t0 = time.monotonic()
+    try:
+        info = symcapture.capture(kernel, echo_stderr, a.accel)
+    except Exception as e:  # noqa: BLE001 - report any capture failure plainly
+        echo_stderr(f"error: symbol capture failed: {e}")
+        return EXIT_ERROR
+    print(f"{info['path']} ({info['lines']} text symbols, {info['bytes'] / 1e6:.1f} MB; "
+          f"capture {info['capture_s']:.2f}s after the guest came up, whole boot {time.monotonic() - t0:.1f}s)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
+                                "read every vCPU with GDB, classify the hang, give a verdict.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    v = sub.add_parser("verify", help="boot a kernel, run a reproducer, give a verdict",
+                       description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
+                       "4 ERROR, 2 usage. Arguments after -- go to the reproducer.",
+                       epilog="example: kstall verify debian:6.16.12 perf-refresh --cpus 4")
+    v.add_argument("kernel", help="kernel spec: debian:VERSION (e.g. debian:6.16.12) or file:PATH")
+    v.add_argument("reproducer", help=f"one of: {', '.join(reproducers.names())}")
+    v.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
+    v.add_argument("--json", action="store_true", help="print run.json instead of the summary")
+    add_vm_options(v)
+    v.set_defaults(func=cmd_verify)
+
+    k = sub.add_parser("kernels", help="list cached kernels, or what debian: can fetch")
+    k.add_argument("--available", action="store_true", help="every kernel in the Debian suites")
+    k.add_argument("--all-flavours", action="store_true", help="include cloud and rt flavours")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(func=cmd_kernels)
+
+    s = sub.add_parser("symbols", help="capture (or show) a kernel's text symbols from a guest")
+    s.add_argument("kernel")
+    s.add_argument("--refresh", action="store_true", help="capture again even if cached")
+    s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    s.set_defaults(func=cmd_symbols)
+
+    from harness import calibrate
+    calibrate.add_parser(sub, add_vm_options, options_from)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    procs.raise_on_termination()
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = parser.parse_args(argv)
+    try:
+        return a.func(a)
+    except KeyboardInterrupt:
+        echo_stderr("interrupted")
+        return 130
+    except procs.Interrupted as e:
+        echo_stderr(f"terminated ({e})")
+        return 143

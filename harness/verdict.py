@@ -1,0 +1,91 @@
+"""Turns what a run observed into one verdict (the contract in DESIGN.md).
+
+VULNERABLE      a hang or stall whose stacks match a culprit signature
+CRASHED         a kernel panic or oops (with its title), not an emulator fault
+NOT_REPRODUCED  the reproducer exercised the path at least min_count times
+INCONCLUSIVE    the path was not exercised, or a hang matched no culprit
+ERROR           boot failure, QEMU died, emulator fault, bad input
+A boot failure is never VULNERABLE.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness import classify
+from harness.reproducers import Reproducer
+from harness.watch import Ktap, Outcome
+
+EXIT_CODES = {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4}
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reason: str
+    summary: str = ""
+    confidence: str = ""
+    signature: str | None = None
+    retryable: bool = False
+    p_miss: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def line(self) -> str:
+        """'VULNERABLE: hrtimer_cancel self-deadlock on CPU1; ...'"""
+        return f"{self.verdict}: {self.summary or self.reason}"
+
+
+def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: list[str]) -> Verdict:
+    if not classes:
+        return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; CPU state could not be read "
+                       f"({'; '.join(debug_errors) or 'no samples'})")
+    summary = classify.summarize(classes)
+    culprits = [c for c in classes if c.signature.role == "culprit"]
+    if culprits:
+        sig = culprits[0].signature
+        all_samples = all(c.seen.get(c.signature.name, 0) == c.samples for c in culprits)
+        victims = any(c.signature.role == "victim" for c in classes)
+        confidence = "high" if all_samples and (victims or all(c.stuck for c in culprits)) else "medium"
+        return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}", summary=summary,
+                       confidence=confidence, signature=sig.name)
+    return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; no CPU matched a culprit signature"
+                   + (f" ({summary})" if summary else ""), summary="")
+
+
+def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes: list[classify.CpuClass] | None,
+           debug_errors: list[str], pmiss: dict, report_reason: str = "") -> Verdict:
+    kind = outcome.kind
+    if kind == "infra":
+        return Verdict("ERROR", f"emulator fault: {report_reason or outcome.detail} ({outcome.detail})",
+                       retryable=True)
+    if kind == "boot-failure":
+        return Verdict("ERROR", f"boot failure: {outcome.detail}")
+    if kind in ("panic", "oops"):
+        if outcome.detail.startswith("Attempted to kill init"):
+            return Verdict("ERROR", f"the guest agent died: {outcome.detail}")
+        return Verdict("CRASHED", f"kernel {kind}: {outcome.detail}", summary=f"kernel {kind}: {outcome.detail}",
+                       confidence="high")
+    if kind in ("freeze", "stuck"):
+        return from_hang(outcome, classes or [], debug_errors)
+    if kind == "qemu-exit":
+        return Verdict("ERROR", outcome.detail)
+    if kind == "timeout":
+        return Verdict("ERROR", f"{outcome.detail} without a verdict")
+    if kind == "interrupted":
+        return Verdict("ERROR", outcome.detail)
+    # done: the reproducer ran to its end
+    result = ktap.results[-1] if ktap.results else None
+    if result is None:
+        return Verdict("ERROR", f"reproducer reported no KTAP result ({outcome.detail})")
+    if result["directive"] == "SKIP":
+        return Verdict("INCONCLUSIVE", f"reproducer skipped: {result['reason']}")
+    if not result["ok"]:
+        return Verdict("INCONCLUSIVE", f"reproducer failed: {result['reason'] or outcome.detail}")
+    if count < repro.min_count:
+        what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
+        return Verdict("INCONCLUSIVE", f"path {what}")
+    return Verdict("NOT_REPRODUCED", f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
+                   summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
+                   confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss)

@@ -1,0 +1,296 @@
+"""Watches a running guest until something decides the run.
+
+Three streams arrive on unix sockets: the kernel console (UART), the agent
+channel (heartbeats, the reproducer's KTAP) and the symbols port. The watcher
+reads them as they come and stops with an Outcome:
+
+  done          the agent reported the reproducer's exit and powered off
+  freeze        heartbeats stopped for `freeze_after` seconds
+  stuck         heartbeats go on but the reproducer's progress count has not
+                moved for `stuck_after` seconds: some CPUs are wedged
+  panic, oops   a kernel report on the console (after a grace period that
+                lets the report finish)
+  infra         an emulator fault recognised on the console (retryable)
+  boot-failure  no agent within `boot_timeout`, or the kernel said it cannot boot
+  qemu-exit     QEMU went away before the agent said it was done
+  timeout       the run took longer than `run_timeout`
+
+Every wait is bounded by the deadlines above; watch() can be called again
+after a false alarm to continue with the same state.
+"""
+from __future__ import annotations
+
+import re
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import console
+from harness.vm import VM
+
+_HB = re.compile(r"^HB (\d+) (\d+) (\d+)$")
+_KV = re.compile(r"(\w+)=(\S+)")
+
+
+@dataclass
+class Limits:
+    boot_timeout: float = 120.0
+    freeze_after: float = 0.8
+    stuck_after: float = 1.0
+    run_timeout: float = 180.0
+    report_grace: float = 1.5
+
+
+@dataclass
+class Outcome:
+    kind: str
+    detail: str
+    at: float  # monotonic
+
+
+@dataclass
+class Ktap:
+    lines: list[str] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)
+    result_fields: dict = field(default_factory=dict)  # "# result k=v ..."
+
+    def feed(self, line: str) -> None:
+        self.lines.append(line)
+        m = re.match(r"^(not ok|ok) (\d+) (\S+)(?:\s+#\s*(\w+)\s*(.*))?$", line)
+        if m:
+            self.results.append({"ok": m.group(1) == "ok", "number": int(m.group(2)), "name": m.group(3),
+                                 "directive": (m.group(4) or "").upper(), "reason": (m.group(5) or "").strip()})
+        elif line.startswith("# result "):
+            self.result_fields = dict(_KV.findall(line))
+
+
+class LineReader:
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.eof = sock is None
+
+    def read(self) -> list[str]:
+        if self.sock is None or self.eof:
+            return []
+        try:
+            data = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            return []
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        return [l.decode(errors="replace").rstrip("\r") for l in lines]
+
+
+class SymsReader:
+    """The symbols port: 'KALLSYMS <n>\\n' then n bytes."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.expected: int | None = None
+        self.data: bytes | None = None
+        self.done_at: float | None = None
+
+    def read(self) -> None:
+        if self.sock is None or self.data is not None:
+            return
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            return
+        self.buf += chunk
+        if self.expected is None and b"\n" in self.buf:
+            head, _, rest = bytes(self.buf).partition(b"\n")
+            m = re.match(rb"KALLSYMS (\d+)$", head)
+            self.expected = int(m.group(1)) if m else -1
+            self.buf = bytearray(rest)
+        if self.expected is not None and self.expected >= 0 and len(self.buf) >= self.expected:
+            self.data = bytes(self.buf[:self.expected])
+            self.done_at = time.monotonic()
+
+
+class Watch:
+    def __init__(self, vm: VM, limits: Limits, patterns: list[console.Pattern] | None = None,
+                 echo=None) -> None:
+        self.vm = vm
+        self.limits = limits
+        self.patterns = patterns or console.load_patterns()
+        self.echo = echo  # callable(str) for progress output, or None
+        self.console = LineReader(vm.console)
+        self.agent = LineReader(vm.agent)
+        self.syms = SymsReader(vm.syms)
+        self.t0 = vm.started_at or time.monotonic()
+        self.hello: dict = {}
+        self.hello_at: float | None = None
+        self.syms_info: dict = {}
+        self.first_hb_at: float | None = None
+        self.last_hb_at: float | None = None
+        self.last_hb_guest_ns = 0
+        self.hb_count = 0
+        self.max_hb_gap = 0.0
+        self.repro_started_at: float | None = None
+        self.count = 0
+        self.count_changed_at: float | None = None
+        self.exit_code: int | None = None
+        self.poweroff = False
+        self.ktap = Ktap()
+        self.reports: list[console.Report] = []
+        self.pending_report: console.Report | None = None
+        self.pending_since = 0.0
+        self.console_tail: list[str] = []
+
+    # -- stream handling -------------------------------------------------
+    def _on_agent(self, line: str, now: float) -> None:
+        m = _HB.match(line)
+        if m:
+            if self.last_hb_at is not None:
+                self.max_hb_gap = max(self.max_hb_gap, now - self.last_hb_at)
+            else:
+                self.first_hb_at = now
+            self.last_hb_at = now
+            self.last_hb_guest_ns = int(m.group(2))
+            self.hb_count += 1
+            self._set_count(int(m.group(3)), now)
+            return
+        if line.startswith("KSTALL "):
+            words = line.split()
+            fields = dict(_KV.findall(line))
+            if words[1] == "hello":
+                self.hello, self.hello_at = fields, now
+                self._say(f"guest up in {now - self.t0:.1f}s: {fields.get('uname', '?')}, {fields.get('cpus', '?')} CPUs")
+            elif words[1] == "syms":
+                self.syms_info = fields
+            elif words[1] == "exit":
+                self.exit_code = int(fields.get("code", "-1"))
+            elif words[1] == "poweroff":
+                self.poweroff = True
+            return
+        if self.repro_started_at is None:
+            self.repro_started_at = now
+            self.count_changed_at = now
+        if line.startswith("# progress "):
+            f = dict(_KV.findall(line))
+            self._set_count(int(f.get("count", self.count)), now)
+            return
+        self.ktap.feed(line)
+
+    def _set_count(self, count: int, now: float) -> None:
+        if count != self.count:
+            self.count = count
+            self.count_changed_at = now
+
+    def _on_console(self, line: str, now: float) -> None:
+        self.console_tail = (self.console_tail + [line])[-200:]
+        if self.pending_report is not None and len(self.pending_report.excerpt) < 60:
+            self.pending_report.excerpt.append(line)
+        r = console.match_line(line, self.patterns)
+        if r is None:
+            return
+        r.excerpt = [line]
+        self.reports.append(r)
+        if r.kind in ("panic", "oops", "infra", "boot") and self.pending_report is None:
+            self.pending_report, self.pending_since = r, now
+        if r.kind in ("stall", "infra", "panic", "oops"):
+            self._say(f"console: {r.title}")
+
+    def _say(self, msg: str) -> None:
+        if self.echo:
+            self.echo(msg)
+
+    def _pump(self, timeout: float) -> None:
+        socks = [s for s in (self.vm.console, self.vm.agent, self.vm.syms) if s is not None]
+        try:
+            ready, _, _ = select.select(socks, [], [], max(timeout, 0))
+        except (OSError, ValueError):
+            ready = []
+        now = time.monotonic()
+        if self.vm.console in ready:
+            for line in self.console.read():
+                self._on_console(line, now)
+        if self.vm.agent in ready:
+            for line in self.agent.read():
+                self._on_agent(line, now)
+        if self.vm.syms in ready:
+            self.syms.read()
+
+    # -- decisions -------------------------------------------------------
+    def _decide(self, now: float) -> Outcome | None:
+        L = self.limits
+        r = self.pending_report
+        if r is not None and (r.kind == "infra" or now - self.pending_since >= L.report_grace
+                              or not self.vm.alive()):
+            kind = {"boot": "boot-failure"}.get(r.kind, r.kind)
+            return Outcome(kind, r.title, now)
+        if self.poweroff and self.exit_code is not None:
+            return Outcome("done", f"reproducer exited with code {self.exit_code}", now)
+        if not self.vm.alive():
+            if self.exit_code is not None:
+                return Outcome("done", f"reproducer exited with code {self.exit_code}", now)
+            if self.hello_at is None:
+                rc = self.vm.proc.returncode if self.vm.proc else None
+                why = ("the guest reset before its agent started (QEMU runs with -no-reboot, so a kernel "
+                       "that cannot boot ends like this)" if rc == 0 else
+                       f"QEMU exited with status {rc} before the guest agent started: {self.vm.qemu_log_tail(3)}")
+                tail = " | ".join(l for l in self.console_tail[-3:] if l.strip())
+                return Outcome("boot-failure", why + (f"; console: {tail}" if tail else "; console: empty"), now)
+            return Outcome("qemu-exit", f"QEMU exited unexpectedly; {self.vm.qemu_log_tail(3)}", now)
+        if self.hello_at is None:
+            if now - self.t0 > L.boot_timeout:
+                return Outcome("boot-failure", f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
+            return None
+        if now - self.hello_at > L.run_timeout:
+            return Outcome("timeout", f"run exceeded {L.run_timeout:.0f}s", now)
+        if self.last_hb_at is not None and now - self.last_hb_at >= L.freeze_after:
+            return Outcome("freeze", f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
+        running = self.repro_started_at is not None and self.exit_code is None and not self.ktap.results
+        if running and self.count_changed_at is not None and now - self.count_changed_at >= L.stuck_after:
+            return Outcome("stuck", f"progress count stuck at {self.count} for {now - self.count_changed_at:.2f}s "
+                           "while heartbeats continue", now)
+        return None
+
+    def watch(self) -> Outcome:
+        while True:
+            now = time.monotonic()
+            out = self._decide(now)
+            if out is not None:
+                # take what is already buffered (the rest of a report, symbols)
+                self._pump(0)
+                return out
+            self._pump(0.05)
+
+    def rearm(self) -> None:
+        """After a false alarm: start the freeze and stuck clocks afresh."""
+        now = time.monotonic()
+        if self.last_hb_at is not None:
+            self.last_hb_at = now
+        if self.count_changed_at is not None:
+            self.count_changed_at = now
+        self.limits.stuck_after *= 2
+        self.limits.freeze_after *= 2
+
+    def summary(self) -> dict:
+        return {"hello": self.hello, "boot_s": round(self.hello_at - self.t0, 2) if self.hello_at else None,
+                "heartbeats": self.hb_count, "max_heartbeat_gap_s": round(self.max_hb_gap, 3),
+                "last_heartbeat_guest_s": round(self.last_hb_guest_ns / 1e9, 3) if self.hb_count else None,
+                "count": self.count, "exit_code": self.exit_code, "syms": self.syms_info,
+                "console_reports": [r.to_json() for r in self.reports]}
+
+
+def save_symbols(reader: SymsReader, path: Path) -> bool:
+    if reader.data is None:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(reader.data)
+    tmp.replace(path)
+    return True

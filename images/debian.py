@@ -1,0 +1,315 @@
+"""debian:VERSION kernels, fetched from Debian's suites with a private apt state.
+
+The suites are listed in images/debian-suites.list; apt's lists, the package
+index kstall derives from them, and the extracted kernels live under
+~/.cache/kstall. Only vmlinuz, config and a hash are kept of each package.
+
+Packaging differs by version: up to 6.18 `linux-image-<abi>-<flavour>` holds
+boot/vmlinuz-*; from 6.19 on it is a metapackage and the image sits in
+`linux-binary-<abi>-<flavour>` at usr/lib/modules/<abi>-<flavour>/vmlinuz,
+with the config in `linux-base-<abi>-<flavour>`.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from harness import paths
+from images.kernel import Kernel, Progress, SpecError, sha256_file, write_meta
+
+SUITES = paths.data_file("images", "debian-suites.list")
+LISTS_MAX_AGE = 6 * 3600
+_NAME = re.compile(r"^linux-(image|binary|base)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?amd64)$")
+
+
+def version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+@dataclass(frozen=True)
+class DebKernel:
+    upstream: str      # 6.16.12
+    abi: str           # 6.16.12+deb13
+    flavour: str       # amd64, cloud-amd64, rt-amd64
+    package: str       # linux-image-6.16.12+deb13-amd64
+    version: str       # Debian version 6.16.12-1~bpo13+1
+    suite: str         # trixie-backports
+    image_package: str  # where vmlinuz is: the linux-image or linux-binary package
+    config_package: str
+
+    @property
+    def release(self) -> str:
+        return f"{self.abi}-{self.flavour}"
+
+    @property
+    def canonical(self) -> str:
+        return f"debian:{self.release}"
+
+
+class Archive:
+    """Private apt state in <cache>/apt; every apt call is bounded in time."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or paths.cache_dir() / "apt"
+        self.lists = self.root / "lists"
+        self.index_path = self.root / "kernels.json"
+
+    def opts(self) -> list[str]:
+        return ["-o", f"Dir::Etc::SourceList={self.root / 'sources.list'}",
+                "-o", f"Dir::Etc::SourceParts={self.root / 'sources.list.d'}",
+                "-o", f"Dir::Etc::Preferences={self.root / 'preferences'}",
+                "-o", f"Dir::Etc::PreferencesParts={self.root / 'preferences.d'}",
+                "-o", f"Dir::State::Lists={self.lists}",
+                "-o", f"Dir::Cache={self.root / 'cache'}",
+                "-o", "Dir::State::status=/dev/null",
+                "-o", "Debug::NoLocking=1",
+                "-o", "APT::Architecture=amd64", "-o", "APT::Architectures=amd64",
+                "-o", "Acquire::Languages=none", "-o", "Acquire::Retries=3"]
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def _prepare(self) -> None:
+        for d in (self.lists / "partial", self.root / "cache" / "archives" / "partial",
+                  self.root / "sources.list.d", self.root / "preferences.d"):
+            d.mkdir(parents=True, exist_ok=True)
+        src = "".join(l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#"))
+        target = self.root / "sources.list"
+        if not target.exists() or target.read_text() != src:
+            target.write_text(src)
+            self.index_path.unlink(missing_ok=True)
+            for f in self.lists.glob("*_Packages*"):
+                f.unlink()
+
+    def _run(self, tool: str, args: list[str], timeout: float) -> str:
+        try:
+            p = subprocess.run([tool, *self.opts(), *args], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SpecError(f"{tool} {' '.join(args)} took longer than {timeout:.0f}s (network?)") from None
+        if p.returncode != 0:
+            raise SpecError(f"{tool} {' '.join(args)} failed: {p.stderr.strip()[-500:]}")
+        return p.stdout
+
+    def update(self, force: bool = False, progress: Progress | None = None) -> None:
+        with self.locked():
+            self._prepare()
+            stamps = list(self.lists.glob("*_InRelease"))
+            fresh = stamps and time.time() - min(s.stat().st_mtime for s in stamps) < LISTS_MAX_AGE
+            if fresh and not force and self.index_path.exists():
+                return
+            if progress:
+                progress("updating Debian package lists (private apt state)")
+            self._run("apt-get", ["update", "-q"], timeout=300)
+            for s in self.lists.glob("*_InRelease"):
+                s.touch()
+            self._write_index()
+
+    def _write_index(self) -> None:
+        names = self._run("apt-cache", ["pkgnames", "linux-"], timeout=120).split()
+        wanted = sorted(n for n in names if _NAME.match(n))
+        out = self._run("apt-cache", ["madison", *wanted], timeout=120) if wanted else ""
+        rows: dict[str, tuple[str, str]] = {}
+        for line in out.splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) < 3:
+                continue
+            name, version, where = parts[0], parts[1], parts[2].split()
+            suite = where[1].split("/")[0] if len(where) > 1 else "?"
+            if name not in rows or version_key(version) > version_key(rows[name][0]):
+                rows[name] = (version, suite)
+        kernels = []
+        for name, (version, suite) in rows.items():
+            m = _NAME.match(name)
+            if not m or m.group(1) != "image":
+                continue
+            upstream, abi, flavour = m.group(2), f"{m.group(2)}+{m.group(3)}", m.group(4)
+            binary = f"linux-binary-{abi}-{flavour}"
+            base = f"linux-base-{abi}-{flavour}"
+            image_pkg = binary if binary in rows else name
+            config_pkg = base if image_pkg == binary and base in rows else image_pkg
+            kernels.append(DebKernel(upstream, abi, flavour, name, version, suite, image_pkg, config_pkg))
+        kernels.sort(key=lambda k: (version_key(k.upstream), version_key(k.abi), k.flavour))
+        tmp = self.index_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([asdict(k) for k in kernels], indent=1))
+        tmp.replace(self.index_path)
+
+    def kernels(self, progress: Progress | None = None) -> list[DebKernel]:
+        self.update(progress=progress)
+        return [DebKernel(**d) for d in json.loads(self.index_path.read_text())]
+
+    def uris(self, package: str) -> tuple[str, str, int, str]:
+        """(url, file name, size, sha256) of a package's .deb."""
+        out = self._run("apt-get", ["--print-uris", "download", package], timeout=120)
+        m = re.search(r"^'([^']+)'\s+(\S+)\s+(\d+)\s+SHA256:([0-9a-f]{64})", out, re.M)
+        if not m:
+            raise SpecError(f"apt gave no download address for {package}")
+        return m.group(1), m.group(2), int(m.group(3)), m.group(4)
+
+
+def parse_query(text: str) -> tuple[str, str | None, str]:
+    """'6.16.12' | '6.16.12+deb13' | '6.16.12-rt' | '6.16.12+deb13-cloud-amd64'
+    -> (upstream, abi or None, flavour)."""
+    m = re.fullmatch(r"(\d+\.\d+(?:\.\d+)?)(\+deb\d+(?:\.\d+)?)?(?:-((?:\w+-)?amd64|\w+))?", text)
+    if not m:
+        raise SpecError(f"debian:{text}: expected debian:VERSION such as debian:6.16.12, "
+                        "debian:6.12.94+deb12 or debian:6.16.12-rt")
+    flavour = m.group(3) or "amd64"
+    if not flavour.endswith("amd64"):
+        flavour += "-amd64"
+    abi = m.group(1) + m.group(2) if m.group(2) else None
+    return m.group(1), abi, flavour
+
+
+def nearest(kernels: list[DebKernel], upstream: str, n: int = 3) -> list[str]:
+    versions = sorted({k.upstream for k in kernels}, key=version_key)
+    key = version_key(upstream)
+    below = [v for v in versions if version_key(v) < key][-n:]
+    above = [v for v in versions if version_key(v) > key][:n]
+    return below + above
+
+
+def find(kernels: list[DebKernel], text: str) -> DebKernel:
+    upstream, abi, flavour = parse_query(text)
+    hits = [k for k in kernels if k.upstream == upstream and k.flavour == flavour and (abi is None or k.abi == abi)]
+    if not hits:
+        near = nearest([k for k in kernels if k.flavour == flavour], upstream)
+        newest = kernels[-1].upstream if kernels else "none"
+        raise SpecError(f"no Debian kernel {text} ({flavour}) in the suites of images/debian-suites.list; "
+                        f"nearest: {', '.join(near) or 'none'}; newest: {newest}. "
+                        "List them all with `harness/kstall kernels --available`.")
+    # the same upstream in several suites (+deb12, +deb13): the newest packaging
+    return max(hits, key=lambda k: (version_key(k.abi), version_key(k.version)))
+
+
+def kernel_dir(k: DebKernel) -> Path:
+    return paths.cache_dir() / "kernels" / "debian" / f"{k.release}_{k.version}"
+
+
+def _download(url: str, dest: Path, size: int, sha256: str, label: str, progress: Progress | None) -> None:
+    h = hashlib.sha256()
+    done = 0
+    last = 0.0
+    t0 = time.monotonic()
+    tty = sys.stderr.isatty()
+    with urllib.request.urlopen(url, timeout=60) as r, open(dest, "wb") as f:
+        while True:
+            chunk = r.read(1 << 20)
+            if not chunk:
+                break
+            f.write(chunk)
+            h.update(chunk)
+            done += len(chunk)
+            now = time.monotonic()
+            if progress and (now - last > (0.5 if tty else 10) or done == size):
+                last = now
+                rate = done / max(now - t0, 1e-3) / 1e6
+                pct = 100 * done // max(size, 1)
+                bar = "#" * (pct // 5) + "-" * (20 - pct // 5)
+                progress(f"\r[{bar}] {pct:3d}% {done / 1e6:.0f}/{size / 1e6:.0f} MB {rate:.0f} MB/s {label}"
+                         if tty else f"{label}: {pct}% of {size / 1e6:.0f} MB ({rate:.0f} MB/s)")
+    if progress and tty:
+        progress("\n")
+    if done != size or h.hexdigest() != sha256:
+        raise SpecError(f"download of {label} is corrupt ({done} of {size} bytes, sha256 mismatch)")
+
+
+def _extract(deb: Path, wanted: dict[str, Path]) -> None:
+    """Stream the .deb's data tarball and pull out the wanted member paths
+    (basename patterns 'vmlinuz'/'config' under boot/ or usr/lib/modules/)."""
+    proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    left = dict(wanted)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for m in tar:
+                name = m.name.lstrip("./")
+                for key, dest in list(left.items()):
+                    if m.isfile() and re.fullmatch(key, name):
+                        src = tar.extractfile(m)
+                        assert src is not None
+                        with open(dest, "wb") as out:
+                            shutil.copyfileobj(src, out)
+                        del left[key]
+                if not left:
+                    break  # the modules that follow are not needed
+    finally:
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(60)
+
+
+def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -> Path:
+    """Download and extract k (once; later calls hit the cache)."""
+    d = kernel_dir(k)
+    if (d / "kernel.json").exists():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (d / "kernel.json").exists():
+            return d
+        work = d / "download"
+        work.mkdir(exist_ok=True)
+        try:
+            pkgs: dict[str, dict[str, Path]] = {}
+            pkgs.setdefault(k.image_package, {})[r"boot/vmlinuz-.*|usr/lib/modules/[^/]+/vmlinuz"] = d / "vmlinuz"
+            pkgs.setdefault(k.config_package, {})[r"boot/config-.*|usr/lib/modules/[^/]+/config"] = d / "config"
+            for pkg, want in pkgs.items():
+                url, fname, size, sha = archive.uris(pkg)
+                deb = work / fname
+                _download(url, deb, size, sha, pkg, progress)
+                _extract(deb, want)
+                deb.unlink()
+            if not (d / "vmlinuz").exists():
+                raise SpecError(f"{k.image_package} holds no vmlinuz where kstall looks for it")
+            kernel = Kernel(spec=k.canonical, canonical=k.canonical, vmlinuz=d / "vmlinuz",
+                            sha256=sha256_file(d / "vmlinuz"), release=k.release, upstream=k.upstream,
+                            config=d / "config" if (d / "config").exists() else None,
+                            origin={"package": k.package, "image_package": k.image_package,
+                                    "version": k.version, "suite": k.suite})
+            write_meta(d, kernel)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return d
+
+
+def load_cached(d: Path, spec: str) -> Kernel:
+    meta = json.loads((d / "kernel.json").read_text())
+    return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=Path(meta["vmlinuz"]), sha256=meta["sha256"],
+                  release=meta.get("release"), upstream=meta.get("upstream"),
+                  config=Path(meta["config"]) if meta.get("config") else None, origin=meta.get("origin", {}))
+
+
+def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
+    archive = Archive()
+    k = find(archive.kernels(progress), text)
+    d = kernel_dir(k)
+    if not (d / "kernel.json").exists():
+        if not fetch:
+            raise SpecError(f"{spec} ({k.package}) is not downloaded yet")
+        download(k, archive, progress)
+    return load_cached(d, spec)
+
+
+def available(progress: Progress | None = None) -> list[tuple[DebKernel, bool]]:
+    """Every kernel debian: can fetch, and whether it is cached."""
+    return [(k, (kernel_dir(k) / "kernel.json").exists()) for k in Archive().kernels(progress)]
+

@@ -1,0 +1,72 @@
+"""Kernel specs: what a user names ('debian:6.16.12', 'file:bzImage') and what
+kstall boots (a vmlinuz, its config, a content hash)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+Progress = Callable[[str], None]
+
+
+class SpecError(ValueError):
+    """A kernel spec that cannot be resolved: the message says what to use."""
+
+
+@dataclass
+class Kernel:
+    spec: str                 # as the user wrote it
+    canonical: str            # unambiguous spec, e.g. debian:6.16.12+deb13-amd64
+    vmlinuz: Path
+    sha256: str
+    release: str | None = None   # expected `uname -r`
+    upstream: str | None = None  # upstream version, e.g. 6.16.12
+    config: Path | None = None
+    vmlinux: Path | None = None  # with DWARF, when there is one
+    origin: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for k in ("vmlinuz", "config", "vmlinux"):
+            d[k] = str(d[k]) if d[k] else None
+        return d
+
+    def config_value(self, option: str) -> str | None:
+        """CONFIG_FOO's value in the kernel's config, if kstall has the config."""
+        if not self.config or not self.config.exists():
+            return None
+        prefix = option + "="
+        for line in self.config.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):].strip('"')
+        return None
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_meta(directory: Path, kernel: Kernel) -> None:
+    tmp = directory / "kernel.json.tmp"
+    tmp.write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
+    tmp.replace(directory / "kernel.json")
+
+
+def resolve(spec: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
+    """A bootable Kernel for spec; downloads it when fetch (cached after)."""
+    scheme, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise SpecError(f"kernel spec {spec!r} has no scheme: use debian:VERSION or file:PATH")
+    if scheme == "debian":
+        from images import debian
+        return debian.resolve(spec, rest, fetch=fetch, progress=progress)
+    if scheme == "file":
+        from images import filekernel
+        return filekernel.resolve(spec, rest)
+    raise SpecError(f"unknown kernel scheme {scheme!r} in {spec!r}: use debian:VERSION or file:PATH")
