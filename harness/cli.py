@@ -60,7 +60,7 @@ def print_human(doc: dict) -> None:
     ev = doc.get("evidence", {})
     if doc["verdict"] == "NOT_REPRODUCED" and ev.get("p_miss"):
         print(f"  {ev['p_miss']['method']}")
-    if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED"):
+    if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED") and doc["summary"]:
         print(f"  reason: {doc['reason']}")
     t = doc.get("timings", {})
     boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"

@@ -92,10 +92,11 @@ def p_miss(cal: Calibration | None, count: int, count_name: str) -> dict:
     lam, k, n = cal.rate_lower_bound()
     log10 = -lam * count / math.log(10)
     times = sorted(float(r.get("seconds", 0)) for r in cal.hangs)
-    method = (f"calibrated on {cal.kernel} ({cal.cpus} vCPUs, {cal.measured}): {k}/{len(cal.runs)} runs hung "
-              f"after {n} {count_name} in all (median time to detection {times[len(times) // 2]:.1f}s); "
-              f"{cal.confidence:.0%} lower bound on the hang rate {lam:.3g} per pass; "
-              f"P(miss) <= exp(-{lam:.3g} x {count})")
+    completed = n - k
+    method = (f"calibrated on {cal.kernel} ({cal.cpus} vCPUs, {cal.measured}): {k}/{len(cal.runs)} runs hung, "
+              f"after {completed} completed {count_name} in all ({n} passes counting the {k} that hung; "
+              f"median time to hang {times[len(times) // 2]:.2f}s); {cal.confidence:.0%} lower bound on the "
+              f"hang rate {lam:.3g} per pass; P(miss) <= exp(-{lam:.3g} x {count}) = 10^{log10:.0f}")
     return {"p_miss": max(10 ** log10, 0.0) if log10 > -300 else 0.0, "p_miss_log10": round(log10, 1),
             "text": f"P(miss) {fmt_p(log10)}", "method": method, "rate_lower_bound": lam,
             "calibration": str(cal.path.relative_to(paths.REPO)) if cal.path else None}

@@ -45,6 +45,8 @@ class Options:
     vmlinux: Path | None = None
     results_root: Path | None = None
     cmdline_extra: str = ""
+    # in-process API: called with (vm, attempt number) once the reproducer runs
+    on_repro_start: Callable[[VM, int], None] | None = None
 
 
 @dataclass
@@ -89,7 +91,7 @@ class Attempt:
 
 
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
-                initrd: Path, out_dir: Path, echo: Echo) -> Attempt:
+                initrd: Path, out_dir: Path, echo: Echo, number: int = 1) -> Attempt:
     cal = pmiss.load(repro.name)
     target = opts.count or max(repro.min_count, pmiss.count_for(cal, opts.pmiss_target))
     duration = opts.duration or repro.max_seconds
@@ -109,8 +111,9 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     with VM(cfg) as vm:
         echo(f"booting {kernel.canonical} ({cpus} vCPUs, {accel_kind.upper()}), "
              f"{repro.name} until {target} {repro.count_name} or {duration:.0f}s")
+        hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
         vm.start()
-        w = Watch(vm, limits, echo=echo)
+        w = Watch(vm, limits, echo=echo, on_repro_start=hook)
         false_alarms = 0
         try:
             while True:
@@ -175,18 +178,24 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     run = results.RunDir(f"{kernel.canonical}-{repro.name}", opts.results_root)
     attempts: list[tuple[int, Attempt]] = []
     interrupted: BaseException | None = None
+
+    def failed(kind: str, detail: str) -> None:
+        attempts.append((len(attempts) + 1, Attempt(Verdict("ERROR", detail), Outcome(kind, detail, time.monotonic()),
+                                                    {}, [], None, {}, "", 0)))
     try:
         for n in range(1, max(1, opts.attempts) + 1):
             adir = run.attempt(n)
-            att = run_attempt(kernel, repro, opts, accel_kind, initrd, adir, echo)
+            att = run_attempt(kernel, repro, opts, accel_kind, initrd, adir, echo, n)
             attempts.append((n, att))
             interrupted = att.interrupted
             if interrupted or not (att.verdict.retryable and n < opts.attempts):
                 break
             echo(f"attempt {n}: {att.verdict.reason}; retrying")
     except (VMError, SpecError) as e:
-        att = Attempt(Verdict("ERROR", str(e)), Outcome("error", str(e), time.monotonic()), {}, [], None, {}, "", 0)
-        attempts.append((len(attempts) + 1, att))
+        failed("error", str(e))
+    except (KeyboardInterrupt, Interrupted) as e:  # before the watch loop had a guest to report on
+        interrupted = e
+        failed("interrupted", f"interrupted ({type(e).__name__})")
     n, final = attempts[-1]
     adir = run.work / f"attempt-{n}"
     if adir.exists():

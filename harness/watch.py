@@ -121,8 +121,9 @@ class SymsReader:
 
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: list[console.Pattern] | None = None,
-                 echo=None) -> None:
+                 echo=None, on_repro_start=None) -> None:
         self.vm = vm
+        self.on_repro_start = on_repro_start  # callable(), once the reproducer's first line arrives
         self.limits = limits
         self.patterns = patterns or console.load_patterns()
         self.echo = echo  # callable(str) for progress output, or None
@@ -178,6 +179,13 @@ class Watch:
         if self.repro_started_at is None:
             self.repro_started_at = now
             self.count_changed_at = now
+            if self.on_repro_start:
+                self.on_repro_start()
+                # the hook may have held the guest (a debugger): restart the clocks
+                now = time.monotonic()
+                self.repro_started_at = self.count_changed_at = now
+                if self.last_hb_at is not None:
+                    self.last_hb_at = now
         if line.startswith("# progress "):
             f = dict(_KV.findall(line))
             self._set_count(int(f.get("count", self.count)), now)
@@ -227,7 +235,7 @@ class Watch:
     def _decide(self, now: float) -> Outcome | None:
         L = self.limits
         r = self.pending_report
-        if r is not None and (r.kind == "infra" or now - self.pending_since >= L.report_grace
+        if r is not None and (now - self.pending_since >= L.report_grace
                               or not self.vm.alive()):
             kind = {"boot": "boot-failure"}.get(r.kind, r.kind)
             return Outcome(kind, r.title, now)

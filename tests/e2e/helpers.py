@@ -1,0 +1,55 @@
+"""Shared helpers for the end-to-end tests: run the real CLI, look for leftovers."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KSTALL = [str(REPO / "harness" / "kstall")]
+
+
+def kstall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*KSTALL, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def verify_json(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
+    p = kstall("verify", *args, "--json", "--results", str(tmp_path))
+    doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
+    return p.returncode, doc, p.stderr
+
+
+def kstall_processes() -> list[str]:
+    """QEMU or GDB processes started by any kstall (their command lines name
+    kstall's virtio port or GDB script)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ("org.kstall.agent" in cmd and "qemu" in cmd) or ("kstall_gdb.py" in cmd and "gdb" in cmd):
+            found.append(f"{pid}: {cmd[:120]}")
+    return found
+
+
+def tcp_listeners_of(pid: int) -> list[str]:
+    """TCP sockets in LISTEN state that belong to pid."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:
+                out.append(f"{table}: {f[1]}")
+    return out

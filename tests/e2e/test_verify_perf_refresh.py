@@ -1,0 +1,141 @@
+"""verify on real Debian kernels under QEMU: the acceptance cases of the verify issue.
+
+These boot real kernels (TCG here) and can fail: a kernel that stops hanging,
+a harness that stops seeing the freeze, a classifier that loses the stack.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import KSTALL, REPO, kstall, kstall_processes, tcp_listeners_of, verify_json
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    yield
+    assert kstall_processes() == [], "a qemu or gdb outlived its run"
+
+
+def test_affected_kernel_is_vulnerable_with_culprit_and_victim(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:6.16.12", "perf-refresh", "--cpus", "4")
+    assert rc == 1, err
+    assert doc["verdict"] == "VULNERABLE" and doc["signature"] == "hrtimer_cancel_self_deadlock"
+    run = json.loads((Path(doc["results_dir"]) / "run.json").read_text())
+    culprits = [c for c in run["cpus"] if c["signature"] == "hrtimer_cancel_self_deadlock"]
+    victims = [c for c in run["cpus"] if c["signature"] == "csd_lock_wait_victim"]
+    assert culprits and victims, run["line"]
+    frames = " ".join(culprits[0]["frames"])
+    assert "hrtimer_cancel" in frames and ("perf_swevent_hrtimer" in frames or "cpu_clock_event_stop" in frames)
+    for f in ("console.log", "agent.log", "backtraces.txt", "cpus.json", "sample-0.json"):
+        assert (Path(doc["results_dir"]) / f).exists(), f
+
+
+@pytest.mark.parametrize("version", ["6.17.8", "6.12.107"])
+def test_fixed_kernels_are_not_reproduced_with_a_stated_p_miss(tmp_path, version):
+    rc, doc, err = verify_json(tmp_path, f"debian:{version}", "perf-refresh")
+    assert rc == 0, err
+    assert doc["verdict"] == "NOT_REPRODUCED"
+    ev = doc["evidence"]
+    assert ev["count"] >= 10000 and ev["count_name"] == "REFRESH cycles"
+    assert ev["p_miss"]["p_miss_log10"] <= -6
+    assert "calibrated on debian:6.16.12" in ev["p_miss"]["method"]
+
+
+def test_unknown_version_fails_fast_with_the_nearest(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:9.9.9", "perf-refresh")
+    assert rc == 4 and doc["verdict"] == "ERROR"
+    assert "nearest:" in err and "7." in err
+    assert not list(tmp_path.iterdir()), "nothing booted, so no run directory"
+
+
+def test_truncated_vmlinuz_is_a_boot_failure_never_vulnerable(tmp_path):
+    from images.kernel import resolve
+    good = resolve("debian:6.17.8").vmlinuz
+    bad = tmp_path / "bzImage-truncated"
+    bad.write_bytes(good.read_bytes()[:3_000_000])
+    rc, doc, err = verify_json(tmp_path / "results", f"file:{bad}", "perf-refresh")
+    assert rc == 4, err
+    assert doc["verdict"] == "ERROR" and "boot failure" in doc["reason"]
+
+
+def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
+    """Writes a real int3 into the guest's kernel text through the gdbstub on the
+    first attempt: the oops is the one the TCG text-patching race produces."""
+    from harness import symcache, verify
+    from images.kernel import resolve
+    from symbols import Kallsyms
+    kernel = resolve("debian:6.17.8")
+    assert kstall("symbols", "debian:6.17.8").returncode == 0
+    addr = Kallsyms.load(symcache.cached(kernel.sha256)).address("__x64_sys_ioctl")
+    injected = []
+
+    def inject(vm, attempt):
+        if attempt == 1:
+            p = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set architecture i386:x86-64",
+                                "-ex", f"target remote {vm.gdb_socket}",
+                                "-ex", f"set {{unsigned char}}{addr:#x} = 0xcc", "-ex", "detach"],
+                               capture_output=True, text=True, timeout=60)
+            injected.append(p.returncode)
+
+    res = verify.verify("debian:6.17.8", "perf-refresh",
+                        verify.Options(on_repro_start=inject, results_root=tmp_path), lambda m: None)
+    assert injected == [0]
+    first, last = res.doc["attempts"][0], res.doc["attempts"][-1]
+    assert first["verdict"] == "ERROR" and "int3" in first["reason"]
+    assert len(res.doc["attempts"]) == 2 and last["verdict"] == "NOT_REPRODUCED"
+    assert res.verdict.verdict not in ("VULNERABLE", "CRASHED")
+    assert "Oops: int3" in (res.run_dir / "attempt-1" / "console.log").read_text()
+
+
+def test_qemu_listens_on_no_tcp_port(tmp_path):
+    from harness import verify
+    seen = []
+
+    def look(vm, attempt):
+        seen.append(tcp_listeners_of(vm.proc.pid))
+        seen.append(sorted(p.name for p in vm.run_dir.iterdir()))
+
+    verify.verify("debian:6.17.8", "perf-refresh", verify.Options(on_repro_start=look, results_root=tmp_path,
+                                                                  count=2000), lambda m: None)
+    assert seen[0] == []
+    assert {"qmp.sock", "gdb.sock", "console.sock", "agent.sock"} <= set(seen[1])
+
+
+def test_ctrl_c_mid_run_reaps_everything_and_keeps_the_results(tmp_path):
+    proc = subprocess.Popen([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--count", "100000000",
+                             "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stderr:
+            if "guest up" in line or time.monotonic() > deadline:
+                break
+        time.sleep(1.0)
+        assert kstall_processes(), "a guest should be running"
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 130
+    runs = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert len(runs) == 1 and not list(tmp_path.glob(".*incomplete"))
+    doc = json.loads((runs[0] / "run.json").read_text())
+    assert doc["verdict"] == "ERROR" and "interrupted" in doc["reason"]
+    assert (runs[0] / "console.log").exists()
+
+
+def test_kernels_available_lists_the_debian_versions():
+    p = kstall("kernels", "--available", "--json")
+    assert p.returncode == 0
+    specs = {k["spec"] for k in json.loads(p.stdout)}
+    assert {"debian:6.12.107", "debian:6.16.12", "debian:6.17.8"} <= specs
+    assert any(s.startswith("debian:7.") for s in specs)

@@ -1,0 +1,67 @@
+"""Classification of recorded real dumps against the signature data files."""
+import pytest
+from conftest import load_samples
+
+from harness import classify
+
+
+@pytest.fixture(scope="module")
+def sigs():
+    return classify.load_signatures()
+
+
+def test_signatures_load_and_are_ordered(sigs):
+    names = [s.name for s in sigs]
+    assert {"hrtimer_cancel_self_deadlock", "csd_lock_wait_victim", "idle"} <= set(names)
+    assert [s.priority for s in sigs] == sorted((s.priority for s in sigs), reverse=True)
+
+
+def test_clone_suffixes_are_ignored():
+    assert classify.base_name("hrtimer_try_to_cancel.part.0") == "hrtimer_try_to_cancel"
+    assert classify.base_name("set_ptes.isra.0") == "set_ptes"
+    assert classify.base_name("foo.constprop.0.isra.0") == "foo"
+    assert classify.base_name("foo.cold") == "foo"
+
+
+def test_hung_6_16_12_has_culprits_and_a_victim(sigs):
+    classes = classify.classify_samples(load_samples("perf-refresh-6.16.12-4cpu"), sigs)
+    roles = {c.cpu: c.signature.name for c in classes}
+    assert "hrtimer_cancel_self_deadlock" in roles.values()
+    assert "csd_lock_wait_victim" in roles.values()
+    culprits = [c for c in classes if c.signature.role == "culprit"]
+    assert all(c.stuck and c.seen[c.signature.name] == c.samples for c in culprits)
+    line = classify.summarize(classes)
+    assert line.startswith("hrtimer_cancel self-deadlock on CPU")
+    assert "csd_lock_wait victim on CPU" in line
+
+
+def test_spin_loop_through_helpers_is_one_class(sigs):
+    """Samples caught the loop in hrtimer_cancel, hrtimer_try_to_cancel.part.0
+    and _raw_spin_lock_irqsave: all the same self-deadlock, and stuck."""
+    samples = load_samples("perf-refresh-6.16.12-spinloop")
+    pcs = {c["frames"][0]["function"] for s in samples for c in s["cpus"]}
+    assert {"hrtimer_try_to_cancel.part.0", "_raw_spin_lock_irqsave"} & pcs
+    classes = classify.classify_samples(samples, sigs)
+    culprits = [c for c in classes if c.signature.name == "hrtimer_cancel_self_deadlock"]
+    assert len(culprits) == 2 and all(c.stuck for c in culprits)
+
+
+def test_csd_victim_needs_no_dwarf_and_matches_inlined_spelling(sigs):
+    victim = next(s for s in sigs if s.name == "csd_lock_wait_victim")
+    dwarf = {"regs": {"cs": "0x10"}, "frames": [
+        {"function": "csd_lock_wait", "inlined": True},
+        {"function": "smp_call_function_many_cond"},
+        {"function": "on_each_cpu_cond_mask"}]}
+    no_dwarf = {"regs": {"cs": "0x10"}, "frames": [{"function": "smp_call_function_many_cond"}]}
+    assert classify.matches(victim, dwarf) and classify.matches(victim, no_dwarf)
+
+
+def test_user_mode_and_unknown(sigs):
+    assert classify.classify_cpu({"regs": {"cs": "0x33"}, "frames": []}, sigs).name == "user"
+    assert classify.classify_cpu({"regs": {"cs": "0x10"}, "frames": [{"function": "memcpy"}]}, sigs).name == "unknown"
+
+
+def test_hrtimer_cancel_without_perf_below_is_not_the_bug(sigs):
+    cpu = {"regs": {"cs": "0x10"}, "frames": [{"function": "hrtimer_cancel"}, {"function": "tick_nohz_stop_tick"},
+                                               {"function": "do_idle"}]}
+    assert classify.classify_cpu(cpu, sigs).name != "hrtimer_cancel_self_deadlock"

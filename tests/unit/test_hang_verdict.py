@@ -1,0 +1,30 @@
+"""A freeze classified from recorded dumps becomes VULNERABLE; without a culprit it does not."""
+from conftest import load_samples
+
+from harness import classify, reproducers
+from harness.verdict import decide
+from harness.watch import Ktap, Outcome
+
+REPRO = reproducers.load("perf-refresh")
+
+
+def test_recorded_hang_is_vulnerable_with_high_confidence():
+    classes = classify.classify_samples(load_samples("perf-refresh-6.16.12-4cpu"), classify.load_signatures())
+    v = decide(Outcome("freeze", "no heartbeat for 0.80s", 0), Ktap(), 0, REPRO, classes, [], {})
+    assert v.verdict == "VULNERABLE" and v.exit_code == 1
+    assert v.signature == "hrtimer_cancel_self_deadlock" and v.confidence == "high"
+    assert v.line().startswith("VULNERABLE: hrtimer_cancel self-deadlock on CPU")
+
+
+def test_freeze_without_culprit_is_inconclusive():
+    samples = load_samples("perf-refresh-6.16.12-4cpu")
+    idle_only = [{"cpus": [dict(c, frames=[{"function": "pv_native_safe_halt"}], state="halted")
+                           for c in s["cpus"]]} for s in samples]
+    classes = classify.classify_samples(idle_only, classify.load_signatures())
+    v = decide(Outcome("freeze", "no heartbeat", 0), Ktap(), 0, REPRO, classes, [], {})
+    assert v.verdict == "INCONCLUSIVE"
+
+
+def test_freeze_with_unreadable_cpus_is_inconclusive_and_says_why():
+    v = decide(Outcome("freeze", "no heartbeat", 0), Ktap(), 0, REPRO, [], ["gdb: could not attach"], {})
+    assert v.verdict == "INCONCLUSIVE" and "could not attach" in v.reason

@@ -1,0 +1,83 @@
+"""P(miss) statistics and the verdict rules."""
+import math
+
+import pytest
+
+from harness import pmiss, reproducers
+from harness.verdict import EXIT_CODES, decide
+from harness.watch import Ktap, Outcome
+
+
+def test_gamma_quantile_matches_closed_forms():
+    # k=1 is the exponential: quantile(p) = -ln(1-p)
+    assert pmiss.gamma_quantile(0.05, 1) == pytest.approx(-math.log(0.95), rel=1e-6)
+    # chi-square(10)/2 lower 5% point is 3.9403/2
+    assert pmiss.gamma_quantile(0.05, 5) == pytest.approx(3.9403 / 2, rel=1e-3)
+
+
+def cal(counts, runs=None):
+    return pmiss.Calibration(reproducer="perf-refresh", kernel="debian:6.16.12+deb13-amd64", cpus=2,
+                             confidence=0.95, measured="2026-11-22",
+                             runs=runs or [{"verdict": "VULNERABLE", "count": c, "seconds": 0.1} for c in counts])
+
+
+def test_rate_bound_from_first_pass_hangs():
+    lam, k, n = cal([0] * 5).rate_lower_bound()
+    assert (k, n) == (5, 5)
+    assert lam == pytest.approx(pmiss.gamma_quantile(0.05, 5) / 5)
+
+
+def test_p_miss_falls_with_the_count_and_states_its_method():
+    c = cal([100, 300, 50])
+    small, big = pmiss.p_miss(c, 100, "REFRESH cycles"), pmiss.p_miss(c, 10000, "REFRESH cycles")
+    assert big["p_miss_log10"] < small["p_miss_log10"] < 0
+    assert "3/3 runs hung" in big["method"] and "lower bound" in big["method"]
+    assert pmiss.count_for(c, 1e-6) > 0
+    assert pmiss.p_miss(c, pmiss.count_for(c, 1e-6), "x")["p_miss_log10"] <= -6
+
+
+def test_no_calibration_means_unknown_not_zero():
+    r = pmiss.p_miss(None, 10000, "REFRESH cycles")
+    assert r["p_miss"] is None and "unknown" in r["text"]
+
+
+def test_shipped_calibration_is_from_an_affected_kernel():
+    c = pmiss.load("perf-refresh")
+    assert c is not None and c.hangs and "6.16.12" in c.kernel
+
+
+REPRO = reproducers.load("perf-refresh")
+
+
+def done(lines, count):
+    k = Ktap()
+    for l in lines:
+        k.feed(l)
+    return decide(Outcome("done", "reproducer exited with code 0", 0), k, count, REPRO, None, [],
+                  {"text": "P(miss) < 1e-12", "p_miss_log10": -100})
+
+
+def test_verdicts_for_completed_runs():
+    assert done(["KTAP version 1", "1..1", "ok 1 perf-refresh"], 12000).verdict == "NOT_REPRODUCED"
+    assert done(["ok 1 perf-refresh"], 10).verdict == "INCONCLUSIVE"
+    assert done(["ok 1 perf-refresh"], 0).reason == "path not exercised"
+    skip = done(["ok 1 perf-refresh # SKIP perf_event_open: Permission denied"], 0)
+    assert skip.verdict == "INCONCLUSIVE" and "Permission denied" in skip.reason
+    assert done([], 0).verdict == "ERROR"
+
+
+def test_emulator_faults_boot_failures_and_crashes():
+    k = Ktap()
+    infra = decide(Outcome("infra", "Oops: int3", 0), k, 5, REPRO, None, [], {}, "text patching race")
+    assert infra.verdict == "ERROR" and infra.retryable and "text patching" in infra.reason
+    boot = decide(Outcome("boot-failure", "no guest agent within 120s of boot", 0), k, 0, REPRO, None, [], {})
+    assert boot.verdict == "ERROR" and boot.exit_code == EXIT_CODES["ERROR"]
+    crash = decide(Outcome("oops", "kernel NULL pointer dereference, address: 0000000000000000", 0),
+                   k, 5, REPRO, None, [], {})
+    assert crash.verdict == "CRASHED" and "NULL pointer" in crash.summary
+    init = decide(Outcome("panic", "Attempted to kill init! exitcode=0x0000000b", 0), k, 0, REPRO, None, [], {})
+    assert init.verdict == "ERROR"
+
+
+def test_exit_codes_are_the_contract():
+    assert EXIT_CODES == {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4}

@@ -1,0 +1,84 @@
+"""Symbolization and stack walking on recorded GDB dumps of a hung 6.16.12."""
+from conftest import FIXTURES, load_samples
+
+import stackwalk
+from symbols import Kallsyms
+
+
+def syms(name="perf-refresh-6.16.12-4cpu") -> Kallsyms:
+    return Kallsyms.load(FIXTURES / name / "kallsyms")
+
+
+def test_lookup_formats_like_the_kernel():
+    s = syms()
+    addr = s.address("hrtimer_cancel")
+    assert addr is not None
+    assert s.fmt(addr + 0x28) == "hrtimer_cancel+0x28/0x40"
+    assert s.lookup(addr - 1).name != "hrtimer_cancel"
+    assert s.lookup(0x1000) is None
+
+
+def test_aliases_prefer_functions_over_padding_and_locals():
+    k = Kallsyms.parse("ffffffff81000000 t __pfx_foo\nffffffff81000010 t foo_local\n"
+                       "ffffffff81000010 T foo\nffffffff81000040 T bar\n")
+    assert k.lookup(0xFFFFFFFF81000018).name == "foo"
+    assert k.lookup(0xFFFFFFFF81000008).name == "__pfx_foo"
+
+
+def test_decode_call_forms():
+    ret = 0xFFFFFFFF81001000
+    rel = (0x100 - 5 + 5).to_bytes(4, "little", signed=True)  # e8 rel32
+    kind, target = stackwalk.decode_call(b"\x90\x90\xe8" + rel, ret)
+    assert kind == "direct" and target == ret + 0x100
+    assert stackwalk.decode_call(b"\x90\x90\x90\x90\x90\xff\xd0", ret) == ("indirect", None)       # call *%rax
+    assert stackwalk.decode_call(b"\x90\x90\x90\x90\x41\xff\xd3", ret) == ("indirect", None)       # call *%r11
+    assert stackwalk.decode_call(b"\x90\xff\x15\x00\x10\x00\x00", ret) == ("indirect", None)       # call *rip+x
+    assert stackwalk.decode_call(b"\x90\x90\x90\x90\xff\x50\x08", ret) == ("indirect", None)       # call *8(%rax)
+    assert stackwalk.decode_call(b"\x90\x90\x90\x90\x90\x90\x90", ret) is None
+    assert stackwalk.decode_call(b"\xcc" * 7, ret) is None
+
+
+def _rewalk(cpu: dict, s: Kallsyms) -> list[stackwalk.Frame]:
+    regions = [(int(r["base"], 16), bytes.fromhex(r["bytes"])) for r in cpu["regions"]]
+    code = {int(a, 16): bytes.fromhex(b) for a, b in cpu["code"].items()}
+    return stackwalk.walk(int(cpu["regs"]["rip"], 16), regions, code, s)
+
+
+def test_walk_finds_the_perf_hrtimer_chain():
+    s = syms()
+    cpus = load_samples("perf-refresh-6.16.12-4cpu")[0]["cpus"]
+    hung = [c for c in cpus if c["frames"][0]["function"] == "hrtimer_cancel"]
+    assert hung, "fixture has a CPU at hrtimer_cancel"
+    names = [f.function for f in _rewalk(hung[0], s)]
+    assert names[0] == "hrtimer_cancel"
+    reliable = [f.function for f in _rewalk(hung[0], s) if f.reliable]
+    for fn in ("cpu_clock_event_stop", "perf_swevent_hrtimer", "hrtimer_interrupt"):
+        assert fn in names
+    assert reliable.index("cpu_clock_event_stop") < reliable.index("perf_swevent_hrtimer")
+
+
+def test_walk_is_what_gdb_side_produced():
+    """The host re-walk of the raw bytes equals the frames the GDB script wrote."""
+    s = syms()
+    for sample in load_samples("perf-refresh-6.16.12-4cpu"):
+        for cpu in sample["cpus"]:
+            if cpu["unwinder"] != "stack-scan":
+                continue
+            assert [f.to_json() for f in _rewalk(cpu, s)] == cpu["frames"]
+
+
+def test_interrupt_frames_show_where_the_victim_spins():
+    s = syms("perf-refresh-6.16.12-spinloop")
+    seen = []
+    for sample in load_samples("perf-refresh-6.16.12-spinloop"):
+        for cpu in sample["cpus"]:
+            seen += [f.text for f in _rewalk(cpu, s) if f.interrupted]
+    assert any(t.startswith("generic_exec_single") or t.startswith("smp_call_function") for t in seen)
+
+
+def test_candidates_are_text_words_only():
+    s = syms()
+    cpu = load_samples("perf-refresh-6.16.12-4cpu")[0]["cpus"][0]
+    regions = [(int(r["base"], 16), bytes.fromhex(r["bytes"])) for r in cpu["regions"]]
+    cands = stackwalk.candidates(regions, s)
+    assert cands and all(s.is_text(a) for a in cands)
