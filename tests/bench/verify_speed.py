@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""Speed figures for verify (medians of several runs; kernels cached first).
+
+    tests/bench/verify_speed.py [--runs N]
+
+- time to a VULNERABLE verdict on debian:6.16.12 (kernel and symbols cached),
+  wall clock of the whole `kstall verify` command;
+- freeze detection latency: from the last sign of life (heartbeat or progress)
+  to detection, as run.json records it;
+- symbol capture for a kernel kstall has not seen: from the agent's hello to
+  the last byte of kallsyms on the host (kstall symbols --refresh);
+  0 s when cached, because a cached kernel is not asked for symbols at all;
+- for reference, time to NOT_REPRODUCED on debian:6.17.8.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KSTALL = [str(REPO / "harness" / "kstall")]
+
+
+def timed(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.monotonic()
+    p = subprocess.run([*KSTALL, *args], capture_output=True, text=True, timeout=900)
+    return time.monotonic() - t0, p
+
+
+def verify_runs(spec: str, runs: int, extra: list[str]) -> list[tuple[float, dict]]:
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(runs):
+            wall, p = timed(["verify", spec, "perf-refresh", "--json", "--results", d, *extra])
+            out.append((wall, json.loads(p.stdout)))
+    return out
+
+
+def med(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}s (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    for spec in ("debian:6.16.12", "debian:6.17.8"):
+        subprocess.run([*KSTALL, "symbols", spec], capture_output=True, check=True)
+
+    vuln = verify_runs("debian:6.16.12", a.runs, ["--cpus", "4"])
+    assert all(d["verdict"] == "VULNERABLE" for _, d in vuln), [d["line"] for _, d in vuln]
+    lat = [d["timings"]["detection_latency_s"] for _, d in vuln]
+    print(f"time to VULNERABLE, debian:6.16.12, 4 vCPUs, cached:  {med([w for w, _ in vuln])}   goal <= 10s")
+    print(f"  of which boot to agent:                           {med([d['timings']['boot_s'] for _, d in vuln])}")
+    print(f"  of which gdb sampling ({vuln[0][1]['evidence']['debug_method']}, 3 samples):          "
+          f"{med([d['timings']['debug_s'] for _, d in vuln])}")
+    print(f"freeze detection latency after last sign of life:   {med(lat)}   goal <= 1s")
+
+    caps = []
+    for _ in range(max(3, a.runs // 2)):
+        _, p = timed(["symbols", "debian:6.17.8", "--refresh"])
+        caps.append(float(p.stdout.split("capture ")[1].split("s")[0]))
+    print(f"symbol capture, new kernel (hello -> kallsyms on host): {med(caps)}   goal <= 3s (UART: 47s)")
+    print("symbol capture, cached kernel:                      0.00s (the guest is not asked)")
+
+    nr = verify_runs("debian:6.17.8", max(3, a.runs // 2), [])
+    print(f"time to NOT_REPRODUCED, debian:6.17.8, 2 vCPUs:     {med([w for w, _ in nr])} "
+          f"({statistics.median(d['evidence']['count'] for _, d in nr):.0f} REFRESH cycles)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
