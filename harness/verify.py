@@ -8,6 +8,7 @@ attempt's files are kept.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness import accel, classify, debug, paths, pmiss, reproducers, results, symcache
+from harness.cores import CoreBudget, Gate
 from harness.procs import Interrupted
 from harness.verdict import Verdict, decide
 from harness.vm import VM, VMConfig, VMError
@@ -47,6 +49,8 @@ class Options:
     cmdline_extra: str = ""
     # in-process API: called with (vm, attempt number) once the reproducer runs
     on_repro_start: Callable[[VM, int], None] | None = None
+    # shared by guests running side by side (matrix): boot ahead, run in turn
+    budget: CoreBudget | None = None
 
 
 @dataclass
@@ -67,13 +71,16 @@ def ensure_guest(echo: Echo) -> None:
         raise SpecError(f"`make guest` failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
 
 
-def kernel_cmdline(repro: reproducers.Reproducer, args: list[str], want_syms: bool, extra: str) -> str:
+def kernel_cmdline(repro: reproducers.Reproducer, args: list[str], want_syms: bool, extra: str,
+                   gated: bool = False) -> str:
     if any("," in a or " " in a for a in args):
         raise SpecError("reproducer arguments may not contain commas or spaces")
     parts = ["console=ttyS0", "nokaslr", "quiet", "panic=-1", "tsc=reliable",
              f"kstall.repro={repro.binary}", "kstall.args=" + ",".join(args)]
     if want_syms:
         parts.append("kstall.syms=1")
+    if gated:
+        parts.append("kstall.gate=1")
     return " ".join(parts + ([extra] if extra else []))
 
 
@@ -97,7 +104,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     duration = opts.duration or repro.max_seconds
     syms_path = symcache.cached(kernel.sha256)
     args = [repro.count_arg, str(target), repro.duration_arg, str(duration), *opts.repro_args]
-    cmdline = kernel_cmdline(repro, args, syms_path is None, opts.cmdline_extra)
+    cmdline = kernel_cmdline(repro, args, syms_path is None, opts.cmdline_extra, gated=opts.budget is not None)
     cpus = opts.cpus or repro.default_cpus
     cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
                    memory_mb=opts.memory_mb, accel=accel_kind)
@@ -108,12 +115,15 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     samples: debug.Samples | None = None
     t0 = time.monotonic()
     timings: dict = {}
-    with VM(cfg) as vm:
+    gate = Gate(opts.budget, cpus) if opts.budget else None  # waits for a boot core
+    with VM(cfg) as vm, contextlib.ExitStack() as stack:
+        if gate:
+            stack.callback(gate.close)
         echo(f"booting {kernel.canonical} ({cpus} vCPUs, {accel_kind.upper()}), "
              f"{repro.name} until {target} {repro.count_name} or {duration:.0f}s")
         hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
         vm.start()
-        w = Watch(vm, limits, echo=echo, on_repro_start=hook)
+        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate)
         false_alarms = 0
         try:
             while True:
@@ -154,6 +164,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
         if w.syms.data and syms_path is None:
             symcache.store(kernel.sha256, w.syms.data)
     timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
+                    "gate_wait_s": w.summary()["gate_wait_s"],
                     "to_outcome_s": round(outcome.at - t0, 2),
                     "repro_s": round(outcome.at - w.repro_started_at, 2) if w.repro_started_at else None,
                     "total_s": round(time.monotonic() - t0, 2)})

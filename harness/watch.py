@@ -121,8 +121,11 @@ class SymsReader:
 
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: list[console.Pattern] | None = None,
-                 echo=None, on_repro_start=None) -> None:
+                 echo=None, on_repro_start=None, gate=None) -> None:
         self.vm = vm
+        self.gate = gate  # harness.cores.Gate: when set, the guest waits at "ready" for our "GO"
+        self.ready_at: float | None = None
+        self.go_at: float | None = None
         self.on_repro_start = on_repro_start  # callable(), once the reproducer's first line arrives
         self.limits = limits
         self.patterns = patterns or console.load_patterns()
@@ -171,6 +174,8 @@ class Watch:
                 self._say(f"guest up in {now - self.t0:.1f}s: {fields.get('uname', '?')}, {fields.get('cpus', '?')} CPUs")
             elif words[1] == "syms":
                 self.syms_info = fields
+            elif words[1] == "ready":
+                self.ready_at = now
             elif words[1] == "exit":
                 self.exit_code = int(fields.get("code", "-1"))
             elif words[1] == "poweroff":
@@ -256,7 +261,11 @@ class Watch:
             if now - self.t0 > L.boot_timeout:
                 return Outcome("boot-failure", f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
             return None
-        if now - self.hello_at > L.run_timeout:
+        if self.ready_at is not None and self.go_at is None:
+            if self.gate is None or self.gate.try_open():
+                self._send_go(now)
+            return None
+        if now - (self.go_at or self.hello_at) > L.run_timeout:
             return Outcome("timeout", f"run exceeded {L.run_timeout:.0f}s", now)
         if self.last_hb_at is not None and now - self.last_hb_at >= L.freeze_after:
             return Outcome("freeze", f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
@@ -265,6 +274,20 @@ class Watch:
             return Outcome("stuck", f"progress count stuck at {self.count} for {now - self.count_changed_at:.2f}s "
                            "while heartbeats continue", now)
         return None
+
+    def _send_go(self, now: float) -> None:
+        assert self.vm.agent is not None
+        self.vm.agent.setblocking(True)
+        try:
+            self.vm.agent.sendall(b"GO\n")
+        finally:
+            self.vm.agent.setblocking(False)
+        self.go_at = now
+        # the guest idled at the gate: its heartbeat clock starts now
+        if self.last_hb_at is not None:
+            self.last_hb_at = now
+        if now - self.ready_at > 0.5:
+            self._say(f"waited {now - self.ready_at:.1f}s at the gate for free cores")
 
     def watch(self) -> Outcome:
         while True:
@@ -288,6 +311,7 @@ class Watch:
 
     def summary(self) -> dict:
         return {"hello": self.hello, "boot_s": round(self.hello_at - self.t0, 2) if self.hello_at else None,
+                "gate_wait_s": round(self.go_at - self.ready_at, 2) if self.go_at and self.ready_at else None,
                 "heartbeats": self.hb_count, "max_heartbeat_gap_s": round(self.max_hb_gap, 3),
                 "last_heartbeat_guest_s": round(self.last_hb_guest_ns / 1e9, 3) if self.hb_count else None,
                 "count": self.count, "exit_code": self.exit_code, "syms": self.syms_info,

@@ -13,10 +13,14 @@
  *   kstall.args=A,B,C   its arguments, comma separated
  *   kstall.syms=1       send /proc/kallsyms text symbols on the syms port
  *   kstall.hb_ms=N      heartbeat interval (default 50 ms)
+ *   kstall.gate=1       after booting, say "ready" and wait for the host's "GO"
+ *                       before starting the reproducer (the host boots guests
+ *                       ahead while others still use the CPUs)
  *
  * Agent channel lines (host parses these; anything else is reproducer KTAP):
  *   KSTALL hello uname=R cpus=N
  *   KSTALL syms bytes=B lines=L ms=T
+ *   KSTALL ready                      (gated: waiting for "GO" from the host)
  *   HB seq mono_ns count
  *   KSTALL exit code=C
  *   KSTALL poweroff
@@ -221,6 +225,28 @@ static void send_kallsyms(void)
 	say("KSTALL syms bytes=%zu lines=%zu ms=%llu", out, lines, (mono_ns() - t0) / 1000000);
 }
 
+/* block until the host writes a line "GO" on the agent port */
+static void wait_for_go(void)
+{
+	char buf[64];
+	size_t have = 0;
+
+	for (;;) {
+		ssize_t n = read(agent_fd, buf + have, sizeof(buf) - 1 - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;	/* host gone: nothing to wait for */
+		have += n;
+		buf[have] = 0;
+		if (strstr(buf, "GO\n"))
+			return;
+		if (have == sizeof(buf) - 1)
+			have = 0;
+	}
+}
+
 static void *heartbeat(void *arg)
 {
 	struct sched_param sp = { .sched_priority = 50 };
@@ -335,6 +361,10 @@ int main(void)
 	pthread_create(&hb, NULL, heartbeat, NULL);
 	if (cmdline_get(cmdline, "kstall.syms", val, sizeof(val)) && val[0] == '1')
 		send_kallsyms();
+	if (cmdline_get(cmdline, "kstall.gate", val, sizeof(val)) && val[0] == '1' && agent_fd >= 0) {
+		say("KSTALL ready");
+		wait_for_go();
+	}
 	if (strcmp(repro, "none") != 0)
 		code = run_repro(repro, args);
 	say("KSTALL exit code=%d", code);

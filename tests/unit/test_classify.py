@@ -1,6 +1,6 @@
 """Classification of recorded real dumps against the signature data files."""
 import pytest
-from conftest import load_samples
+from recorded import load_samples
 
 from harness import classify
 

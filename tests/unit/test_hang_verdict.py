@@ -1,5 +1,5 @@
 """A freeze classified from recorded dumps becomes VULNERABLE; without a culprit it does not."""
-from conftest import load_samples
+from recorded import load_samples
 
 from harness import classify, reproducers
 from harness.verdict import decide

@@ -1,5 +1,5 @@
 """Symbolization and stack walking on recorded GDB dumps of a hung 6.16.12."""
-from conftest import FIXTURES, load_samples
+from recorded import FIXTURES, load_samples
 
 import stackwalk
 from symbols import Kallsyms

@@ -1,0 +1,62 @@
+"""Console report recognition and agent-channel parsing on recorded real output."""
+from recorded import FIXTURES
+
+from harness import console
+from harness.watch import Ktap
+
+
+def reports(name):
+    return console.scan((FIXTURES / "consoles" / name).read_text(errors="replace"))
+
+
+def test_rcu_stall_console_from_a_hung_6_16_12():
+    rs = reports("6.16.12-rcu-stall.log")
+    kinds = {(r.kind, r.name) for r in rs}
+    assert ("stall", "rcu-stall") in kinds
+    nmi = next(r for r in rs if r.name == "nmi-too-long")
+    assert nmi.fields["handler"] == "nmi_cpu_backtrace_handler" and float(nmi.fields["ms"]) > 1
+    assert nmi.guest_time is not None  # even from a line whose timestamp the UART garbled
+    assert not [r for r in rs if r.kind in ("panic", "oops", "infra")]
+    rcu = next(r for r in rs if r.name == "rcu-stall")
+    assert "RIP: 0010:hrtimer_cancel+0x28/0x40" in "\n".join(rcu.excerpt)
+
+
+def test_int3_oops_is_an_emulator_fault_not_a_crash():
+    rs = reports("6.17.8-int3-oops.log")
+    assert rs[0].kind == "infra" and rs[0].name == "tcg-text-poke-int3"
+    assert "text" in rs[0].reason
+
+
+def test_kernel_report_formats():
+    pats = console.load_patterns()
+    cases = {
+        "[   41.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000009": ("panic", "init-died"),
+        "[    3.2] Kernel panic - not syncing: softlockup: hung tasks": ("panic", "panic"),
+        "[   22.7] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [perf-refresh:161]": ("stall", "soft-lockup"),
+        "[   12.0] BUG: kernel NULL pointer dereference, address: 0000000000000008": ("oops", "bug"),
+        "[    9.1] Watchdog detected hard LOCKUP on cpu 2": ("stall", "hard-lockup"),
+        "[    5.5] Oops: general protection fault, probably for non-canonical address": ("oops", "oops"),
+        "[    1.0] csd: Detected non-responsive CSD lock (#1) on CPU#1, waiting 5000000032 ns for CPU#02":
+            ("stall", "csd-lock-timeout"),
+        "[   30.3] rcu: INFO: rcu_preempt self-detected stall on CPU": ("stall", "rcu-stall"),
+        "[   30.3] WARNING: CPU: 1 PID: 77 at kernel/events/core.c:123 perf_foo+0x1/0x2": ("warning", "warning"),
+        "Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)": ("boot", "no-root"),
+    }
+    for line, (kind, name) in cases.items():
+        r = console.match_line(line, pats)
+        assert r is not None and (r.kind, r.name) == (kind, name), line
+    assert console.match_line("[    1.0] clocksource: Switched to clocksource tsc", pats) is None
+
+
+def test_ktap_from_a_recorded_agent_log():
+    k = Ktap()
+    for line in (FIXTURES / "perf-refresh-6.16.12-4cpu" / "agent.log").read_text().splitlines():
+        if not line.startswith(("HB ", "KSTALL ", "# progress")):
+            k.feed(line)
+    assert k.lines[0] == "KTAP version 1" and not k.results  # it hung before a result
+    done = Ktap()
+    for line in ["KTAP version 1", "1..1", "# result count=10093 elapsed_ms=5127 other_signals=0",
+                 "ok 1 perf-refresh"]:
+        done.feed(line)
+    assert done.results == [{"ok": True, "number": 1, "name": "perf-refresh", "directive": "", "reason": ""}]
+    assert done.result_fields["count"] == "10093"
