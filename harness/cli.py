@@ -7,9 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness import procs, reproducers, symcache, verify as verify_mod
+from harness import procs, reproducers
 from harness.verdict import EXIT_CODES
 from images.kernel import SpecError
+
+# verify, matrix and calibrate pull in the VM side (QEMU, pexpect); they are
+# imported where they are used so that `kstall report` runs anywhere
 
 EXIT_USAGE = 2
 EXIT_ERROR = EXIT_CODES["ERROR"]
@@ -43,7 +46,8 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
 
 
-def options_from(a: argparse.Namespace) -> verify_mod.Options:
+def options_from(a: argparse.Namespace):
+    from harness import verify as verify_mod
     return verify_mod.Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
                               pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
                               freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
@@ -69,6 +73,7 @@ def print_human(doc: dict) -> None:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from harness import verify as verify_mod
     try:
         res = verify_mod.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
     except KeyError as e:
@@ -111,6 +116,7 @@ def cmd_kernels(a: argparse.Namespace) -> int:
 
 
 def cmd_symbols(a: argparse.Namespace) -> int:
+    from harness import symcache
     from images.kernel import resolve
     try:
         kernel = resolve(a.kernel, progress=echo_stderr)
@@ -133,6 +139,64 @@ def cmd_symbols(a: argparse.Namespace) -> int:
     print(f"{info['path']} ({info['lines']} text symbols, {info['bytes'] / 1e6:.1f} MB; "
           f"capture {info['capture_s']:.2f}s after the guest came up, whole boot {time.monotonic() - t0:.1f}s)")
     return 0
+
+
+def cmd_matrix(a: argparse.Namespace) -> int:
+    from harness import matrix, reports, results
+    from harness import verify as verify_mod
+    try:
+        m = matrix.load(a.file)
+        shard = matrix.parse_shard(a.shard) if a.shard else None
+        cells = matrix.select(m.cells, shard, a.only, a.exclude)
+    except matrix.MatrixError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
+    if not cells:
+        echo_stderr("error: no cell is selected (check --only/--exclude/--shard)")
+        return EXIT_USAGE
+    jobs = a.jobs or matrix.default_jobs()
+    label = "matrix" + (f"-shard-{a.shard.replace('/', 'of')}" if a.shard else "")
+    out = results.RunDir(label, a.results)
+    base = verify_mod.Options(accel=a.accel, attempts=a.attempts, memory_mb=a.memory, pmiss_target=a.pmiss)
+    runner = matrix.Runner(cells, out, jobs, a.cores, echo_stderr, base, verbose=a.verbose)
+    echo_stderr(f"{len(cells)} cells over {len({c.kernel for c in cells})} kernels from {a.file}"
+                f"{f', shard {a.shard}' if a.shard else ''}; {jobs} jobs on {runner.budget.cores} cores "
+                "(guests boot ahead and run in turn)")
+    started = time.time()
+    res = runner.run()
+    doc = reports.matrix_doc(m, res, out.work, out.id, a.shard, started, jobs, runner.budget.cores,
+                             interrupted=runner.interrupted is not None)
+    reports.write_all(out.work, doc)
+    path = out.finalize()
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(reports.summary_text(doc))
+        print(f"\nreports: {path}/{{summary.md,report.html,junit.xml,matrix.json}}")
+    return 130 if runner.interrupted else doc["exit_code"]
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from harness import reports, results
+    try:
+        docs = [reports.load_doc(d) for d in a.dirs]
+    except (FileNotFoundError, ValueError) as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
+    doc = reports.merge(docs)
+    if len(a.dirs) == 1 and a.out is None:
+        target = a.dirs[0]
+        reports.write_all(target, doc)
+    else:
+        out = results.RunDir("matrix-merged", a.out)
+        for d in a.dirs:
+            reports.copy_runs(d, out.work)
+        doc["id"] = out.id
+        reports.write_all(out.work, doc)
+        target = out.finalize()
+    print(reports.summary_text(doc))
+    print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json}}")
+    return doc["exit_code"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,6 +226,35 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--refresh", action="store_true", help="capture again even if cached")
     s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     s.set_defaults(func=cmd_symbols)
+
+    mx = sub.add_parser("matrix", help="run a kernel x reproducer matrix (CI), write reports",
+                        description="Runs every cell of a matrix file (format: ci/README.md) and writes matrix.json, "
+                        "junit.xml, summary.md and report.html into a new results directory. Exit status 1 when a "
+                        "cell differs from its expectation (regression, unexpected pass, mismatch, error).",
+                        epilog="example: kstall matrix ci/matrix.toml --shard 1/2")
+    mx.add_argument("file", type=Path)
+    mx.add_argument("--jobs", type=int, help="cells in flight at once (default: host cores); guests still "
+                    "share the cores, booting ahead and running in turn")
+    mx.add_argument("--cores", type=int, help="host cores the guests may keep busy (default: all)")
+    mx.add_argument("--shard", help="I/N: run every N-th cell starting at the I-th (CI job matrices)")
+    mx.add_argument("--only", action="append", metavar="PATTERN",
+                    help="cells whose kernel, reproducer or KERNEL/REPRO id matches (glob; repeatable)")
+    mx.add_argument("--exclude", action="append", metavar="PATTERN", help="leave these cells out (repeatable)")
+    mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    mx.add_argument("--attempts", type=int, default=2)
+    mx.add_argument("--memory", type=int, default=1024, metavar="MB")
+    mx.add_argument("--pmiss", type=float, default=1e-6)
+    mx.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
+    mx.add_argument("--verbose", action="store_true", help="every cell's progress, not only its verdict")
+    mx.add_argument("--json", action="store_true", help="print matrix.json instead of the table")
+    mx.set_defaults(func=cmd_matrix)
+
+    rp = sub.add_parser("report", help="regenerate matrix reports; merge shards into one",
+                        description="With one directory: rewrite its reports from its matrix.json. With several "
+                        "(shards): merge them into a new results directory (or --out).")
+    rp.add_argument("dirs", nargs="+", type=Path, help="matrix results directories")
+    rp.add_argument("--out", type=Path, help="results root for the merged report")
+    rp.set_defaults(func=cmd_report)
 
     from harness import calibrate
     calibrate.add_parser(sub, add_vm_options, options_from)

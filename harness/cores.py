@@ -13,6 +13,10 @@ import threading
 from collections import deque
 
 
+class Cancelled(Exception):
+    pass
+
+
 class CoreBudget:
     def __init__(self, cores: int | None = None) -> None:
         self.cores = max(1, cores or os.cpu_count() or 1)
@@ -26,12 +30,15 @@ class CoreBudget:
             self.queue.append(t)
         return t
 
-    def acquire(self, n: int, timeout: float | None = None) -> "Ticket":
+    def acquire(self, n: int, cancel: threading.Event | None = None) -> "Ticket":
+        """Wait for n cores (in turn); raises Cancelled if cancel is set first."""
         t = self.request(n)
         with self.cond:
-            if not self.cond.wait_for(t._try_locked, timeout):
-                self.queue.remove(t)
-                raise TimeoutError(f"no {t.n} free cores within {timeout}s")
+            while not self.cond.wait_for(t._try_locked, 0.2):
+                if cancel is not None and cancel.is_set():
+                    self.queue.remove(t)
+                    self.cond.notify_all()
+                    raise Cancelled("cancelled while waiting for cores")
         return t
 
     def in_use(self) -> int:
@@ -79,10 +86,10 @@ class Gate:
     """The agent's gate for one guest: holds a boot core until the guest is
     ready, then waits its turn for the cores its reproducer needs."""
 
-    def __init__(self, budget: CoreBudget, vcpus: int) -> None:
+    def __init__(self, budget: CoreBudget, vcpus: int, cancel: threading.Event | None = None) -> None:
         self.budget = budget
         self.vcpus = vcpus
-        self.boot = budget.acquire(1)
+        self.boot = budget.acquire(1, cancel)
         self.run: Ticket | None = None
 
     def try_open(self) -> bool:

@@ -12,13 +12,14 @@ import contextlib
 import json
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from harness import accel, classify, debug, paths, pmiss, reproducers, results, symcache
-from harness.cores import CoreBudget, Gate
+from harness.cores import Cancelled, CoreBudget, Gate
 from harness.procs import Interrupted
 from harness.verdict import Verdict, decide
 from harness.vm import VM, VMConfig, VMError
@@ -51,6 +52,8 @@ class Options:
     on_repro_start: Callable[[VM, int], None] | None = None
     # shared by guests running side by side (matrix): boot ahead, run in turn
     budget: CoreBudget | None = None
+    # set by another thread to end the run (reported as interrupted)
+    cancel: threading.Event | None = None
 
 
 @dataclass
@@ -115,7 +118,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     samples: debug.Samples | None = None
     t0 = time.monotonic()
     timings: dict = {}
-    gate = Gate(opts.budget, cpus) if opts.budget else None  # waits for a boot core
+    gate = Gate(opts.budget, cpus, opts.cancel) if opts.budget else None  # waits for a boot core
     with VM(cfg) as vm, contextlib.ExitStack() as stack:
         if gate:
             stack.callback(gate.close)
@@ -123,7 +126,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
              f"{repro.name} until {target} {repro.count_name} or {duration:.0f}s")
         hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
         vm.start()
-        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate)
+        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel)
         false_alarms = 0
         try:
             while True:
@@ -207,6 +210,8 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     except (KeyboardInterrupt, Interrupted) as e:  # before the watch loop had a guest to report on
         interrupted = e
         failed("interrupted", f"interrupted ({type(e).__name__})")
+    except Cancelled as e:
+        failed("interrupted", f"interrupted ({e})")
     n, final = attempts[-1]
     adir = run.work / f"attempt-{n}"
     if adir.exists():

@@ -121,8 +121,9 @@ class SymsReader:
 
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: list[console.Pattern] | None = None,
-                 echo=None, on_repro_start=None, gate=None) -> None:
+                 echo=None, on_repro_start=None, gate=None, cancel=None) -> None:
         self.vm = vm
+        self.cancel = cancel  # threading.Event: another thread asks this run to end
         self.gate = gate  # harness.cores.Gate: when set, the guest waits at "ready" for our "GO"
         self.ready_at: float | None = None
         self.go_at: float | None = None
@@ -239,6 +240,8 @@ class Watch:
     # -- decisions -------------------------------------------------------
     def _decide(self, now: float) -> Outcome | None:
         L = self.limits
+        if self.cancel is not None and self.cancel.is_set():
+            return Outcome("interrupted", "interrupted (the matrix run was stopped)", now)
         r = self.pending_report
         if r is not None and (now - self.pending_since >= L.report_grace
                               or not self.vm.alive()):

@@ -1,0 +1,103 @@
+"""Matrix files, cell selection and judgement, and the four reports, on a
+recorded real run (no guest boots here)."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from lxml import etree
+from recorded import FIXTURES
+
+from harness import matrix, reports
+from harness.expect import judge
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_default_matrix_covers_the_issue_kernels():
+    m = matrix.load(REPO / "ci" / "matrix.toml")
+    kernels = {c.kernel for c in m.cells}
+    assert {"debian:6.12.107", "debian:6.16.12", "debian:6.17.8"} <= kernels
+    assert any(k.startswith("debian:6.18.") for k in kernels) and any(k.startswith("debian:6.19.") for k in kernels)
+    assert any(k.startswith("debian:7.") for k in kernels)
+    assert len(m.cells) == len(m.kernels) * len(m.reproducers)
+    assert {c.kernel: c.expect for c in m.cells}["debian:6.16.12"] == "vulnerable"
+
+
+@pytest.mark.parametrize("text,error", [
+    ('[[kernel]]\nspec="debian:6.16.12"\n', "at least one"),
+    ('[[reproducer]]\nname="nope"\n[[kernel]]\nspec="debian:6.16.12"\n', "unknown reproducer"),
+    ('[[reproducer]]\nname="perf-refresh"\n[[kernel]]\nspec="debian:6.16.12"\nexpect={perf-refresh="broken"}\n',
+     "expect must be"),
+    ('[[reproducer]]\nname="perf-refresh"\n[[kernel]]\nspec="debian:6.16.12"\nskip={other="x"}\n', "not a [[reproducer]]"),
+])
+def test_bad_matrix_files_are_rejected_clearly(tmp_path, text, error):
+    p = tmp_path / "m.toml"
+    p.write_text(text)
+    with pytest.raises(matrix.MatrixError, match=re.escape(error)):
+        matrix.load(p)
+
+
+def test_shards_partition_the_cells():
+    cells = matrix.load(REPO / "ci" / "matrix.toml").cells
+    for n in (1, 2, 3, 4):
+        shards = [matrix.select(cells, (i, n)) for i in range(1, n + 1)]
+        ids = [c.id for s in shards for c in s]
+        assert sorted(ids) == sorted(c.id for c in cells) and len(ids) == len(set(ids))
+    assert [c.kernel for c in matrix.select(cells, only=["debian:6.16.*"])] == ["debian:6.16.12"]
+    assert "debian:6.16.12" not in {c.kernel for c in matrix.select(cells, exclude=["*6.16.12/perf-refresh"])}
+    with pytest.raises(matrix.MatrixError):
+        matrix.parse_shard("3/2")
+
+
+def test_judgement():
+    assert judge("vulnerable", "VULNERABLE") == "pass"
+    assert judge("not_reproduced", "VULNERABLE") == "regression"
+    assert judge("not_reproduced", "CRASHED") == "regression"
+    assert judge("vulnerable", "NOT_REPRODUCED") == "unexpected-pass"
+    assert judge("vulnerable", "INCONCLUSIVE") == "mismatch"
+    assert judge("any", "ERROR") == "error" and judge("any", "INCONCLUSIVE") == "pass"
+    assert judge("not_reproduced", "VULNERABLE", xfail="known") == "xfail"
+    assert judge("vulnerable", "VULNERABLE", xfail="known") == "xpass"
+    assert judge("vulnerable", None, skip="no PMU") == "skip"
+    assert judge("vulnerable", None) == "not-run"
+
+
+def recorded_doc(expect="not_reproduced"):
+    """A matrix document around the recorded 6.16.12 hang (a real run.json)."""
+    run = json.loads((FIXTURES / "perf-refresh-6.16.12-4cpu" / "run.json").read_text())
+    cell = matrix.Cell("debian:6.16.12", "perf-refresh", expect=expect)
+    other = matrix.Cell("debian:6.17.8", "perf-refresh", expect="not_reproduced", skip="not today")
+    results = [matrix.CellResult(cell, matrix.judge(cell, run["verdict"]), run["verdict"], run, None, 7.5),
+               matrix.CellResult(other, "skip")]
+    m = matrix.Matrix(Path("ci/matrix.toml"), ["debian:6.16.12", "debian:6.17.8"], ["perf-refresh"], [cell, other])
+    return reports.matrix_doc(m, results, Path("."), "test-run", None, 0.0, 2, 2)
+
+
+def test_a_regression_is_named_in_all_four_reports(tmp_path):
+    doc = recorded_doc()
+    assert doc["exit_code"] == 1 and doc["failing"] == ["debian:6.16.12/perf-refresh"]
+    reports.write_all(tmp_path, doc)
+    junit = etree.parse(str(tmp_path / "junit.xml"))
+    schema = etree.XMLSchema(etree.parse(str(FIXTURES / "junit.xsd")))
+    assert schema.validate(junit), schema.error_log
+    failure = junit.find(".//testcase[@name='debian:6.16.12']/failure")
+    assert failure.get("type") == "regression" and "hrtimer_cancel+0x28" in failure.text
+    assert junit.find(".//testcase[@name='debian:6.17.8']/skipped") is not None
+    md = (tmp_path / "summary.md").read_text()
+    assert "**VULNERABLE** (REGRESSION, expected not_reproduced)" in md and "debian:6.16.12/perf-refresh" in md
+    html = (tmp_path / "report.html").read_text()
+    assert 'class="cell verdict-vulnerable status-regression"' in html
+    assert not re.search(r'(src|href)\s*=\s*"', html), "report.html must be self-contained"
+    assert json.loads((tmp_path / "matrix.json").read_text())["failing"] == doc["failing"]
+
+
+def test_passing_doc_exits_zero_and_merge_is_a_union():
+    ok = recorded_doc(expect="vulnerable")
+    assert ok["exit_code"] == 0
+    a = dict(ok, cells=ok["cells"][:1], shards=["1/2"])
+    b = dict(ok, cells=ok["cells"][1:], shards=["2/2"])
+    merged = reports.merge([a, b])
+    assert [c["id"] for c in merged["cells"]] == [c["id"] for c in ok["cells"]]
+    assert merged["shards"] == ["1/2", "2/2"] and merged["exit_code"] == 0
+    assert "debian:6.16.12" in reports.summary_text(merged)
