@@ -51,6 +51,7 @@ unit: deps
 bench: deps
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/bench/verify_speed.py
+	$(PYTHON) tests/bench/matrix_speed.py
 
 clean:
 	rm -rf $(BUILD)

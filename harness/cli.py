@@ -265,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     procs.raise_on_termination()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[-1] == "--":  # argparse rejects a bare trailing "--" under subcommands
+        argv.pop()
     a = parser.parse_args(argv)
     try:
         return a.func(a)

@@ -1,0 +1,128 @@
+"""The matrix on real Debian kernels: the acceptance cases of the matrix issue."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from lxml import etree
+from selenium.webdriver.common.by import By
+
+from browser import chromium
+from helpers import KSTALL, REPO, kstall, kstall_processes
+
+pytestmark = pytest.mark.e2e
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def matrix_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def cells(doc: dict) -> dict[str, tuple[str, str]]:
+    return {c["id"]: (c["verdict"], c["status"]) for c in doc["cells"]}
+
+
+@pytest.fixture(scope="module")
+def default_runs(tmp_path_factory):
+    """The default matrix once whole and once as two shards merged."""
+    root = tmp_path_factory.mktemp("matrix")
+    whole = kstall("matrix", "ci/matrix.toml", "--results", str(root / "whole"), timeout=1800)
+    for i in (1, 2):
+        p = kstall("matrix", "ci/matrix.toml", "--shard", f"{i}/2", "--results", str(root / "shards"), timeout=1800)
+        assert p.returncode == 0, p.stdout + p.stderr
+    merged = kstall("report", *map(str, matrix_dirs(root / "shards")), "--out", str(root / "merged"))
+    return {"whole": (whole, matrix_dirs(root / "whole")[0]), "merged": (merged, matrix_dirs(root / "merged")[0])}
+
+
+def test_default_matrix_meets_its_expectations_and_writes_four_reports(default_runs):
+    p, d = default_runs["whole"]
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((d / "matrix.json").read_text())
+    assert doc["failing"] == [] and all(c["status"] == "pass" for c in doc["cells"])
+    for f in ("matrix.json", "junit.xml", "summary.md", "report.html"):
+        assert (d / f).stat().st_size > 0
+    assert "kernel" in p.stdout and "debian:6.16.12" in p.stdout and "VULNERABLE" in p.stdout
+    schema = etree.XMLSchema(etree.parse(str(FIXTURES / "junit.xsd")))
+    assert schema.validate(etree.parse(str(d / "junit.xml"))), schema.error_log
+    assert kstall_processes() == []
+
+
+def test_two_merged_shards_give_the_same_cells(default_runs):
+    whole = json.loads((default_runs["whole"][1] / "matrix.json").read_text())
+    p, merged_dir = default_runs["merged"]
+    assert p.returncode == 0, p.stdout + p.stderr
+    merged = json.loads((merged_dir / "matrix.json").read_text())
+    assert cells(merged) == cells(whole)
+    assert merged["shards"] == ["1/2", "2/2"]
+    for c in merged["cells"]:
+        assert (merged_dir / c["run_dir"] / "run.json").exists()
+
+
+def test_report_html_in_chromium(default_runs):
+    d = default_runs["whole"][1]
+    doc = json.loads((d / "matrix.json").read_text())
+    with chromium() as browser:
+        browser.get((d / "report.html").as_uri())
+        grid = browser.find_elements(By.CSS_SELECTOR, "#grid td.cell")
+        assert len(grid) == len(doc["kernels"]) * len(doc["reproducers"])
+        want = {c["id"]: c["verdict"].lower() for c in doc["cells"]}
+        for td in grid:
+            assert f"verdict-{want[td.get_attribute('data-cell')]}" in td.get_attribute("class").split()
+        vuln = next(td for td in grid if td.get_attribute("data-verdict") == "VULNERABLE")
+        vuln.click()
+        detail = browser.find_element(By.ID, vuln.get_attribute("data-detail"))
+        assert detail.is_displayed() and "hrtimer_cancel" in detail.text
+        assert browser.find_elements(By.CSS_SELECTOR, "#chart rect.bar")
+        errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+        assert errors == []
+
+
+def test_wrong_expectation_is_a_regression_in_every_report(tmp_path):
+    m = tmp_path / "wrong.toml"
+    m.write_text('[[reproducer]]\nname = "perf-refresh"\n\n[[kernel]]\nspec = "debian:6.16.12"\n'
+                 'expect = { perf-refresh = "not_reproduced" }\n')
+    p = kstall("matrix", str(m), "--results", str(tmp_path / "r"))
+    assert p.returncode == 1
+    assert "REGRESSION: debian:6.16.12/perf-refresh" in p.stdout
+    d = matrix_dirs(tmp_path / "r")[0]
+    doc = json.loads((d / "matrix.json").read_text())
+    assert doc["failing"] == ["debian:6.16.12/perf-refresh"] and doc["cells"][0]["status"] == "regression"
+    failure = etree.parse(str(d / "junit.xml")).find(".//failure")
+    assert failure.get("type") == "regression" and "hrtimer_cancel" in failure.text
+    assert "REGRESSION" in (d / "summary.md").read_text()
+    with chromium() as browser:
+        browser.get((d / "report.html").as_uri())
+        td = browser.find_element(By.CSS_SELECTOR, "#grid td.cell")
+        assert {"verdict-vulnerable", "status-regression"} <= set(td.get_attribute("class").split())
+        assert "REGRESSION" in browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_ctrl_c_mid_matrix_keeps_finished_cells_and_reaps_guests(tmp_path):
+    m = tmp_path / "two.toml"
+    m.write_text('[[reproducer]]\nname = "perf-refresh"\ncount = 100000000\nduration = 300\n\n'
+                 '[[kernel]]\nspec = "debian:6.17.8"\n\n[[kernel]]\nspec = "debian:6.12.107"\n')
+    proc = subprocess.Popen([*KSTALL, "matrix", str(m), "--verbose", "--results", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stderr:
+            if "guest up" in line or time.monotonic() > deadline:
+                break
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    d = matrix_dirs(tmp_path / "r")[0]
+    doc = json.loads((d / "matrix.json").read_text())
+    assert doc["interrupted"] is True
+    assert {c["status"] for c in doc["cells"]} <= {"error", "not-run"}
+    assert all("interrupted" in (c["reason"] or "") for c in doc["cells"] if c["status"] == "error")
+    assert kstall_processes() == []
