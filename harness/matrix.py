@@ -194,7 +194,11 @@ class Runner:
                     if not todo:
                         return
                     idx, cell = todo.pop(0)
-                r = self._run_cell(idx, cell, kernels)
+                try:
+                    r = self._run_cell(idx, cell, kernels)
+                except Exception as e:  # noqa: BLE001 - a cell must end with a verdict, not vanish
+                    reason = f"internal error: {type(e).__name__}: {e}"
+                    r = CellResult(cell, judge(cell, "ERROR"), "ERROR", {"line": f"ERROR: {reason}", "reason": reason})
                 with self.lock:
                     self.results[idx] = r
                     self.done += 1

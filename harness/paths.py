@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,6 +26,18 @@ def guest_dir() -> Path:
     """The static guest binaries `make guest` builds."""
     env = os.environ.get("KSTALL_GUEST_DIR")
     return Path(env) if env else REPO / "build" / "guest"
+
+
+def write_atomic(path: Path, data: bytes | str) -> Path:
+    """Write via a temporary file unique to this process and thread, then
+    rename: readers never see a partial file, and concurrent writers of the
+    same content (two matrix cells building one initramfs) do not collide."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
 
 
 def data_file(*parts: str) -> Path:

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import paths
 from harness.expect import FAILING, STATUS_TEXT
 
 if TYPE_CHECKING:  # the report command runs without the VM side (and pexpect)
@@ -350,9 +351,7 @@ def write_all(directory: Path, doc: dict) -> None:
     files = {"matrix.json": json.dumps(doc, indent=2) + "\n", "junit.xml": junit_xml(doc),
              "summary.md": summary_md(doc), "report.html": report_html(doc)}
     for name, text in files.items():
-        tmp = directory / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(directory / name)
+        paths.write_atomic(directory / name, text)
 
 
 def load_doc(directory: Path) -> dict:

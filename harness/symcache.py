@@ -16,9 +16,4 @@ def cached(sha256: str) -> Path | None:
 
 
 def store(sha256: str, data: bytes) -> Path:
-    p = path_for(sha256)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(p)
-    return p
+    return paths.write_atomic(path_for(sha256), data)

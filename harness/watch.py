@@ -25,7 +25,6 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness import console
 from harness.vm import VM
@@ -98,16 +97,22 @@ class SymsReader:
         self.expected: int | None = None
         self.data: bytes | None = None
         self.done_at: float | None = None
+        self.eof = sock is None
 
     def read(self) -> None:
-        if self.sock is None or self.data is not None:
+        if self.sock is None or self.eof:
             return
         try:
             chunk = self.sock.recv(1 << 20)
-        except (BlockingIOError, OSError):
+        except BlockingIOError:
             return
+        except OSError:
+            chunk = b""
         if not chunk:
+            self.eof = True
             return
+        if self.data is not None:
+            return  # nothing more is expected; keep the socket drained
         self.buf += chunk
         if self.expected is None and b"\n" in self.buf:
             head, _, rest = bytes(self.buf).partition(b"\n")
@@ -221,8 +226,10 @@ class Watch:
         if self.echo:
             self.echo(msg)
 
-    def _pump(self, timeout: float) -> None:
-        socks = [s for s in (self.vm.console, self.vm.agent, self.vm.syms) if s is not None]
+    def _pump(self, timeout: float) -> bool:
+        """Read whatever is there (waiting up to timeout); whether anything was."""
+        readers = {self.vm.console: self.console, self.vm.agent: self.agent, self.vm.syms: self.syms}
+        socks = [s for s, r in readers.items() if s is not None and not r.eof]
         try:
             ready, _, _ = select.select(socks, [], [], max(timeout, 0))
         except (OSError, ValueError):
@@ -236,10 +243,19 @@ class Watch:
                 self._on_agent(line, now)
         if self.vm.syms in ready:
             self.syms.read()
+        return bool(ready)
 
     # -- decisions -------------------------------------------------------
+    def _drain(self) -> None:
+        """QEMU has exited: take everything it wrote before it went."""
+        for _ in range(1000):
+            if not (self._pump(0)):
+                return
+
     def _decide(self, now: float) -> Outcome | None:
         L = self.limits
+        if not self.vm.alive():
+            self._drain()
         if self.cancel is not None and self.cancel.is_set():
             return Outcome("interrupted", "interrupted (the matrix run was stopped)", now)
         r = self.pending_report
@@ -320,12 +336,3 @@ class Watch:
                 "count": self.count, "exit_code": self.exit_code, "syms": self.syms_info,
                 "console_reports": [r.to_json() for r in self.reports]}
 
-
-def save_symbols(reader: SymsReader, path: Path) -> bool:
-    if reader.data is None:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(reader.data)
-    tmp.replace(path)
-    return True

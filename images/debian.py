@@ -145,9 +145,7 @@ class Archive:
             config_pkg = base if image_pkg == binary and base in rows else image_pkg
             kernels.append(DebKernel(upstream, abi, flavour, name, version, suite, image_pkg, config_pkg))
         kernels.sort(key=lambda k: (version_key(k.upstream), version_key(k.abi), k.flavour))
-        tmp = self.index_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([asdict(k) for k in kernels], indent=1))
-        tmp.replace(self.index_path)
+        paths.write_atomic(self.index_path, json.dumps([asdict(k) for k in kernels], indent=1))
 
     def kernels(self, progress: Progress | None = None) -> list[DebKernel]:
         self.update(progress=progress)

@@ -67,7 +67,5 @@ def build(guest: Path | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"{digest}.cpio"
     if not out.exists():
-        tmp = out.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(blob)
-        os.replace(tmp, out)
+        paths.write_atomic(out, blob)
     return out

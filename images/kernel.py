@@ -53,9 +53,8 @@ def sha256_file(path: Path) -> str:
 
 
 def write_meta(directory: Path, kernel: Kernel) -> None:
-    tmp = directory / "kernel.json.tmp"
-    tmp.write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
-    tmp.replace(directory / "kernel.json")
+    from harness.paths import write_atomic
+    write_atomic(directory / "kernel.json", json.dumps(kernel.to_json(), indent=2) + "\n")
 
 
 def resolve(spec: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
