@@ -92,9 +92,13 @@ def _dwarf_frames(limit: int = 64) -> list[dict]:
         name = f.name() or ""
         sal = f.find_sal()
         where = f"{sal.symtab.filename}:{sal.line}" if sal and sal.symtab else ""
-        frames.append({"addr": f"{f.pc():#x}", "text": name or f"{f.pc():#x}", "function": name,
-                       "reliable": True, "slot": None, "inlined": f.type() == gdb.INLINE_FRAME,
-                       "source": where})
+        inlined = f.type() == gdb.INLINE_FRAME
+        syms = _state["syms"]
+        text = name or f"{f.pc():#x}"
+        if syms is not None and not inlined and syms.lookup(f.pc()):
+            text = syms.fmt(f.pc())  # func+0x1c/0x80, as the kernel prints it
+        frames.append({"addr": f"{f.pc():#x}", "text": text, "function": name,
+                       "reliable": True, "slot": None, "inlined": inlined, "source": where})
         try:
             f = f.older()
         except gdb.error:

@@ -67,7 +67,11 @@ class GdbSession:
         if symbols:
             self.run(f"kstall-symbols {symbols}")
         out = self.run(f"target remote {gdb_socket}")
-        if "Remote debugging using" not in out or re.search(r"(Connection refused|No such file|timed out)", out):
+        # (with a vmlinux, GDB also says "<source>: No such file or directory":
+        # that is about source files, not the socket)
+        if "Remote debugging using" not in out or re.search(
+                r"(Connection refused|Remote connection closed|Connection timed out|"
+                rf"{re.escape(str(gdb_socket))}: No such file)", out):
             raise DebugError(f"gdb could not attach: {out.strip()[-200:]}")
 
     def _expect_prompt(self, timeout: float | None = None) -> str:

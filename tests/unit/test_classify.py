@@ -65,3 +65,13 @@ def test_hrtimer_cancel_without_perf_below_is_not_the_bug(sigs):
     cpu = {"regs": {"cs": "0x10"}, "frames": [{"function": "hrtimer_cancel"}, {"function": "tick_nohz_stop_tick"},
                                                {"function": "do_idle"}]}
     assert classify.classify_cpu(cpu, sigs).name != "hrtimer_cancel_self_deadlock"
+
+
+def test_real_dwarf_dump_shows_the_inlined_csd_lock_wait(sigs):
+    """GDB with Debian's 7.3.4 vmlinux (-dbg package): csd_lock_wait appears as
+    an inlined frame inside smp_call_function_many_cond."""
+    cpus = load_samples("dwarf-7.3.4")[0]["cpus"]
+    dwarf = [c for c in cpus if c["unwinder"] == "dwarf"]
+    assert dwarf and dwarf[0]["frames"][0]["function"] == "csd_lock_wait" and dwarf[0]["frames"][0]["inlined"]
+    assert dwarf[0]["frames"][1]["function"] == "smp_call_function_many_cond"
+    assert classify.classify_cpu(dwarf[0], sigs).name == "csd_lock_wait_victim"
