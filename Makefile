@@ -9,7 +9,8 @@ GUEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -static
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 
-REPROS  := perf-refresh
+REPROS  := perf-refresh bpf-ringbuf
+BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench clean help
 
@@ -35,6 +36,17 @@ $(GUEST)/init: repro/agent.c repro/ktap.h | $(GUEST)
 
 $(GUEST)/perf-refresh: repro/perf_refresh.c repro/ktap.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+# BPF object -> libbpf skeleton -> static loader (objects stay out of the initramfs)
+$(GUEST)/obj/bpf_ringbuf.bpf.o: repro/bpf_ringbuf.bpf.c repro/bpf_ringbuf.h
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+$(GUEST)/obj/bpf_ringbuf.skel.h: $(GUEST)/obj/bpf_ringbuf.bpf.o
+	bpftool gen skeleton $< name bpf_ringbuf > $@.tmp && mv $@.tmp $@
+
+$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/ktap.h $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 run: deps
 	@$(MAKE) --no-print-directory guest

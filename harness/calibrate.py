@@ -35,7 +35,10 @@ def run(a: argparse.Namespace, options_from) -> int:
         res = verify_mod.verify(a.kernel, a.reproducer, opts, lambda m: sys.stderr.write(f"kstall: {m}\n"))
         d = res.doc
         canonical = d["kernel"]["canonical"]
-        runs.append({"verdict": d["verdict"], "count": d["evidence"]["count"] or 0,
+        # passes before the bug showed: the first stall past the threshold when
+        # the reproducer measured one, else the count at the hang
+        first = d["evidence"].get("first_stall_count")
+        runs.append({"verdict": d["verdict"], "count": first if first is not None else d["evidence"]["count"] or 0,
                      "seconds": d["timings"].get("hang_after_s") or d["timings"].get("repro_s") or 0,
                      "id": d["id"]})
         print(f"run {i + 1}/{a.runs}: {d['verdict']} after {runs[-1]['count']} passes, "

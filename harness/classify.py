@@ -34,6 +34,8 @@ class Signature:
     under: frozenset[str] = frozenset()
     within: int = 12
     depth: int = 1
+    and_under: frozenset[str] = frozenset()
+    and_within: int = 40
     states: frozenset[str] = frozenset()
     description: str = ""
     bug: str = ""
@@ -45,7 +47,8 @@ class Signature:
             raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim or benign")
         return cls(name=doc["name"], title=doc["title"], role=doc["role"], priority=int(doc.get("priority", 0)),
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
-                   within=int(m.get("within", 12)), depth=int(m.get("depth", 1)), states=frozenset(m.get("states", ())),
+                   within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
+                   and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)), states=frozenset(m.get("states", ())),
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""))
 
 
@@ -91,11 +94,13 @@ def matches(sig: Signature, cpu: dict) -> bool:
     frames = cpu.get("frames", [])
     names = [base_name(f.get("function", "")) for f in frames]
     for i in positions(frames, sig.depth):
-        if names[i] in sig.at:
-            if not sig.under:
-                return True
-            if any(n in sig.under for n in names[i + 1:i + 1 + sig.within]):
-                return True
+        if names[i] not in sig.at:
+            continue
+        if sig.under and not any(n in sig.under for n in names[i + 1:i + 1 + sig.within]):
+            continue
+        if sig.and_under and not any(n in sig.and_under for n in names[i + 1:i + 1 + sig.and_within]):
+            continue
+        return True
     return False
 
 

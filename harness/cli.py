@@ -56,12 +56,20 @@ def options_from(a: argparse.Namespace):
 
 def print_human(doc: dict) -> None:
     print(doc["line"])
-    for c in doc.get("cpus", []):
+    ev = doc.get("evidence", {})
+    stalls = ev.get("stalls") or {}
+    for s in stalls.get("stalled", []):
+        print(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {stalls['threshold_ms']:g} ms, "
+              f"{s.get('nulls') or 0} NULL returns")
+    if ev.get("nmi_injection"):
+        n = ev["nmi_injection"]
+        print(f"  NMIs injected: {n['sent']} at {n['achieved_rate']}/s")
+    hang_verdict = doc["signature"] not in (None, "reserve-latency-stall")
+    for c in doc.get("cpus", []) if hang_verdict or doc["verdict"] == "INCONCLUSIVE" else []:
         if c["role"] in ("culprit", "victim", "unknown"):
             stuck = "stuck" if c["stuck"] else "moving"
             print(f"  CPU{c['cpu']}: {c['class']:<30} at {c['pc']} ({stuck}, "
                   f"{c['seen'].get(c['signature'], 0)}/{c['samples']} samples)")
-    ev = doc.get("evidence", {})
     if doc["verdict"] == "NOT_REPRODUCED" and ev.get("p_miss"):
         print(f"  {ev['p_miss']['method']}")
     if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED") and doc["summary"]:

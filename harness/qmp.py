@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ class QMP:
         self.sock: socket.socket | None = None
         self.buf = b""
         self.events: list[dict[str, Any]] = []
+        # one command at a time: the NMI injector's thread shares the monitor
+        self.lock = threading.Lock()
 
     def connect(self, deadline: float) -> None:
         """Connect (QEMU may still be creating the socket) and negotiate."""
@@ -54,6 +57,10 @@ class QMP:
         return json.loads(line)
 
     def cmd(self, name: str, timeout: float | None = None, **args: Any) -> Any:
+        with self.lock:
+            return self._cmd(name, timeout, **args)
+
+    def _cmd(self, name: str, timeout: float | None = None, **args: Any) -> Any:
         if self.sock is None:
             raise QMPError("QMP not connected")
         msg: dict[str, Any] = {"execute": name}

@@ -21,6 +21,10 @@ class Reproducer:
     max_seconds: float
     stuck_after_s: float
     default_cpus: int
+    default_args: tuple[str, ...] = ()
+    nmi_rate: float = 0.0          # NMIs/s the host injects when the guest asks
+    stall_threshold_ms: float = 0.0  # reserves slower than this are stalls (0: no stall data)
+    min_stalls: int = 1
 
 
 def names() -> list[str]:
@@ -36,4 +40,7 @@ def load(name: str) -> Reproducer:
     return Reproducer(name=d["name"], binary=d["binary"], summary=d["summary"], count_name=d["count_name"],
                       min_count=int(d["min_count"]), count_arg=d["count_arg"], duration_arg=d["duration_arg"],
                       max_seconds=float(d["max_seconds"]), stuck_after_s=float(d["stuck_after_s"]),
-                      default_cpus=int(d["default_cpus"]))
+                      default_cpus=int(d["default_cpus"]), default_args=tuple(d.get("default_args", ())),
+                      nmi_rate=float(d.get("nmi", {}).get("rate", 0)),
+                      stall_threshold_ms=float(d.get("stall", {}).get("threshold_ms", 0)),
+                      min_stalls=int(d.get("stall", {}).get("min_stalls", 1)))

@@ -37,8 +37,17 @@ class Verdict:
         return f"{self.verdict}: {self.summary or self.reason}"
 
 
-def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: list[str]) -> Verdict:
+def from_stalls(outcome: Outcome, stall: dict) -> Verdict:
+    return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}; measured {stall['text']}",
+                   summary=stall["text"], confidence="high", signature="reserve-latency-stall")
+
+
+def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: list[str],
+              stall: dict | None = None) -> Verdict:
+    stalled = stall is not None and bool(stall["stalled"])
     if not classes:
+        if stalled:
+            return from_stalls(outcome, stall)
         return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; CPU state could not be read "
                        f"({'; '.join(debug_errors) or 'no samples'})")
     summary = classify.summarize(classes)
@@ -50,12 +59,16 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
         confidence = "high" if all_samples and (victims or all(c.stuck for c in culprits)) else "medium"
         return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}", summary=summary,
                        confidence=confidence, signature=sig.name)
+    if stalled:
+        return from_stalls(outcome, stall)
     return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; no CPU matched a culprit signature"
                    + (f" ({summary})" if summary else ""), summary="")
 
 
 def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes: list[classify.CpuClass] | None,
-           debug_errors: list[str], pmiss: dict, report_reason: str = "") -> Verdict:
+           debug_errors: list[str], pmiss: dict, report_reason: str = "", stall: dict | None = None) -> Verdict:
+    """stall: stall evidence (harness.verify.stall_evidence) for reproducers
+    that measure latencies; a stall past the threshold is VULNERABLE."""
     kind = outcome.kind
     if kind == "infra":
         return Verdict("ERROR", f"emulator fault: {report_reason or outcome.detail} ({outcome.detail})",
@@ -68,7 +81,11 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
         return Verdict("CRASHED", f"kernel {kind}: {outcome.detail}", summary=f"kernel {kind}: {outcome.detail}",
                        confidence="high")
     if kind in ("freeze", "stuck"):
-        return from_hang(outcome, classes or [], debug_errors)
+        return from_hang(outcome, classes or [], debug_errors, stall)
+    if kind == "stall":
+        if stall and stall["stalled"]:
+            return from_stalls(outcome, stall)
+        return Verdict("INCONCLUSIVE", f"{outcome.detail}, but its counters do not confirm it")
     if kind == "qemu-exit":
         return Verdict("ERROR", outcome.detail)
     if kind == "timeout":
@@ -83,6 +100,8 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
         return Verdict("INCONCLUSIVE", f"reproducer skipped: {result['reason']}")
     if not result["ok"]:
         return Verdict("INCONCLUSIVE", f"reproducer failed: {result['reason'] or outcome.detail}")
+    if stall and stall["stalled"]:
+        return from_stalls(outcome, stall)
     if count < repro.min_count:
         what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
         return Verdict("INCONCLUSIVE", f"path {what}")

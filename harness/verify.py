@@ -14,12 +14,14 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import accel, classify, debug, paths, pmiss, reproducers, results, symcache
+from harness import accel, classify, debug, paths, pmiss, reproducers, results, stalls, symcache
 from harness.cores import Cancelled, CoreBudget, Gate
+from harness.nmi import NmiInjector
 from harness.procs import Interrupted
 from harness.verdict import Verdict, decide
 from harness.vm import VM, VMConfig, VMError
@@ -100,81 +102,137 @@ class Attempt:
     interrupted: BaseException | None = None
 
 
+def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, duration: float) -> list[str]:
+    """The reproducer's command line: stop conditions, its defaults, the stall
+    threshold from its data file, then the user's arguments (which win)."""
+    args = [repro.count_arg, str(target), repro.duration_arg, f"{duration:g}", *repro.default_args]
+    if repro.stall_threshold_ms:
+        args += ["--stall-ms", f"{repro.stall_threshold_ms:g}"]
+    return args + list(opts.repro_args)
+
+
+class _Run:
+    """The mutable parts of one attempt, so that its steps can be small."""
+
+    def __init__(self, kernel: Kernel, repro: reproducers.Reproducer, opts: Options, out_dir: Path,
+                 echo: Echo) -> None:
+        self.kernel, self.repro, self.opts, self.out_dir, self.echo = kernel, repro, opts, out_dir, echo
+        self.syms_path = symcache.cached(kernel.sha256)
+        self.classes: list[classify.CpuClass] = []
+        self.samples: debug.Samples | None = None
+        self.timings: dict = {}
+
+    def keep_symbols(self, w: Watch) -> None:
+        if w.syms.data and self.syms_path is None:
+            self.syms_path = symcache.store(self.kernel.sha256, w.syms.data)
+            took = w.syms.done_at - w.hello_at if w.syms.done_at and w.hello_at else 0
+            self.echo(f"symbols captured: {w.syms_info.get('lines', '?')} text symbols "
+                      f"({int(w.syms_info.get('bytes', 0)) / 1e6:.1f} MB, guest export {w.syms_info.get('ms', '?')} ms, "
+                      f"host receipt {took:.2f}s after hello)")
+
+    def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:
+        """GDB samples of every vCPU; whether they show a known hang."""
+        since = (w.last_hb_at if outcome.kind == "freeze" else w.count_changed_at) or outcome.at
+        self.timings["detection_latency_s"] = round(outcome.at - since, 3)
+        if w.repro_started_at:
+            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
+        self.echo(f"{outcome.kind}: {outcome.detail}; reading every vCPU with gdb")
+        t = time.monotonic()
+        self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.syms_path,
+                                    self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
+                                    self.opts.sample_interval, resume=True)
+        self.timings["debug_s"] = round(time.monotonic() - t, 2)
+        self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
+        return any(c.signature.role in ("culprit", "victim") for c in self.classes) or not self.samples.dumps
+
+
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
                 initrd: Path, out_dir: Path, echo: Echo, number: int = 1) -> Attempt:
     cal = pmiss.load(repro.name)
     target = opts.count or max(repro.min_count, pmiss.count_for(cal, opts.pmiss_target))
     duration = opts.duration or repro.max_seconds
-    syms_path = symcache.cached(kernel.sha256)
-    args = [repro.count_arg, str(target), repro.duration_arg, str(duration), *opts.repro_args]
-    cmdline = kernel_cmdline(repro, args, syms_path is None, opts.cmdline_extra, gated=opts.budget is not None)
+    r = _Run(kernel, repro, opts, out_dir, echo)
+    cmdline = kernel_cmdline(repro, repro_arguments(repro, opts, target, duration), r.syms_path is None,
+                             opts.cmdline_extra, gated=opts.budget is not None)
     cpus = opts.cpus or repro.default_cpus
     cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
                    memory_mb=opts.memory_mb, accel=accel_kind)
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
-                    stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60)
-    sigs = classify.load_signatures()
-    classes: list[classify.CpuClass] = []
-    samples: debug.Samples | None = None
+                    stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
+                    stalls=repro.min_stalls if repro.stall_threshold_ms else 0)
     t0 = time.monotonic()
-    timings: dict = {}
+    raise_later: BaseException | None = None
     gate = Gate(opts.budget, cpus, opts.cancel) if opts.budget else None  # waits for a boot core
     with VM(cfg) as vm, contextlib.ExitStack() as stack:
         if gate:
             stack.callback(gate.close)
+        nmi = NmiInjector(vm.qmp, repro.nmi_rate, duration + 30)
+        stack.callback(nmi.stop)
+
+        def on_line(line: str) -> None:
+            if line.startswith("# nmi-source: inject") and repro.nmi_rate:
+                nmi.start()
+                echo(f"no PMU in the guest: injecting {repro.nmi_rate:g} NMIs/s over QMP (they land on CPU0)")
         echo(f"booting {kernel.canonical} ({cpus} vCPUs, {accel_kind.upper()}), "
              f"{repro.name} until {target} {repro.count_name} or {duration:.0f}s")
         hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
         vm.start()
-        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel)
+        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line)
         false_alarms = 0
         try:
             while True:
                 outcome = w.watch()
-                if w.syms.data and syms_path is None:
-                    syms_path = symcache.store(kernel.sha256, w.syms.data)
-                    echo(f"symbols captured: {w.syms_info.get('lines', '?')} text symbols "
-                         f"({int(w.syms_info.get('bytes', 0)) / 1e6:.1f} MB, guest export "
-                         f"{w.syms_info.get('ms', '?')} ms, host receipt "
-                         f"{w.syms.done_at - w.hello_at if w.syms.done_at and w.hello_at else 0:.2f}s after hello)")
-                if outcome.kind not in ("freeze", "stuck"):
+                injecting = nmi.running
+                nmi.stop()  # the run is decided, or about to be examined
+                r.keep_symbols(w)
+                if outcome.kind == "stall":  # decided by measurement; the stacks are context
+                    r.debug_hang(vm, w, outcome)
                     break
-                since = (w.last_hb_at if outcome.kind == "freeze" else w.count_changed_at) or outcome.at
-                timings["detection_latency_s"] = round(outcome.at - since, 3)
-                if w.repro_started_at:
-                    timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
-                echo(f"{outcome.kind}: {outcome.detail}; reading every vCPU with gdb")
-                t_dbg = time.monotonic()
-                samples = debug.sample(vm.gdb_socket, vm.qmp, out_dir, syms_path, kernel.vmlinux or opts.vmlinux,
-                                       opts.samples, opts.sample_interval, resume=True)
-                timings["debug_s"] = round(time.monotonic() - t_dbg, 2)
-                classes = classify.classify_samples(samples.dumps, sigs)
-                hung = any(c.signature.role in ("culprit", "victim") for c in classes)
-                if hung or false_alarms >= 2 or not samples.dumps:
+                if outcome.kind not in ("freeze", "stuck") or r.debug_hang(vm, w, outcome) or false_alarms >= 2:
                     break
                 false_alarms += 1
-                echo(f"no CPU is in a known hang ({classify.summarize(classes) or 'all idle/user'}): "
+                for f in out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
+                    f.rename(out_dir / f"false-alarm-{false_alarms}-{f.name}")
+                echo(f"no CPU is in a known hang ({classify.summarize(r.classes) or 'all idle/user'}): "
                      "resuming, thresholds doubled")
                 w.rearm()
+                if injecting:
+                    nmi.start()
         except KeyboardInterrupt:
             outcome = Outcome("interrupted", "interrupted by the user (SIGINT)", time.monotonic())
-            raise_later: BaseException | None = KeyboardInterrupt()
+            raise_later = KeyboardInterrupt()
         except Interrupted as e:
             outcome = Outcome("interrupted", f"interrupted ({e})", time.monotonic())
             raise_later = e
-        else:
-            raise_later = None
-        if w.syms.data and syms_path is None:
-            symcache.store(kernel.sha256, w.syms.data)
-    timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
-                    "gate_wait_s": w.summary()["gate_wait_s"],
-                    "to_outcome_s": round(outcome.at - t0, 2),
-                    "repro_s": round(outcome.at - w.repro_started_at, 2) if w.repro_started_at else None,
-                    "total_s": round(time.monotonic() - t0, 2)})
-    report_reason = next((r.reason for r in w.reports if r.kind == "infra"), "")
+        r.keep_symbols(w)
+    watch_doc = w.summary() | {"nmi": nmi.summary() if nmi.started_at else None}
+    r.timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
+                      "gate_wait_s": watch_doc["gate_wait_s"],
+                      "to_outcome_s": round(outcome.at - t0, 2),
+                      "repro_s": round(outcome.at - w.repro_started_at, 2) if w.repro_started_at else None,
+                      "total_s": round(time.monotonic() - t0, 2)})
+    stall = stall_evidence(repro, w)
+    if stall:
+        watch_doc["stalls"] = stall
+        if stall["data"]["paths"]:
+            chart = stalls.svg(stall["data"], repro.stall_threshold_ms, f"{kernel.canonical}: bpf_ringbuf_reserve latency")
+            if chart:
+                (out_dir / "latency.svg").write_text(chart)
+    report_reason = next((rep.reason for rep in w.reports if rep.kind == "infra"), "")
     pm = pmiss.p_miss(cal, w.count, repro.count_name)
-    v = decide(outcome, w.ktap, w.count, repro, classes, samples.errors if samples else [], pm, report_reason)
-    return Attempt(v, outcome, w.summary(), classes, samples, timings, cmdline, target, raise_later)
+    v = decide(outcome, w.ktap, w.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
+               report_reason, stall)
+    return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, cmdline, target, raise_later)
+
+
+def stall_evidence(repro: reproducers.Reproducer, w: Watch) -> dict | None:
+    """Latency data and the paths that stalled, for reproducers that measure it."""
+    if not repro.stall_threshold_ms:
+        return None
+    data = stalls.parse(w.ktap.lines, w.progress)
+    stalled = stalls.evaluate(data, repro.stall_threshold_ms, repro.min_stalls)
+    return {"threshold_ms": repro.stall_threshold_ms, "min_stalls": repro.min_stalls, "stalled": stalled,
+            "text": stalls.describe(stalled, repro.stall_threshold_ms), "data": data}
 
 
 def _attempt_doc(a: Attempt, n: int) -> dict:
@@ -212,6 +270,9 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
         failed("interrupted", f"interrupted ({type(e).__name__})")
     except Cancelled as e:
         failed("interrupted", f"interrupted ({e})")
+    except Exception as e:  # noqa: BLE001 - a kstall bug still ends as a complete run directory
+        failed("error", f"internal error: {type(e).__name__}: {e}")
+        run.write_text("traceback.txt", traceback.format_exc())
     n, final = attempts[-1]
     adir = run.work / f"attempt-{n}"
     if adir.exists():
@@ -257,6 +318,10 @@ def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reprod
         "evidence": {
             "count": final.watch.get("count"),
             "count_name": repro.count_name,
+            "first_stall_count": (final.watch.get("stalls") or {}).get("data", {}).get("first_stall_count"),
+            "stalls": {k: v for k, v in (final.watch.get("stalls") or {}).items() if k != "data"} or None,
+            "latency": (final.watch.get("stalls") or {}).get("data"),
+            "nmi_injection": final.watch.get("nmi"),
             "p_miss": v.p_miss or None,
             "heartbeats": final.watch.get("heartbeats"),
             "max_heartbeat_gap_s": final.watch.get("max_heartbeat_gap_s"),

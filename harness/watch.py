@@ -8,6 +8,8 @@ reads them as they come and stops with an Outcome:
   freeze        heartbeats stopped for `freeze_after` seconds
   stuck         heartbeats go on but the reproducer's progress count has not
                 moved for `stuck_after` seconds: some CPUs are wedged
+  stall         the reproducer's own latency measurement passed its stall
+                threshold (bpf-ringbuf: a reserve slower than threshold_ms)
   panic, oops   a kernel report on the console (after a grace period that
                 lets the report finish)
   infra         an emulator fault recognised on the console (retryable)
@@ -40,6 +42,7 @@ class Limits:
     stuck_after: float = 1.0
     run_timeout: float = 180.0
     report_grace: float = 1.5
+    stalls: int = 0  # > 0: end with "stall" once the progress line's over= reaches this
 
 
 @dataclass
@@ -126,8 +129,9 @@ class SymsReader:
 
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: list[console.Pattern] | None = None,
-                 echo=None, on_repro_start=None, gate=None, cancel=None) -> None:
+                 echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None) -> None:
         self.vm = vm
+        self.on_line = on_line  # callable(line) for every reproducer line
         self.cancel = cancel  # threading.Event: another thread asks this run to end
         self.gate = gate  # harness.cores.Gate: when set, the guest waits at "ready" for our "GO"
         self.ready_at: float | None = None
@@ -154,6 +158,8 @@ class Watch:
         self.exit_code: int | None = None
         self.poweroff = False
         self.ktap = Ktap()
+        self.progress: dict = {}  # fields of the reproducer's last progress line
+        self.stall_at: float | None = None
         self.reports: list[console.Report] = []
         self.pending_report: console.Report | None = None
         self.pending_since = 0.0
@@ -199,9 +205,14 @@ class Watch:
                     self.last_hb_at = now
         if line.startswith("# progress "):
             f = dict(_KV.findall(line))
+            self.progress = f
             self._set_count(int(f.get("count", self.count)), now)
+            if self.limits.stalls and int(f.get("over", 0)) >= self.limits.stalls and self.stall_at is None:
+                self.stall_at = now
             return
         self.ktap.feed(line)
+        if self.on_line:
+            self.on_line(line)
 
     def _set_count(self, count: int, now: float) -> None:
         if count != self.count:
@@ -286,6 +297,9 @@ class Watch:
             return None
         if now - (self.go_at or self.hello_at) > L.run_timeout:
             return Outcome("timeout", f"run exceeded {L.run_timeout:.0f}s", now)
+        if self.stall_at is not None:
+            return Outcome("stall", f"the reproducer measured {self.progress.get('over')} reserve(s) past its "
+                           "stall threshold", now)
         if self.last_hb_at is not None and now - self.last_hb_at >= L.freeze_after:
             return Outcome("freeze", f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
         running = self.repro_started_at is not None and self.exit_code is None and not self.ktap.results
