@@ -64,6 +64,7 @@ bench: deps
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/bench/verify_speed.py
 	$(PYTHON) tests/bench/matrix_speed.py
+	$(PYTHON) tests/bench/bpf_ringbuf_speed.py
 
 clean:
 	rm -rf $(BUILD)

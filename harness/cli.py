@@ -59,7 +59,7 @@ def print_human(doc: dict) -> None:
     ev = doc.get("evidence", {})
     stalls = ev.get("stalls") or {}
     for s in stalls.get("stalled", []):
-        print(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {stalls['threshold_ms']:g} ms, "
+        print(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {s['threshold_ms']:g} ms, "
               f"{s.get('nulls') or 0} NULL returns")
     if ev.get("nmi_injection"):
         n = ev["nmi_injection"]

@@ -22,6 +22,8 @@ class NmiInjector:
         self.errors: list[str] = []
         self.started_at: float | None = None
         self.stopped_at: float | None = None
+        self.active_s = 0.0  # time spent injecting (paused while a debugger looks)
+        self._segment: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -31,6 +33,7 @@ class NmiInjector:
             return
         if self.started_at is None:
             self.started_at = time.monotonic()
+        self._segment = time.monotonic()
         self.stopped_at = None
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="kstall-nmi", daemon=True)
@@ -59,10 +62,13 @@ class NmiInjector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        if self._segment is not None:
+            self.active_s += time.monotonic() - self._segment
+            self._segment = None
         if self.started_at is not None and self.stopped_at is None:
             self.stopped_at = time.monotonic()
 
     def summary(self) -> dict:
-        seconds = (self.stopped_at or time.monotonic()) - self.started_at if self.started_at else 0
-        return {"rate": self.rate, "sent": self.sent, "seconds": round(seconds, 2),
-                "achieved_rate": round(self.sent / seconds, 1) if seconds else 0, "errors": self.errors[:3]}
+        active = self.active_s + (time.monotonic() - self._segment if self._segment is not None else 0)
+        return {"rate": self.rate, "sent": self.sent, "seconds": round(active, 2),
+                "achieved_rate": round(self.sent / active, 1) if active else 0, "errors": self.errors[:3]}

@@ -23,8 +23,13 @@ class Reproducer:
     default_cpus: int
     default_args: tuple[str, ...] = ()
     nmi_rate: float = 0.0          # NMIs/s the host injects when the guest asks
-    stall_threshold_ms: float = 0.0  # reserves slower than this are stalls (0: no stall data)
+    # path -> (threshold in ms, the reproducer's argument that sets it);
+    # empty: the reproducer measures no latencies
+    stall_paths: tuple[tuple[str, float, str], ...] = ()
     min_stalls: int = 1
+
+    def stall_thresholds(self) -> dict[str, float]:
+        return {path: ms for path, ms, _ in self.stall_paths}
 
 
 def names() -> list[str]:
@@ -42,5 +47,6 @@ def load(name: str) -> Reproducer:
                       max_seconds=float(d["max_seconds"]), stuck_after_s=float(d["stuck_after_s"]),
                       default_cpus=int(d["default_cpus"]), default_args=tuple(d.get("default_args", ())),
                       nmi_rate=float(d.get("nmi", {}).get("rate", 0)),
-                      stall_threshold_ms=float(d.get("stall", {}).get("threshold_ms", 0)),
+                      stall_paths=tuple((path, float(p["threshold_ms"]), p["arg"])
+                                        for path, p in d.get("stall", {}).get("paths", {}).items()),
                       min_stalls=int(d.get("stall", {}).get("min_stalls", 1)))

@@ -56,24 +56,23 @@ def parse(lines: list[str], progress: dict | None = None) -> dict:
     return {"complete": complete, "paths": paths, "first_stall_count": first}
 
 
-def evaluate(stalls: dict, threshold_ms: float, min_stalls: int) -> list[dict]:
-    """Paths that stalled: max latency past the threshold, with at least
-    min_stalls such reserves (a path known only from progress lines counts
-    its maximum alone)."""
+def evaluate(stalls: dict, thresholds: dict[str, float], min_stalls: int) -> list[dict]:
+    """Paths that stalled: max latency past the path's threshold (ms), with at
+    least min_stalls reserves counted past it by the reproducer."""
     out = []
-    limit = threshold_ms * 1e6
     for path, p in stalls["paths"].items():
+        ms = thresholds.get(path)
         over = p.get("over", 0)
-        if p.get("max_ns", 0) >= limit and over >= min_stalls:
+        if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= min_stalls:
             out.append({"path": path, "title": PATH_TITLES.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
-                        "over": over, "nulls": p.get("nulls")})
+                        "over": over, "nulls": p.get("nulls"), "threshold_ms": ms})
     return sorted(out, key=lambda s: -s["max_ms"])
 
 
-def describe(stalled: list[dict], threshold_ms: float) -> str:
-    """'NMI reserve stalled 1040.2 ms (3 reserves >= 100 ms)'"""
+def describe(stalled: list[dict]) -> str:
+    """'NMI reserve stalled 99.2 ms (3 reserves >= 50 ms)'"""
     return "; ".join(f"{s['title']} stalled {s['max_ms']:.1f} ms ({s['over']} reserve"
-                     f"{'s' if s['over'] != 1 else ''} >= {threshold_ms:g} ms)" for s in stalled)
+                     f"{'s' if s['over'] != 1 else ''} >= {s['threshold_ms']:g} ms)" for s in stalled)
 
 
 def _fmt_ns(ns: float) -> str:
@@ -83,14 +82,15 @@ def _fmt_ns(ns: float) -> str:
     return f"{ns:g}ns"
 
 
-def svg(stalls: dict, threshold_ms: float, title: str = "") -> str:
+def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
     """A small log2 latency histogram per path (counts on a log scale), with
-    the stall threshold marked: self-contained SVG for run dirs and reports."""
+    each path's stall threshold marked: self-contained SVG for run dirs and
+    reports."""
     paths = [(k, p) for k, p in stalls.get("paths", {}).items() if p.get("hist")]
     if not paths:
         return ""
-    thr_b = int(threshold_ms * 1e6).bit_length() - 1
-    buckets = [b for _, p in paths for b in p["hist"]] + [thr_b]
+    thr = {k: int(ms * 1e6).bit_length() - 1 for k, ms in thresholds.items()}
+    buckets = [b for _, p in paths for b in p["hist"]] + [thr[k] for k, _ in paths if k in thr]
     lo, hi = min(buckets), max(buckets)
     width, row_h, left, plot_w = 640, 110, 130, 480
     bw = plot_w / (hi - lo + 1)
@@ -114,10 +114,10 @@ def svg(stalls: dict, threshold_ms: float, title: str = "") -> str:
                              f'[{_fmt_ns(2 ** b)}, {_fmt_ns(2 ** (b + 1))})</title></rect>')
         for b in range(lo, hi + 1, max(1, (hi - lo) // 6)):
             parts.append(f'<text x="{left + (b - lo) * bw:.1f}" y="{top + 90}" font-size="10">{_fmt_ns(2 ** b)}</text>')
-        if lo <= thr_b <= hi:
-            x = left + (thr_b - lo) * bw
+        if path in thr:
+            x = left + (thr[path] - lo) * bw
             parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + 78}" stroke="#000" '
-                         f'stroke-dasharray="3,3"><title>stall threshold {threshold_ms:g} ms</title></line>')
+                         f'stroke-dasharray="3,3"><title>stall threshold {thresholds[path]:g} ms</title></line>')
     parts.append("</svg>")
     return "".join(parts)
 

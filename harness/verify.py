@@ -106,8 +106,8 @@ def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, d
     """The reproducer's command line: stop conditions, its defaults, the stall
     threshold from its data file, then the user's arguments (which win)."""
     args = [repro.count_arg, str(target), repro.duration_arg, f"{duration:g}", *repro.default_args]
-    if repro.stall_threshold_ms:
-        args += ["--stall-ms", f"{repro.stall_threshold_ms:g}"]
+    for _, ms, arg in repro.stall_paths:
+        args += [arg, f"{ms:g}"]
     return args + list(opts.repro_args)
 
 
@@ -131,7 +131,9 @@ class _Run:
                       f"host receipt {took:.2f}s after hello)")
 
     def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:
-        """GDB samples of every vCPU; whether they show a known hang."""
+        """GDB samples of every vCPU; whether they settle the run: a culprit
+        (victims alone may be a stall that ends, which the reproducer's own
+        measurement then reports), or no samples at all."""
         since = (w.last_hb_at if outcome.kind == "freeze" else w.count_changed_at) or outcome.at
         self.timings["detection_latency_s"] = round(outcome.at - since, 3)
         if w.repro_started_at:
@@ -143,7 +145,7 @@ class _Run:
                                     self.opts.sample_interval, resume=True)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
-        return any(c.signature.role in ("culprit", "victim") for c in self.classes) or not self.samples.dumps
+        return any(c.signature.role == "culprit" for c in self.classes) or not self.samples.dumps
 
 
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
@@ -159,7 +161,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                    memory_mb=opts.memory_mb, accel=accel_kind)
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
-                    stalls=repro.min_stalls if repro.stall_threshold_ms else 0)
+                    stalls=repro.min_stalls if repro.stall_paths else 0)
     t0 = time.monotonic()
     raise_later: BaseException | None = None
     gate = Gate(opts.budget, cpus, opts.cancel) if opts.budget else None  # waits for a boot core
@@ -193,7 +195,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                 false_alarms += 1
                 for f in out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
                     f.rename(out_dir / f"false-alarm-{false_alarms}-{f.name}")
-                echo(f"no CPU is in a known hang ({classify.summarize(r.classes) or 'all idle/user'}): "
+                echo(f"no culprit on any CPU ({classify.summarize(r.classes) or 'all idle/user'}): "
                      "resuming, thresholds doubled")
                 w.rearm()
                 if injecting:
@@ -215,7 +217,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     if stall:
         watch_doc["stalls"] = stall
         if stall["data"]["paths"]:
-            chart = stalls.svg(stall["data"], repro.stall_threshold_ms, f"{kernel.canonical}: bpf_ringbuf_reserve latency")
+            chart = stalls.svg(stall["data"], repro.stall_thresholds(),
+                               f"{kernel.canonical}: bpf_ringbuf_reserve latency")
             if chart:
                 (out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.reports if rep.kind == "infra"), "")
@@ -227,12 +230,13 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
 
 def stall_evidence(repro: reproducers.Reproducer, w: Watch) -> dict | None:
     """Latency data and the paths that stalled, for reproducers that measure it."""
-    if not repro.stall_threshold_ms:
+    if not repro.stall_paths:
         return None
     data = stalls.parse(w.ktap.lines, w.progress)
-    stalled = stalls.evaluate(data, repro.stall_threshold_ms, repro.min_stalls)
-    return {"threshold_ms": repro.stall_threshold_ms, "min_stalls": repro.min_stalls, "stalled": stalled,
-            "text": stalls.describe(stalled, repro.stall_threshold_ms), "data": data}
+    thresholds = repro.stall_thresholds()
+    stalled = stalls.evaluate(data, thresholds, repro.min_stalls)
+    return {"threshold_ms": thresholds, "min_stalls": repro.min_stalls, "stalled": stalled,
+            "text": stalls.describe(stalled), "data": data}
 
 
 def _attempt_doc(a: Attempt, n: int) -> dict:

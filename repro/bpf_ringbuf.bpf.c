@@ -21,7 +21,7 @@
 struct task_struct;
 
 const volatile __u32 reserves_per_switch = 1;
-const volatile __u64 stall_ns = 50000000;
+const volatile __u64 stall_ns[RB_PATHS] = { 100000000, 50000000 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -64,7 +64,7 @@ static __always_inline void reserve_once(__u32 path)
 		add(path, RB_NULLS, 1);
 	add(path, RB_RESERVES, 1);
 	add(path, RB_SUM_NS, dt);
-	if (dt >= stall_ns)
+	if (dt >= stall_ns[path])
 		add(path, RB_OVER, 1);
 	key = path * RB_STATS + RB_MAX_NS;
 	slot = bpf_map_lookup_elem(&stats, &key);

@@ -37,7 +37,7 @@ struct options {
 	unsigned long long count;
 	unsigned reserves;
 	unsigned ringbuf_mb;
-	unsigned long long stall_ns;
+	unsigned long long stall_ns[RB_PATHS];
 	const char *nmi_source;
 	unsigned perf_freq;
 	int pairs;
@@ -213,7 +213,8 @@ static void usage(FILE *f)
 		"  --count N           stop after N NMI-context reserves (default: no limit)\n"
 		"  --reserves N        reserve+discard per sched_switch (default 1, at most 64)\n"
 		"  --ringbuf-mb N      ring buffer size (default 16)\n"
-		"  --stall-ms MS       count reserves at least this slow as stalls (default 50)\n"
+		"  --stall-ms MS       count sched_switch reserves this slow as stalls (default 100)\n"
+		"  --nmi-stall-ms MS   count NMI-context reserves this slow as stalls (default 50)\n"
 		"  --nmi-source SRC    auto (default), perf (hardware cycles) or inject (host NMIs)\n"
 		"  --perf-freq HZ      perf_event sampling frequency (default 1000)\n"
 		"  --pairs N           ping-pong thread pairs, one per CPU (default: every CPU)\n"
@@ -225,13 +226,15 @@ static int parse(int argc, char **argv, struct options *o, int ncpus)
 	static const struct option longopts[] = {
 		{ "duration", required_argument, NULL, 'd' }, { "count", required_argument, NULL, 'c' },
 		{ "reserves", required_argument, NULL, 'r' }, { "ringbuf-mb", required_argument, NULL, 'm' },
-		{ "stall-ms", required_argument, NULL, 's' }, { "nmi-source", required_argument, NULL, 'n' },
+		{ "stall-ms", required_argument, NULL, 's' }, { "nmi-stall-ms", required_argument, NULL, 'S' },
+		{ "nmi-source", required_argument, NULL, 'n' },
 		{ "perf-freq", required_argument, NULL, 'f' }, { "pairs", required_argument, NULL, 'p' },
 		{ "progress-ms", required_argument, NULL, 'P' }, { "help", no_argument, NULL, 'h' }, { 0 }
 	};
 	int c;
 
-	*o = (struct options){ .duration_s = 30, .reserves = 1, .ringbuf_mb = 16, .stall_ns = 50000000ull,
+	*o = (struct options){ .duration_s = 30, .reserves = 1, .ringbuf_mb = 16,
+			       .stall_ns = { [RB_PATH_SWITCH] = 100000000ull, [RB_PATH_NMI] = 50000000ull },
 			       .nmi_source = "auto", .perf_freq = 1000, .pairs = ncpus, .progress_ms = 100 };
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
@@ -239,7 +242,8 @@ static int parse(int argc, char **argv, struct options *o, int ncpus)
 		case 'c': o->count = strtoull(optarg, NULL, 0); break;
 		case 'r': o->reserves = strtoul(optarg, NULL, 0); break;
 		case 'm': o->ringbuf_mb = strtoul(optarg, NULL, 0); break;
-		case 's': o->stall_ns = (unsigned long long)(strtod(optarg, NULL) * 1e6); break;
+		case 's': o->stall_ns[RB_PATH_SWITCH] = (unsigned long long)(strtod(optarg, NULL) * 1e6); break;
+		case 'S': o->stall_ns[RB_PATH_NMI] = (unsigned long long)(strtod(optarg, NULL) * 1e6); break;
 		case 'n': o->nmi_source = optarg; break;
 		case 'f': o->perf_freq = strtoul(optarg, NULL, 0); break;
 		case 'p': o->pairs = atoi(optarg); break;
@@ -273,8 +277,9 @@ int main(int argc, char **argv)
 	if (ncpus < 1 || parse(argc, argv, &o, online))
 		return 2;
 	ktap_header(1);
-	ktap_line("# bpf-ringbuf: reserves=%u ringbuf_mb=%u stall_ms=%.1f duration_s=%.1f count=%llu pairs=%d",
-		  o.reserves, o.ringbuf_mb, o.stall_ns / 1e6, o.duration_s, o.count, o.pairs);
+	ktap_line("# bpf-ringbuf: reserves=%u ringbuf_mb=%u stall_ms=%.1f nmi_stall_ms=%.1f duration_s=%.1f count=%llu "
+		  "pairs=%d", o.reserves, o.ringbuf_mb, o.stall_ns[RB_PATH_SWITCH] / 1e6, o.stall_ns[RB_PATH_NMI] / 1e6,
+		  o.duration_s, o.count, o.pairs);
 	libbpf_set_print(libbpf_print);
 
 	/* NMI source: a PMU's cycles event in NMI context, else host injection */
@@ -295,7 +300,7 @@ int main(int argc, char **argv)
 		return 4;
 	}
 	skel->rodata->reserves_per_switch = o.reserves;
-	skel->rodata->stall_ns = o.stall_ns;
+	memcpy(skel->rodata->stall_ns, o.stall_ns, sizeof(o.stall_ns));
 	bpf_map__set_max_entries(skel->maps.rb, o.ringbuf_mb << 20);
 	bpf_program__set_autoload(inject ? skel->progs.on_perf_nmi : skel->progs.on_nmi_handler, false);
 	err = bpf_ringbuf__load(skel);
