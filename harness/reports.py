@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import paths
+from harness import paths, stalls
 from harness.expect import FAILING, STATUS_TEXT
 
 if TYPE_CHECKING:  # the report command runs without the VM side (and pexpect)
@@ -59,6 +59,7 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "signature": d.get("signature"), "confidence": d.get("confidence"),
         "kernel_canonical": d.get("kernel", {}).get("canonical"),
         "count": ev.get("count"), "count_name": ev.get("count_name"), "p_miss": ev.get("p_miss"),
+        "stalls": ev.get("stalls"), "latency": ev.get("latency"),
         "cpus": d.get("cpus", []),
         "backtraces": backtrace_text(d.get("cpus", [])),
         "console_excerpt": _console_excerpt(r.run_dir, d),
@@ -285,6 +286,8 @@ def _detail(i: int, c: dict) -> str:
         f"CPU{x['cpu']}: {x['class']}\n" + "\n".join("    " + f for f in x.get("frames", []))
         for x in c["cpus"] if x.get("role") != "benign") or "(no stacks: the guest did not hang)"
     pm = c.get("p_miss") or {}
+    chart = stalls.svg(c["latency"], (c.get("stalls") or {}).get("threshold_ms") or {}, f"{c['id']}: reserve latency") \
+        if c.get("latency") else ""
     facts = [f"expected <b>{e(c['expect'])}</b>, got <b>{e(c['verdict'] or 'nothing')}</b>: "
              f"<span class=\"{'failing' if c['failing'] else ''}\">{e(STATUS_TEXT[c['status']])}</span>"]
     if c.get("count") is not None:
@@ -297,6 +300,7 @@ def _detail(i: int, c: dict) -> str:
             f'<p class="badge">{e(c["line"] or c["reason"] or "")}</p><p>{"<br>".join(facts)}</p>'
             + (f'<table class="cpus"><tr><th>CPU</th><th>class</th><th>at</th><th></th></tr>{cpus}</table>'
                if cpus else "")
+            + (f'<details open><summary>reserve latency</summary>{chart}</details>' if chart else "")
             + f'<details open><summary>per-CPU backtraces</summary><pre>{e(traces)}</pre></details>'
             f'<details><summary>console excerpt</summary><pre>{e(chr(10).join(c["console_excerpt"]) or "(empty)")}'
             f'</pre></details></article>')

@@ -78,8 +78,8 @@ def describe(stalled: list[dict]) -> str:
 def _fmt_ns(ns: float) -> str:
     for unit, div in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
         if ns >= div:
-            return f"{ns / div:g}{unit}"
-    return f"{ns:g}ns"
+            return f"{ns / div:.3g}{unit}"
+    return f"{ns:.3g}ns"
 
 
 def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
@@ -92,7 +92,7 @@ def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
     thr = {k: int(ms * 1e6).bit_length() - 1 for k, ms in thresholds.items()}
     buckets = [b for _, p in paths for b in p["hist"]] + [thr[k] for k, _ in paths if k in thr]
     lo, hi = min(buckets), max(buckets)
-    width, row_h, left, plot_w = 640, 110, 130, 480
+    width, row_h, left, plot_w = 680, 110, 160, 500
     bw = plot_w / (hi - lo + 1)
     colors = {"nmi": "#c0392b", "sched_switch": "#2c7fb8"}
     parts = [f'<svg class="latency" xmlns="http://www.w3.org/2000/svg" width="{width}" '

@@ -57,6 +57,8 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
         all_samples = all(c.seen.get(c.signature.name, 0) == c.samples for c in culprits)
         victims = any(c.signature.role == "victim" for c in classes)
         confidence = "high" if all_samples and (victims or all(c.stuck for c in culprits)) else "medium"
+        if stall is not None and stall.get("frozen_s"):
+            summary += f" (stalled at least {stall['frozen_s']:.1f} s: frozen from the last sign of life to the last sample)"
         return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}", summary=summary,
                        confidence=confidence, signature=sig.name)
     if stalled:

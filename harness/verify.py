@@ -144,6 +144,8 @@ class _Run:
                                     self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
                                     self.opts.sample_interval, resume=True)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
+        # a lower bound on the hang: from the last sign of life to the last sample
+        self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
         self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
         return any(c.signature.role == "culprit" for c in self.classes) or not self.samples.dumps
 
@@ -187,8 +189,11 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                 injecting = nmi.running
                 nmi.stop()  # the run is decided, or about to be examined
                 r.keep_symbols(w)
-                if outcome.kind == "stall":  # decided by measurement; the stacks are context
-                    r.debug_hang(vm, w, outcome)
+                if outcome.kind == "stall":
+                    # decided by the reproducer's own measurement, after the
+                    # stall ended: no stacks to read, but its final histograms
+                    echo(f"{outcome.detail}: ending the run to collect its histograms")
+                    w.finish()
                     break
                 if outcome.kind not in ("freeze", "stuck") or r.debug_hang(vm, w, outcome) or false_alarms >= 2:
                     break
@@ -215,6 +220,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                       "total_s": round(time.monotonic() - t0, 2)})
     stall = stall_evidence(repro, w)
     if stall:
+        if outcome.kind in ("freeze", "stuck"):
+            stall["frozen_s"] = r.timings.get("hang_observed_s")
         watch_doc["stalls"] = stall
         if stall["data"]["paths"]:
             chart = stalls.svg(stall["data"], repro.stall_thresholds(),

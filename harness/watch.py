@@ -308,13 +308,29 @@ class Watch:
                            "while heartbeats continue", now)
         return None
 
-    def _send_go(self, now: float) -> None:
+    def _send(self, command: bytes) -> None:
         assert self.vm.agent is not None
         self.vm.agent.setblocking(True)
         try:
-            self.vm.agent.sendall(b"GO\n")
+            self.vm.agent.settimeout(5)
+            self.vm.agent.sendall(command)
+        except OSError:
+            pass  # QEMU gone: the caller's next look will see it
         finally:
             self.vm.agent.setblocking(False)
+
+    def finish(self, timeout: float = 10.0) -> bool:
+        """Ask the agent to end the reproducer now (it still prints its final
+        results) and read until it has exited; whether it did in time."""
+        self._send(b"STOP\n")
+        deadline = time.monotonic() + timeout
+        while self.exit_code is None and self.vm.alive() and time.monotonic() < deadline:
+            self._pump(0.05)
+        self._pump(0)
+        return self.exit_code is not None
+
+    def _send_go(self, now: float) -> None:
+        self._send(b"GO\n")
         self.go_at = now
         # the guest idled at the gate: its heartbeat clock starts now
         if self.last_hb_at is not None:

@@ -17,6 +17,9 @@
  *                       before starting the reproducer (the host boots guests
  *                       ahead while others still use the CPUs)
  *
+ * Host commands on the agent port: "GO" (see kstall.gate) and "STOP": end the
+ * reproducer early with SIGTERM, so it still prints its final results.
+ *
  * Agent channel lines (host parses these; anything else is reproducer KTAP):
  *   KSTALL hello uname=R cpus=N
  *   KSTALL syms bytes=B lines=L ms=T
@@ -31,6 +34,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +53,7 @@ static int agent_fd = -1;
 static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong progress_count;
 static atomic_int hb_stop;
+static atomic_int repro_pid;
 static unsigned hb_ms = 50;
 
 static void say_fd(int fd, const char *buf, size_t len)
@@ -225,26 +230,42 @@ static void send_kallsyms(void)
 	say("KSTALL syms bytes=%zu lines=%zu ms=%llu", out, lines, (mono_ns() - t0) / 1000000);
 }
 
-/* block until the host writes a line "GO" on the agent port */
-static void wait_for_go(void)
+/* read host commands a line at a time until `until` arrives (NULL: forever);
+ * "STOP" ends the reproducer */
+static void host_commands(const char *until)
 {
 	char buf[64];
 	size_t have = 0;
 
 	for (;;) {
 		ssize_t n = read(agent_fd, buf + have, sizeof(buf) - 1 - have);
+		char *nl;
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
-			return;	/* host gone: nothing to wait for */
+			return;	/* host gone */
 		have += n;
 		buf[have] = 0;
-		if (strstr(buf, "GO\n"))
-			return;
+		while ((nl = strchr(buf, '\n'))) {
+			*nl = 0;
+			if (until && !strcmp(buf, until))
+				return;
+			if (!strcmp(buf, "STOP") && atomic_load(&repro_pid) > 0)
+				kill(atomic_load(&repro_pid), SIGTERM);
+			have -= nl + 1 - buf;
+			memmove(buf, nl + 1, have + 1);
+		}
 		if (have == sizeof(buf) - 1)
 			have = 0;
 	}
+}
+
+static void *command_reader(void *arg)
+{
+	(void)arg;
+	host_commands(NULL);
+	return NULL;
 }
 
 static void *heartbeat(void *arg)
@@ -297,6 +318,7 @@ static int run_repro(const char *name, char *args)
 	close(pfd[1]);
 	if (pid < 0)
 		return -errno;
+	atomic_store(&repro_pid, pid);
 	for (;;) {
 		ssize_t n = read(pfd[0], linebuf + have, sizeof(linebuf) - 1 - have);
 		char *start = linebuf, *nl;
@@ -331,7 +353,7 @@ int main(void)
 {
 	char cmdline[4096] = "", repro[64] = "none", args[1024] = "", val[32];
 	struct utsname u;
-	pthread_t hb;
+	pthread_t hb, cmd;
 	int fd, code = 0;
 
 	mount_all();
@@ -363,8 +385,10 @@ int main(void)
 		send_kallsyms();
 	if (cmdline_get(cmdline, "kstall.gate", val, sizeof(val)) && val[0] == '1' && agent_fd >= 0) {
 		say("KSTALL ready");
-		wait_for_go();
+		host_commands("GO");
 	}
+	if (agent_fd >= 0)
+		pthread_create(&cmd, NULL, command_reader, NULL);
 	if (strcmp(repro, "none") != 0)
 		code = run_repro(repro, args);
 	say("KSTALL exit code=%d", code);

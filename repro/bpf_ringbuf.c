@@ -281,6 +281,7 @@ int main(int argc, char **argv)
 		  "pairs=%d", o.reserves, o.ringbuf_mb, o.stall_ns[RB_PATH_SWITCH] / 1e6, o.stall_ns[RB_PATH_NMI] / 1e6,
 		  o.duration_s, o.count, o.pairs);
 	libbpf_set_print(libbpf_print);
+	ktap_handle_term();
 
 	/* NMI source: a PMU's cycles event in NMI context, else host injection */
 	if (strcmp(o.nmi_source, "inject")) {
@@ -364,6 +365,8 @@ int main(int argc, char **argv)
 			ktap_line("# first-stall count=%llu elapsed_ms=%llu", first_over - 1, elapsed_ms);
 		}
 		if (elapsed_ms >= o.duration_s * 1000 || (o.count && tot[RB_PATH_NMI][RB_RESERVES] >= o.count))
+			break;
+		if (atomic_load(&terminate))
 			break;
 	}
 	atomic_store(&stop, 1);

@@ -8,7 +8,9 @@
 #ifndef KSTALL_KTAP_H
 #define KSTALL_KTAP_H
 
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -53,6 +55,24 @@ static inline unsigned long long mono_ns(void)
 static inline void ktap_progress(unsigned long long count, unsigned long long elapsed_ms)
 {
 	ktap_line("# progress count=%llu elapsed_ms=%llu", count, elapsed_ms);
+}
+
+/* SIGTERM (the agent's STOP) ends a reproducer early; it still prints its
+ * final counters. Call ktap_handle_term() once in main(). */
+static atomic_int terminate;
+
+static inline void ktap_on_term(int sig)
+{
+	(void)sig;
+	atomic_store(&terminate, 1);
+}
+
+static inline void ktap_handle_term(void)
+{
+	struct sigaction sa = { .sa_handler = ktap_on_term };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
 }
 
 #endif

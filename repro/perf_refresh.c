@@ -197,6 +197,7 @@ int main(int argc, char **argv)
 		  o.threads, o.bystander, o.period_ns, o.duration_ms, o.target);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPROF, &sa, NULL);
+	ktap_handle_term();
 
 	start = mono_ns();
 	for (int i = 0; i < o.threads; i++)
@@ -214,6 +215,8 @@ int main(int argc, char **argv)
 		ktap_progress(count, elapsed_ms);
 		if (atomic_load(&failed_errno) || elapsed_ms >= o.duration_ms ||
 		    (o.target && count >= o.target))
+			break;
+		if (atomic_load(&terminate))
 			break;
 	}
 	atomic_store(&stop, 1);

@@ -44,8 +44,11 @@ def test_shards_partition_the_cells():
         shards = [matrix.select(cells, (i, n)) for i in range(1, n + 1)]
         ids = [c.id for s in shards for c in s]
         assert sorted(ids) == sorted(c.id for c in cells) and len(ids) == len(set(ids))
-    assert [c.kernel for c in matrix.select(cells, only=["debian:6.16.*"])] == ["debian:6.16.12"]
-    assert "debian:6.16.12" not in {c.kernel for c in matrix.select(cells, exclude=["*6.16.12/perf-refresh"])}
+    assert {c.kernel for c in matrix.select(cells, only=["debian:6.16.*"])} == {"debian:6.16.12"}
+    assert [c.reproducer for c in matrix.select(cells, only=["*/bpf-ringbuf"])] == ["bpf-ringbuf"] * len(
+        {c.kernel for c in cells})
+    left = matrix.select(cells, exclude=["*6.16.12/perf-refresh"])
+    assert "debian:6.16.12/perf-refresh" not in {c.id for c in left} and len(left) == len(cells) - 1
     with pytest.raises(matrix.MatrixError):
         matrix.parse_shard("3/2")
 
@@ -101,3 +104,4 @@ def test_passing_doc_exits_zero_and_merge_is_a_union():
     assert [c["id"] for c in merged["cells"]] == [c["id"] for c in ok["cells"]]
     assert merged["shards"] == ["1/2", "2/2"] and merged["exit_code"] == 0
     assert "debian:6.16.12" in reports.summary_text(merged)
+

@@ -1,0 +1,46 @@
+"""bpf-ringbuf on real Debian kernels: an affected and a fixed kernel."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import kstall_processes, verify_json
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    yield
+    assert kstall_processes() == [], "a qemu or gdb outlived its run"
+
+
+def test_affected_kernel_stalls_and_names_the_path(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:6.16.12", "bpf-ringbuf")
+    assert rc == 1, err
+    assert doc["verdict"] == "VULNERABLE"
+    ev = doc["evidence"]
+    assert ev["nmi_injection"]["sent"] > 0
+    if doc["signature"] == "reserve-latency-stall":
+        stalled = ev["stalls"]["stalled"]
+        assert stalled and all(s["max_ms"] >= s["threshold_ms"] and s["over"] >= 1 for s in stalled)
+        assert any(s["title"] in doc["line"] for s in stalled)
+    else:  # the guest froze and GDB found the NMI-context rqspinlock wait
+        assert doc["signature"] == "rqspinlock_ringbuf_nmi"
+        assert "NMI-context bpf_ringbuf_reserve" in doc["line"] and "stalled at least" in doc["line"]
+
+
+def test_fixed_kernel_is_not_reproduced_with_counts_and_a_chart(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", "bpf-ringbuf")
+    assert rc == 0, err
+    ev = doc["evidence"]
+    assert doc["verdict"] == "NOT_REPRODUCED" and ev["count_name"] == "NMI-context reserves"
+    assert ev["count"] >= 500 and ev["p_miss"]["p_miss_log10"] <= -6
+    assert "calibrated on debian:6.16.12" in ev["p_miss"]["method"]
+    assert ev["stalls"]["stalled"] == []
+    nmi = ev["latency"]["paths"]["nmi"]
+    assert nmi["reserves"] == ev["count"] and nmi["hist"]
+    assert (Path(doc["results_dir"]) / "latency.svg").read_text().startswith("<svg")
+    assert json.loads((Path(doc["results_dir"]) / "run.json").read_text())["verdict"] == "NOT_REPRODUCED"

@@ -1,0 +1,81 @@
+"""Stall evidence from recorded bpf-ringbuf agent logs, and the rqspinlock
+signatures on recorded GDB dumps of a stalled 6.16.12."""
+import re
+
+from recorded import FIXTURES, load_samples
+
+from harness import classify, reproducers, stalls
+from harness.verdict import decide
+from harness.watch import Ktap, Outcome
+
+REPRO = reproducers.load("bpf-ringbuf")
+THRESHOLDS = REPRO.stall_thresholds()
+
+
+def replay(name):
+    """KTAP lines and the last progress fields, as the watcher keeps them."""
+    lines, progress = [], {}
+    for line in (FIXTURES / "agent-logs" / name).read_text().splitlines():
+        if line.startswith(("HB ", "KSTALL ")):
+            continue
+        if line.startswith("# progress "):
+            progress = dict(re.findall(r"(\w+)=(\S+)", line))
+        else:
+            lines.append(line)
+    return lines, progress
+
+
+def test_thresholds_come_from_the_data_file():
+    assert THRESHOLDS == {"nmi": 50.0, "sched_switch": 100.0}
+    assert REPRO.nmi_rate > 0 and REPRO.default_args
+
+
+def test_fixed_kernel_run_has_histograms_and_no_stall():
+    lines, progress = replay("bpf-ringbuf-7.3.4-fixed.log")
+    data = stalls.parse(lines, progress)
+    assert data["complete"] and set(data["paths"]) == {"nmi", "sched_switch"}
+    nmi = data["paths"]["nmi"]
+    assert nmi["reserves"] >= 500 and nmi["max_ns"] < 1e6 and sum(nmi["hist"].values()) == nmi["reserves"]
+    assert stalls.evaluate(data, THRESHOLDS, 1) == []
+    chart = stalls.svg(data, THRESHOLDS, "7.3.4")
+    assert chart.startswith("<svg") and chart.count("<rect") >= 5 and "stall threshold 50 ms" in chart
+
+
+def test_stalled_run_is_judged_from_its_last_progress_line():
+    lines, progress = replay("bpf-ringbuf-6.16.12-stall.log")
+    data = stalls.parse(lines, progress)
+    assert not data["complete"] and data["first_stall_count"] is not None
+    stalled = stalls.evaluate(data, THRESHOLDS, 1)
+    assert stalled and stalled[0]["path"] == "sched_switch" and stalled[0]["max_ms"] > 500
+    text = stalls.describe(stalled)
+    assert "sched_switch reserve stalled" in text and ">= 100 ms" in text
+    evidence = {"threshold_ms": THRESHOLDS, "min_stalls": 1, "stalled": stalled, "text": text, "data": data}
+    v = decide(Outcome("stall", "measured", 0), Ktap(), 46, REPRO, [], [], {}, "", evidence)
+    assert v.verdict == "VULNERABLE" and v.summary == text
+
+
+def test_a_path_below_its_threshold_is_not_a_stall():
+    data = {"paths": {"nmi": {"max_ns": 49_000_000, "over": 0}, "sched_switch": {"max_ns": 99_000_000, "over": 0}}}
+    assert stalls.evaluate(data, THRESHOLDS, 1) == []
+
+
+def test_nmi_context_rqspinlock_wait_is_the_culprit():
+    sigs = classify.load_signatures()
+    classes = classify.classify_samples(load_samples("bpf-ringbuf-6.16.12-nmi-culprit"), sigs)
+    by_cpu = {c.cpu: c for c in classes}
+    assert by_cpu[0].signature.name == "rqspinlock_ringbuf_nmi" and by_cpu[0].stuck
+    assert by_cpu[1].signature.name == "rqspinlock_ringbuf_wait"
+    frames = [f["function"] for f in by_cpu[0].frames]
+    assert "exc_nmi" in frames and "__bpf_ringbuf_reserve" in frames
+    v = decide(Outcome("freeze", "no heartbeat", 0), Ktap(), 16, REPRO, classes, [], {})
+    assert v.verdict == "VULNERABLE" and v.signature == "rqspinlock_ringbuf_nmi"
+
+
+def test_a_passing_wait_is_only_a_victim_sample():
+    """The TAS spelling (virt_spin_lock under a hypervisor) is recognised, but
+    a wait seen in one of three samples does not make a culprit."""
+    samples = load_samples("bpf-ringbuf-6.16.12-rqspinlock")
+    per_sample = [classify.classify_cpu(c, classify.load_signatures()).name for s in samples for c in s["cpus"]]
+    assert "rqspinlock_ringbuf_wait" in per_sample
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    assert not [c for c in classes if c.signature.role == "culprit"]
