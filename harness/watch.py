@@ -211,6 +211,8 @@ class Watch:
                 self.stall_at = now
             return
         self.ktap.feed(line)
+        if line.startswith("# result ") and "count" in self.ktap.result_fields:
+            self.count = int(self.ktap.result_fields["count"])  # the final word on the count
         if self.on_line:
             self.on_line(line)
 

@@ -373,6 +373,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(threads[i], NULL);
 	pthread_join(consumer_thread, NULL);
+	read_stats(bpf_map__fd(skel->maps.stats), ncpus, tot, NULL);	/* the final figures */
 	print_final(skel, ncpus);
 	ktap_line("# result count=%llu elapsed_ms=%llu switch=%llu", tot[RB_PATH_NMI][RB_RESERVES], elapsed_ms,
 		  tot[RB_PATH_SWITCH][RB_RESERVES]);

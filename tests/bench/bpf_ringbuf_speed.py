@@ -43,7 +43,8 @@ def main() -> None:
                   f"(min {min(walls):.1f}, max {max(walls):.1f})")
             for d in docs:
                 ev = d["evidence"]
-                retried = f" [attempts: {', '.join(x['verdict'] for x in d['attempts'])}]" if len(d["attempts"]) > 1 else ""
+                retried = (" [retried after: " + "; ".join(f"{x['verdict']} {x['reason'][:90]}" for x in d["attempts"][:-1])
+                           + "]") if len(d["attempts"]) > 1 else ""
                 if d["verdict"] == "VULNERABLE":
                     print(f"    {d['line']}  ({ev['count']} NMI-context reserves){retried}")
                 else:

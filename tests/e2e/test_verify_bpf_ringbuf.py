@@ -27,6 +27,8 @@ def test_affected_kernel_stalls_and_names_the_path(tmp_path):
         stalled = ev["stalls"]["stalled"]
         assert stalled and all(s["max_ms"] >= s["threshold_ms"] and s["over"] >= 1 for s in stalled)
         assert any(s["title"] in doc["line"] for s in stalled)
+        # the run was ended early with STOP and still printed its histograms
+        assert ev["latency"]["complete"] and (Path(doc["results_dir"]) / "latency.svg").exists()
     else:  # the guest froze and GDB found the NMI-context rqspinlock wait
         assert doc["signature"] == "rqspinlock_ringbuf_nmi"
         assert "NMI-context bpf_ringbuf_reserve" in doc["line"] and "stalled at least" in doc["line"]
