@@ -197,10 +197,14 @@ def cmd_report(a: argparse.Namespace) -> int:
         reports.write_all(target, doc)
     else:
         out = results.RunDir("matrix-merged", a.out)
-        for d in a.dirs:
-            reports.copy_runs(d, out.work)
-        doc["id"] = out.id
-        reports.write_all(out.work, doc)
+        try:
+            for d in a.dirs:
+                reports.copy_runs(d, out.work)
+            doc["id"] = out.id
+            reports.write_all(out.work, doc)
+        except BaseException:
+            out.abandon()
+            raise
         target = out.finalize()
     print(reports.summary_text(doc))
     print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json}}")

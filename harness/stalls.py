@@ -86,7 +86,9 @@ def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
     """A small log2 latency histogram per path (counts on a log scale), with
     each path's stall threshold marked: self-contained SVG for run dirs and
     reports."""
-    paths = [(k, p) for k, p in stalls.get("paths", {}).items() if p.get("hist")]
+    # bucket keys are strings once the data has been through JSON (matrix.json)
+    paths = [(k, dict(p, hist={int(b): n for b, n in p["hist"].items()}))
+             for k, p in stalls.get("paths", {}).items() if p.get("hist")]
     if not paths:
         return ""
     thr = {k: int(ms * 1e6).bit_length() - 1 for k, ms in thresholds.items()}

@@ -41,6 +41,14 @@ def test_fixed_kernel_run_has_histograms_and_no_stall():
     assert chart.startswith("<svg") and chart.count("<rect") >= 5 and "stall threshold 50 ms" in chart
 
 
+def test_chart_after_a_json_round_trip():
+    """matrix.json stores the histograms; `kstall report` charts them again."""
+    import json
+    lines, progress = replay("bpf-ringbuf-7.3.4-fixed.log")
+    data = json.loads(json.dumps(stalls.parse(lines, progress)))
+    assert stalls.svg(data, THRESHOLDS).count("<rect") >= 5
+
+
 def test_stalled_run_is_judged_from_its_last_progress_line():
     lines, progress = replay("bpf-ringbuf-6.16.12-stall.log")
     data = stalls.parse(lines, progress)
