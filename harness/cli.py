@@ -211,6 +211,47 @@ def cmd_report(a: argparse.Namespace) -> int:
     return doc["exit_code"]
 
 
+def cmd_bisect_debian(a: argparse.Namespace) -> int:
+    from harness import bisect_debian, results
+    from harness.bisect_steps import StepPolicy
+    from harness.bisection import REPRODUCES
+    resumed = None
+    try:
+        if a.resume:
+            resumed = bisect_debian.load_steps(a.resume)
+            prev = json.loads((a.resume / "bisect.json").read_text())
+            a.old, a.new, a.reproducer = a.old or prev["old"], a.new or prev["new"], a.reproducer or prev["reproducer"]
+        if not (a.old and a.new and a.reproducer):
+            echo_stderr("error: --old, --new and REPRODUCER are needed (or --resume DIR)")
+            return EXIT_USAGE
+        reproducers.load(a.reproducer)
+        bisect_debian.candidates(a.old, a.new)
+    except (KeyError, FileNotFoundError) as e:
+        echo_stderr(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
+        return EXIT_USAGE
+    except SpecError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR
+    policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
+    if resumed:
+        bad = next((s for s in resumed.values() if s.state == REPRODUCES and s.runs), None)
+        if bad and (Path(bad.runs[-1]) / "run.json").exists():
+            policy.learn_from_bad_end(json.loads((Path(bad.runs[-1]) / "run.json").read_text()))
+    out = results.RunDir(f"bisect-debian-{a.old}-{a.new}-{a.reproducer}", a.results)
+    opts_root = out.work / "runs"
+    policy.opts.results_root = opts_root
+    try:
+        doc = bisect_debian.run(a.old, a.new, policy, out, echo_stderr, prefetch=not a.no_prefetch,
+                                resumed=resumed, argv=sys.argv)
+    finally:
+        path = out.finalize()
+        echo_stderr(f"bisection state and step runs: {path} (resume with --resume {path})")
+    print(doc["summary"])
+    print(f"  {doc['verifies']} verifies over {len(doc['candidates'])} versions, {doc['wall_s']}s "
+          f"({doc['seconds_per_step']}s per step); details: {path}/bisect.json")
+    return 0 if doc["direction"] in ("regression", "fix") else EXIT_ERROR
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
@@ -267,6 +308,25 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("dirs", nargs="+", type=Path, help="matrix results directories")
     rp.add_argument("--out", type=Path, help="results root for the merged report")
     rp.set_defaults(func=cmd_report)
+
+    bs = sub.add_parser("bisect", help="find the version or commit that introduced or fixed a hang")
+    bsub = bs.add_subparsers(dest="kind", required=True, metavar="KIND")
+    bd = bsub.add_parser("debian", help="bisect over Debian kernel package versions (no build)",
+                         description="Verifies both ends, works out whether the hang came (regression) or went "
+                         "(fix), then binary-searches the Debian versions between, downloading the next candidates "
+                         "in the background. A clean step is repeated until its P(miss) reaches --step-pmiss. "
+                         "Exit 0 when it names a boundary, 4 otherwise.",
+                         epilog="example: kstall bisect debian --old 6.12.107 --new 6.16.12 perf-refresh")
+    bd.add_argument("reproducer", nargs="?")
+    bd.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
+    bd.add_argument("--old", help="older Debian upstream version, e.g. 6.12.107")
+    bd.add_argument("--new", help="newer Debian upstream version, e.g. 6.16.12")
+    bd.add_argument("--step-pmiss", type=float, default=1e-3,
+                    help="P(miss) a clean step must reach (default 1e-3)")
+    bd.add_argument("--no-prefetch", action="store_true", help="download each kernel only when its step starts")
+    bd.add_argument("--resume", type=Path, metavar="DIR", help="continue the bisection recorded in DIR")
+    add_vm_options(bd)
+    bd.set_defaults(func=cmd_bisect_debian)
 
     from harness import calibrate
     calibrate.add_parser(sub, add_vm_options, options_from)

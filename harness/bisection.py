@@ -1,0 +1,121 @@
+"""The search behind `kstall bisect`: ordered candidates, old and new states.
+
+Like git's old/new terms, a bisection does not care which way the bug went:
+the old end's state ("reproduces" or "does not") is one term, the new end's
+the other, and the search finds the first candidate in the new state. A
+regression hunt has old = does not reproduce; a fix hunt has old = reproduces.
+
+Both ends are tested first (ktest's BISECT_CHECK): if they agree there is
+nothing to find. A step that can not be judged (ERROR, INCONCLUSIVE, a
+different crash) is skipped and a neighbour tried instead; too many ERRORs
+end the bisection with the reason. Every step is recorded as it completes so
+an interrupted bisection resumes where it stopped.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+REPRODUCES, CLEAN, SKIP = "reproduces", "clean", "skip"
+
+
+@dataclass
+class Step:
+    candidate: str
+    state: str               # reproduces | clean | skip
+    verdict: str
+    line: str = ""
+    p_miss: str = ""
+    seconds: float = 0.0
+    runs: list[str] = field(default_factory=list)  # run directories
+    count: int = 0
+    error: bool = False      # an ERROR verdict (counts toward giving up)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Outcome:
+    direction: str           # regression | fix | none
+    last_old: str | None = None
+    first_new: str | None = None
+    skipped_between: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+class TooManyErrors(RuntimeError):
+    pass
+
+
+class Bisection:
+    def __init__(self, candidates: list[str], test: Callable[[str], Step], done: dict[str, Step] | None = None,
+                 prefetch: Callable[[list[str]], None] | None = None, on_step: Callable[[Step], None] | None = None,
+                 max_errors: int = 3) -> None:
+        if len(candidates) < 2:
+            raise ValueError("a bisection needs at least two candidates")
+        self.c = candidates
+        self.test = test
+        self.steps: dict[str, Step] = dict(done or {})
+        self.prefetch = prefetch
+        self.on_step = on_step
+        self.max_errors = max_errors
+
+    def _state(self, candidate: str) -> Step:
+        if candidate not in self.steps:
+            step = self.test(candidate)
+            self.steps[candidate] = step
+            if self.on_step:
+                self.on_step(step)
+            errors = [s for s in self.steps.values() if s.error]
+            if len(errors) >= self.max_errors:
+                raise TooManyErrors(f"{len(errors)} steps ended in ERROR (last: {errors[-1].candidate}: "
+                                    f"{errors[-1].line})")
+        return self.steps[candidate]
+
+    def _pick(self, lo: int, hi: int) -> int | None:
+        """The untested candidate in (lo, hi) nearest the middle."""
+        mid = (lo + hi) / 2
+        free = [i for i in range(lo + 1, hi) if self.steps.get(self.c[i]) is None
+                or self.steps[self.c[i]].state != SKIP]
+        untested = [i for i in free if self.c[i] not in self.steps]
+        known = [i for i in free if self.c[i] in self.steps]
+        if known:  # resumed: a result already in the range narrows it first
+            return min(known, key=lambda i: abs(i - mid))
+        return min(untested, key=lambda i: (abs(i - mid), i)) if untested else None
+
+    def _next_candidates(self, lo: int, mid: int, hi: int) -> list[str]:
+        """What the step after mid will test either way: fetch both ahead."""
+        out = []
+        for a, b in ((mid, hi), (lo, mid)):
+            i = self._pick(a, b)
+            if i is not None:
+                out.append(self.c[i])
+        return out
+
+    def run(self) -> Outcome:
+        old, new = self._state(self.c[0]), self._state(self.c[-1])
+        for end, s in (("old", old), ("new", new)):
+            if s.state == SKIP:
+                return Outcome("none", message=f"the {end} end {s.candidate} could not be judged: {s.line}")
+        if old.state == new.state:
+            what = "reproduces" if old.state == REPRODUCES else "does not reproduce"
+            return Outcome("none", message=f"both ends agree: {self.c[0]} and {self.c[-1]} {what}; "
+                           "nothing to bisect")
+        direction = "regression" if old.state == CLEAN else "fix"
+        lo, hi = 0, len(self.c) - 1
+        while hi - lo > 1:
+            i = self._pick(lo, hi)
+            if i is None:
+                break
+            if self.prefetch and self.c[i] not in self.steps:
+                self.prefetch([self.c[i]] + self._next_candidates(lo, i, hi))
+            s = self._state(self.c[i])
+            if s.state == old.state:
+                lo = i
+            elif s.state == new.state:
+                hi = i
+        skipped = [self.c[i] for i in range(lo + 1, hi)]
+        msg = "" if not skipped else (f"{len(skipped)} candidate(s) between could not be judged: "
+                                      f"{', '.join(skipped)}")
+        return Outcome(direction, self.c[lo], self.c[hi], skipped, msg)
