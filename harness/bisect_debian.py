@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from harness import paths, results
+from harness import paths, procs, results
 from harness.bisect_steps import StepPolicy, run_step
 from harness.bisection import REPRODUCES, Bisection, Outcome, Step, TooManyErrors
 from images import debian
@@ -43,7 +43,8 @@ class Prefetcher:
     def __init__(self, echo: Callable[[str], None], enabled: bool = True) -> None:
         self.enabled = enabled
         self.echo = echo
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-prefetch")
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-prefetch",
+                                                          initializer=procs.background_priority)
         self.queued: dict[str, concurrent.futures.Future] = {}
 
     def __call__(self, versions: list[str]) -> None:

@@ -94,6 +94,9 @@ class Bisection:
         return out
 
     def run(self) -> Outcome:
+        if self.prefetch:  # while the ends run: the other end and the first midpoint
+            first = self._pick(0, len(self.c) - 1)
+            self.prefetch([self.c[-1]] + ([self.c[first]] if first is not None else []))
         old, new = self._state(self.c[0]), self._state(self.c[-1])
         for end, s in (("old", old), ("new", new)):
             if s.state == SKIP:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import expect, reproducers, results, verify
+from harness import expect, procs, reproducers, results, verify
 from harness.cores import CoreBudget
-from harness.procs import Interrupted
+
 from images.kernel import SpecError, resolve
 
 from harness.expect import EXPECTATIONS, FAILING
@@ -148,7 +148,8 @@ class Runner:
 
     def _prefetch(self) -> dict[str, concurrent.futures.Future]:
         """Kernels downloaded one after another in cell order, in the background."""
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-fetch")
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-fetch",
+                                                     initializer=procs.background_priority)
         self._fetch_pool = pool
         futures: dict[str, concurrent.futures.Future] = {}
         for c in self.cells:
@@ -217,7 +218,7 @@ class Runner:
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)
-        except (KeyboardInterrupt, Interrupted) as e:
+        except (KeyboardInterrupt, procs.Interrupted) as e:
             # every running guest ends its run as "interrupted" and is reaped
             # by its own thread; wait for that (bounded), then report what ran
             self.interrupted = e

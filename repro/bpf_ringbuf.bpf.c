@@ -21,7 +21,7 @@
 struct task_struct;
 
 const volatile __u32 reserves_per_switch = 1;
-const volatile __u64 stall_ns[RB_PATHS] = { 100000000, 50000000 };
+const volatile __u64 stall_ns[RB_PATHS] = { 300000000, 50000000 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

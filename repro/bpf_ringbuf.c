@@ -213,7 +213,7 @@ static void usage(FILE *f)
 		"  --count N           stop after N NMI-context reserves (default: no limit)\n"
 		"  --reserves N        reserve+discard per sched_switch (default 1, at most 64)\n"
 		"  --ringbuf-mb N      ring buffer size (default 16)\n"
-		"  --stall-ms MS       count sched_switch reserves this slow as stalls (default 100)\n"
+		"  --stall-ms MS       count sched_switch reserves this slow as stalls (default 300)\n"
 		"  --nmi-stall-ms MS   count NMI-context reserves this slow as stalls (default 50)\n"
 		"  --nmi-source SRC    auto (default), perf (hardware cycles) or inject (host NMIs)\n"
 		"  --perf-freq HZ      perf_event sampling frequency (default 1000)\n"
@@ -234,7 +234,7 @@ static int parse(int argc, char **argv, struct options *o, int ncpus)
 	int c;
 
 	*o = (struct options){ .duration_s = 30, .reserves = 1, .ringbuf_mb = 16,
-			       .stall_ns = { [RB_PATH_SWITCH] = 100000000ull, [RB_PATH_NMI] = 50000000ull },
+			       .stall_ns = { [RB_PATH_SWITCH] = 300000000ull, [RB_PATH_NMI] = 50000000ull },
 			       .nmi_source = "auto", .perf_freq = 1000, .pairs = ncpus, .progress_ms = 100 };
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
