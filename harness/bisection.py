@@ -30,6 +30,11 @@ class Step:
     runs: list[str] = field(default_factory=list)  # run directories
     count: int = 0
     error: bool = False      # an ERROR verdict (counts toward giving up)
+    # git bisections: the commit, and how long its build took (0 when cached)
+    commit: str | None = None
+    subject: str | None = None
+    build_s: float | None = None
+    build_cached: bool | None = None
 
     def to_json(self) -> dict:
         return asdict(self)

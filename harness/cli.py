@@ -46,12 +46,49 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
 
 
+def add_build_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("build: kernels")
+    g.add_argument("--config", action="append", type=Path, default=[], metavar="FRAGMENT",
+                   help="kconfig fragment applied after kstall's own (images/kconfig/); repeatable")
+    g.add_argument("--debuginfo", action="store_true", help="build with DWARF: GDB shows inlined frames")
+    g.add_argument("--jobs", type=int, default=0, help="make -j (default: host cores)")
+    g.add_argument("--build-timeout", type=float, default=7200, metavar="S", help="bound on one build (s)")
+
+
+# the options `bisect git` hands on to each `bisect-step` (name, takes a value)
+FORWARDED = (("cpus", True), ("memory", True), ("accel", True), ("cmdline", True), ("duration", True),
+             ("attempts", True), ("freeze_after", True), ("stuck_after", True), ("samples", True),
+             ("vmlinux", True), ("config", True), ("debuginfo", False), ("jobs", True), ("build_timeout", True),
+             ("step_pmiss", True))
+
+
+def forwarded_args(a: argparse.Namespace) -> list[str]:
+    out: list[str] = []
+    for name, valued in FORWARDED:
+        v = getattr(a, name, None)
+        flag = "--" + name.replace("_", "-")
+        for item in (v if isinstance(v, list) else [v]):
+            if valued and item not in (None, "", 0) and not (name == "memory" and item == 1024):
+                out += [flag, str(Path(item).resolve()) if isinstance(item, Path) else str(item)]
+            elif not valued and item:
+                out.append(flag)
+    return out + (["--", *a.repro_args] if a.repro_args else [])
+
+
 def options_from(a: argparse.Namespace):
     from harness import verify as verify_mod
     return verify_mod.Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
                               pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
                               freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
-                              vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline)
+                              vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
+                              build=build_options_from(a))
+
+
+def build_options_from(a: argparse.Namespace):
+    if not hasattr(a, "debuginfo"):
+        return None
+    from images.build import BuildOptions
+    return BuildOptions(fragments=list(a.config), debuginfo=a.debuginfo, jobs=a.jobs, timeout=a.build_timeout)
 
 
 def print_human(doc: dict) -> None:
@@ -252,6 +289,62 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
     return 0 if doc["direction"] in ("regression", "fix") else EXIT_ERROR
 
 
+def cmd_bisect_git(a: argparse.Namespace) -> int:
+    from harness import bisect_git, results
+    from harness.bisect_steps import StepPolicy
+    resumed = None
+    try:
+        if a.resume:
+            prev, resumed = bisect_git.load_steps(a.resume)
+            a.tree = a.tree or Path(prev["tree"])
+            a.old, a.new, a.reproducer = a.old or prev["old"], a.new or prev["new"], a.reproducer or prev["reproducer"]
+        if not (a.tree and a.old and a.new and a.reproducer):
+            echo_stderr("error: TREE, --old, --new and REPRODUCER are needed (or --resume DIR)")
+            return EXIT_USAGE
+        reproducers.load(a.reproducer)
+        bisect_git.check_tree(a.tree.resolve(), a.old, a.new)
+        build = build_options_from(a)
+        build.config_files()
+    except (KeyError, FileNotFoundError) as e:
+        echo_stderr(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
+        return EXIT_USAGE
+    except (bisect_git.GitBisectError, SpecError) as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
+    policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
+    out = results.RunDir(f"bisect-git-{a.tree.resolve().name}-{a.old[:12]}-{a.new[:12]}-{a.reproducer}", a.results)
+    policy.opts.results_root = out.work / "runs"
+    try:
+        doc = bisect_git.run(a.tree, a.old, a.new, a.reproducer, policy, build, out, echo_stderr,
+                             forwarded_args(a), resumed=resumed, argv=sys.argv)
+    except bisect_git.GitBisectError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR
+    finally:
+        path = out.finalize()
+        echo_stderr(f"bisection state, logs and step runs: {path} (resume with --resume {path})")
+    print(doc["summary"])
+    builds = [s["build_s"] for s in doc["steps"] if s.get("build_s")]
+    print(f"  {len(doc['steps'])} steps ({doc['verifies']} verified, {len(builds)} built, "
+          f"{sum(builds):.0f}s building) over {doc['commits']} commits, {doc['wall_s']}s; details: {path}/bisect.json")
+    return 0 if doc.get("culprit") else EXIT_ERROR
+
+
+def cmd_bisect_step(a: argparse.Namespace) -> int:
+    from harness import bisect_git
+    try:
+        reproducers.load(a.reproducer)
+        return bisect_git.bisect_step(a.tree.resolve(), a.reproducer, options_from(a), build_options_from(a),
+                                      a.state.resolve() if a.state else None, a.old_state, a.step_pmiss,
+                                      echo_stderr)
+    except KeyError as e:
+        echo_stderr(f"error: {e.args[0]}")
+        return bisect_git.EXIT_ABORT
+    except (bisect_git.GitBisectError, SpecError) as e:
+        echo_stderr(f"error: {e}")
+        return bisect_git.EXIT_ABORT
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
@@ -261,10 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
                        "4 ERROR, 2 usage. Arguments after -- go to the reproducer.",
                        epilog="example: kstall verify debian:6.16.12 perf-refresh --cpus 4")
-    v.add_argument("kernel", help="kernel spec: debian:VERSION (e.g. debian:6.16.12) or file:PATH")
+    v.add_argument("kernel", help="kernel spec: debian:VERSION (e.g. debian:6.16.12), file:PATH or "
+                   "build:TREE[@REV]")
     v.add_argument("reproducer", help=f"one of: {', '.join(reproducers.names())}")
     v.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     v.add_argument("--json", action="store_true", help="print run.json instead of the summary")
+    add_build_options(v)
     add_vm_options(v)
     v.set_defaults(func=cmd_verify)
 
@@ -328,18 +423,64 @@ def build_parser() -> argparse.ArgumentParser:
     add_vm_options(bd)
     bd.set_defaults(func=cmd_bisect_debian)
 
+    bg = bsub.add_parser("git", help="bisect a kernel git tree (builds every step)",
+                         description="Builds and verifies both ends (build:TREE@REV, out of tree, in kstall's cache), "
+                         "works out the direction (regression, or fix with the terms vulnerable/fixed), then runs "
+                         "`git bisect start --no-checkout` and `git bisect run kstall bisect-step`. The work tree "
+                         "is never modified and `git bisect reset` always runs. A commit that does not build is "
+                         "skipped. Exit 0 when it names the commit, 4 otherwise.",
+                         epilog="example: kstall bisect git ~/linux --old v6.17 --new HEAD perf-refresh")
+    bg.add_argument("tree", nargs="?", type=Path, help="kernel git tree")
+    bg.add_argument("reproducer", nargs="?")
+    bg.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
+    bg.add_argument("--old", help="older commit (any rev git understands)")
+    bg.add_argument("--new", help="newer commit")
+    bg.add_argument("--step-pmiss", type=float, default=1e-3, help="P(miss) a clean step must reach (default 1e-3)")
+    bg.add_argument("--resume", type=Path, metavar="DIR", help="continue the bisection recorded in DIR")
+    add_build_options(bg)
+    add_vm_options(bg)
+    bg.set_defaults(func=cmd_bisect_git)
+
+    st = sub.add_parser("bisect-step", help="one step of `git bisect run`: build, verify, exit 0/1/125",
+                        description="Builds the commit under test (BISECT_HEAD, else HEAD) out of tree and verifies "
+                        "it. Exit 0 when it is in the old state, 1 in the new state, 125 when it can not be judged "
+                        "(build failure, ERROR, INCONCLUSIVE, a different crash), 128 to abort the bisection "
+                        "(too many ERRORs). Old = does not reproduce, unless --old-state reproduces (a fix hunt).",
+                        epilog="example: git bisect run harness/kstall bisect-step perf-refresh --tree .")
+    st.add_argument("reproducer")
+    st.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
+    st.add_argument("--tree", type=Path, default=Path("."), help="kernel git tree (default: the current directory)")
+    st.add_argument("--old-state", choices=("clean", "reproduces"), default="clean",
+                    help="what git's old/good term means (default clean: hunting a regression)")
+    st.add_argument("--state", type=Path, help="state file shared with `kstall bisect git`")
+    st.add_argument("--step-pmiss", type=float, default=1e-3, help="P(miss) a clean step must reach (default 1e-3)")
+    add_build_options(st)
+    add_vm_options(st)
+    st.set_defaults(func=cmd_bisect_step)
+
     from harness import calibrate
     calibrate.add_parser(sub, add_vm_options, options_from)
     return p
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Everything after "--" goes to the reproducer, wherever the options are
+    (argparse alone rejects `verify K R --cpus 4 -- --threads 3`)."""
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    a = build_parser().parse_args(argv)
+    if extra:
+        if not hasattr(a, "repro_args"):
+            build_parser().error(f"{a.command} takes no reproducer arguments after --")
+        a.repro_args = list(a.repro_args or []) + extra
+    return a
+
+
 def main(argv: list[str] | None = None) -> int:
     procs.raise_on_termination()
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[-1] == "--":  # argparse rejects a bare trailing "--" under subcommands
-        argv.pop()
-    a = parser.parse_args(argv)
+    a = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         return a.func(a)
     except KeyboardInterrupt:

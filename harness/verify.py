@@ -9,6 +9,7 @@ attempt's files are kept.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from harness.verdict import Verdict, decide
 from harness.vm import VM, VMConfig, VMError
 from harness.watch import Limits, Outcome, Watch
 from images import initramfs
+from images.build import BuildOptions
 from images.kernel import Kernel, SpecError, resolve
 
 Echo = Callable[[str], None]
@@ -50,6 +52,8 @@ class Options:
     vmlinux: Path | None = None
     results_root: Path | None = None
     cmdline_extra: str = ""
+    # build: kernels: the user's config fragments, --debuginfo, jobs
+    build: BuildOptions | None = None
     # in-process API: called with (vm, attempt number) once the reproducer runs
     on_repro_start: Callable[[VM, int], None] | None = None
     # shared by guests running side by side (matrix): boot ahead, run in turn
@@ -254,11 +258,12 @@ def _attempt_doc(a: Attempt, n: int) -> dict:
 def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     repro = reproducers.load(repro_name)
     t_start = time.time()
-    kernel = resolve(spec, progress=echo)
+    kernel = resolve(spec, progress=echo, build=dataclasses.replace(opts.build or BuildOptions(),
+                                                                   reproducer=repro.name))
     ensure_guest(echo)
     initrd = initramfs.build()
     accel_kind = accel.choose(opts.accel, kernel.sha256, kernel.vmlinuz, initrd, echo)
-    run = results.RunDir(f"{kernel.canonical}-{repro.name}", opts.results_root)
+    run = results.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
     attempts: list[tuple[int, Attempt]] = []
     interrupted: BaseException | None = None
 

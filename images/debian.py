@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness import paths
-from images.kernel import Kernel, Progress, SpecError, sha256_file, write_meta
+from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
@@ -85,11 +85,14 @@ class Archive:
             fcntl.flock(f, fcntl.LOCK_EX)
             yield
 
+    def sources_text(self) -> str:
+        return "".join(l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#"))
+
     def _prepare(self) -> None:
         for d in (self.lists / "partial", self.root / "cache" / "archives" / "partial",
                   self.root / "sources.list.d", self.root / "preferences.d"):
             d.mkdir(parents=True, exist_ok=True)
-        src = "".join(l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#"))
+        src = self.sources_text()
         target = self.root / "sources.list"
         if not target.exists() or target.read_text() != src:
             target.write_text(src)
@@ -289,13 +292,6 @@ def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -
     return d
 
 
-def load_cached(d: Path, spec: str) -> Kernel:
-    meta = json.loads((d / "kernel.json").read_text())
-    return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=Path(meta["vmlinuz"]), sha256=meta["sha256"],
-                  release=meta.get("release"), upstream=meta.get("upstream"),
-                  config=Path(meta["config"]) if meta.get("config") else None, origin=meta.get("origin", {}))
-
-
 def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
     archive = Archive()
     k = find(archive.kernels(progress), text)
@@ -304,7 +300,7 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
         if not fetch:
             raise SpecError(f"{spec} ({k.package}) is not downloaded yet")
         download(k, archive, progress)
-    return load_cached(d, spec)
+    return load_meta(d, spec)
 
 
 def available(progress: Progress | None = None) -> list[tuple[DebKernel, bool]]:

@@ -57,15 +57,32 @@ def write_meta(directory: Path, kernel: Kernel) -> None:
     write_atomic(directory / "kernel.json", json.dumps(kernel.to_json(), indent=2) + "\n")
 
 
-def resolve(spec: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
-    """A bootable Kernel for spec; downloads it when fetch (cached after)."""
+def load_meta(d: Path, spec: str) -> Kernel:
+    """The Kernel write_meta stored in d, named as the user named it."""
+    meta = json.loads((d / "kernel.json").read_text())
+    opt = {k: Path(meta[k]) if meta.get(k) else None for k in ("config", "vmlinux")}
+    return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=Path(meta["vmlinuz"]), sha256=meta["sha256"],
+                  release=meta.get("release"), upstream=meta.get("upstream"), origin=meta.get("origin", {}), **opt)
+
+
+SCHEMES = "debian:VERSION, file:PATH or build:TREE[@REV]"
+
+
+def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build=None) -> Kernel:
+    """A bootable Kernel for spec; downloads or builds it when fetch (cached
+    after). build: images.build.BuildOptions for build: specs."""
     scheme, sep, rest = spec.partition(":")
     if not sep or not rest:
-        raise SpecError(f"kernel spec {spec!r} has no scheme: use debian:VERSION or file:PATH")
+        raise SpecError(f"kernel spec {spec!r} has no scheme: use {SCHEMES}")
     if scheme == "debian":
         from images import debian
         return debian.resolve(spec, rest, fetch=fetch, progress=progress)
     if scheme == "file":
         from images import filekernel
         return filekernel.resolve(spec, rest)
-    raise SpecError(f"unknown kernel scheme {scheme!r} in {spec!r}: use debian:VERSION or file:PATH")
+    if scheme == "build":
+        from images import build as kbuild
+        if not fetch:
+            raise SpecError(f"{spec} is built on demand, not fetched")
+        return kbuild.build(rest, build or kbuild.BuildOptions(), progress)
+    raise SpecError(f"unknown kernel scheme {scheme!r} in {spec!r}: use {SCHEMES}")

@@ -1,0 +1,161 @@
+"""The bisection search, the git bisect glue and build: specs, without boots
+or builds (the search is driven by a table of states; git output is recorded)."""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import bisect_git, cli
+from harness.bisection import CLEAN, REPRODUCES, SKIP, Bisection, Step, TooManyErrors
+from images import build as kbuild
+from images.kernel import SpecError
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "git-bisect"
+
+
+def table(states: dict[str, str]):
+    tested = []
+
+    def test(c: str) -> Step:
+        tested.append(c)
+        st = states[c]
+        return Step(c, st, {"reproduces": "VULNERABLE", "clean": "NOT_REPRODUCED"}.get(st, "ERROR"),
+                    error=st == SKIP)
+    return test, tested
+
+
+def versions(n):
+    return [f"v{i}" for i in range(n)]
+
+
+def test_regression_found_in_log_steps():
+    c = versions(17)
+    test, tested = table({v: CLEAN if i < 11 else REPRODUCES for i, v in enumerate(c)})
+    out = Bisection(c, test).run()
+    assert (out.direction, out.last_old, out.first_new) == ("regression", "v10", "v11")
+    assert len(tested) <= 2 + 4  # both ends + ceil(log2 15)
+
+
+def test_fix_hunt_uses_the_old_end_as_the_reproducing_term():
+    c = versions(9)
+    test, _ = table({v: REPRODUCES if i < 5 else CLEAN for i, v in enumerate(c)})
+    out = Bisection(c, test).run()
+    assert (out.direction, out.last_old, out.first_new) == ("fix", "v4", "v5")
+
+
+def test_ends_that_agree_stop_the_search():
+    c = versions(5)
+    test, tested = table({v: CLEAN for v in c})
+    out = Bisection(c, test).run()
+    assert out.direction == "none" and "both ends agree" in out.message and tested == ["v0", "v4"]
+
+
+def test_a_skipped_step_is_stepped_around():
+    c = versions(9)
+    states = {v: CLEAN if i < 6 else REPRODUCES for i, v in enumerate(c)}
+    states["v4"] = SKIP
+    test, tested = table(states)
+    out = Bisection(c, test, max_errors=5).run()
+    assert (out.last_old, out.first_new) == ("v5", "v6") and "v4" in tested
+
+
+def test_skips_next_to_the_boundary_leave_it_ambiguous():
+    c = versions(5)
+    states = {"v0": CLEAN, "v1": CLEAN, "v2": SKIP, "v3": REPRODUCES, "v4": REPRODUCES}
+    test, _ = table(states)
+    out = Bisection(c, test, max_errors=5).run()
+    assert (out.last_old, out.first_new, out.skipped_between) == ("v1", "v3", ["v2"])
+
+
+def test_too_many_errors_stop_with_the_reason():
+    c = versions(9)
+    states = {v: SKIP for v in c}
+    states["v0"], states["v8"] = CLEAN, REPRODUCES
+    test, _ = table(states)
+    with pytest.raises(TooManyErrors, match="3 steps ended in ERROR"):
+        Bisection(c, test, max_errors=3).run()
+
+
+def test_resume_does_not_test_recorded_steps_again():
+    c = versions(9)
+    states = {v: CLEAN if i < 3 else REPRODUCES for i, v in enumerate(c)}
+    test, tested = table(states)
+    done = {v: Step(v, states[v], "x") for v in ("v0", "v8", "v4")}
+    out = Bisection(c, test, done=done).run()
+    assert (out.last_old, out.first_new) == ("v2", "v3") and not set(tested) & set(done)
+
+
+def test_git_output_found_and_ambiguous():
+    sha, amb = bisect_git.parse_result((FIXTURES / "found-fix-terms.txt").read_text())
+    assert len(sha) == 40 and amb == []
+    sha, amb = bisect_git.parse_result((FIXTURES / "ambiguous.txt").read_text())
+    assert sha is None and len(amb) == 3 and all(len(a) == 40 for a in amb)
+
+
+def test_step_exit_codes_follow_the_old_term():
+    assert bisect_git.exit_for(Step("a", CLEAN, "NOT_REPRODUCED"), CLEAN) == 0
+    assert bisect_git.exit_for(Step("a", REPRODUCES, "VULNERABLE"), CLEAN) == 1
+    assert bisect_git.exit_for(Step("a", REPRODUCES, "VULNERABLE"), REPRODUCES) == 0
+    assert bisect_git.exit_for(Step("a", CLEAN, "NOT_REPRODUCED"), REPRODUCES) == 1
+    assert bisect_git.exit_for(Step("a", SKIP, "BUILD_FAILED"), CLEAN) == 125
+
+
+def test_bisect_git_hands_its_options_on_to_every_step():
+    a = cli.parse_args(["bisect", "git", "/tmp", "perf-refresh", "--old", "a", "--new", "b", "--cpus", "4",
+                      "--debuginfo", "--config", "x.config", "--step-pmiss", "0.01", "--", "--threads", "3"])
+    fwd = cli.forwarded_args(a)
+    assert fwd[:2] == ["--cpus", "4"] and "--debuginfo" in fwd and fwd[-3:] == ["--", "--threads", "3"]
+    assert fwd[fwd.index("--config") + 1] == str(Path("x.config").resolve())
+    s = cli.parse_args(["bisect-step", "perf-refresh", *fwd])
+    assert (s.cpus, s.debuginfo, s.step_pmiss, s.repro_args) == (4, True, 0.01, ["--threads", "3"])
+    v = cli.parse_args(["verify", "debian:6.16.12", "perf-refresh", "--cpus", "4", "--", "--no-bystander"])
+    assert (v.cpus, v.repro_args) == (4, ["--no-bystander"])
+
+
+def test_fragments_base_then_reproducer_then_user_then_debuginfo(tmp_path):
+    mine = tmp_path / "mine.config"
+    mine.write_text("CONFIG_LOCKDEP=y\n")
+    files = kbuild.BuildOptions(reproducer="bpf-ringbuf", fragments=[mine], debuginfo=True).config_files()
+    assert [f.name for f in files] == ["base.config", "bpf-ringbuf.config", "mine.config", "debuginfo.config"]
+    assert kbuild.BuildOptions(reproducer="perf-refresh").key() != kbuild.BuildOptions(reproducer="bpf-ringbuf").key()
+    with pytest.raises(SpecError, match="does not exist"):
+        kbuild.BuildOptions(fragments=[tmp_path / "nope.config"]).config_files()
+
+
+def test_config_mismatches_name_what_olddefconfig_dropped(tmp_path):
+    frag = tmp_path / "f.config"
+    frag.write_text("CONFIG_A=y\nCONFIG_B=y\n# CONFIG_C is not set\nCONFIG_D=64\n")
+    cfg = tmp_path / ".config"
+    cfg.write_text("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_D=8\n")
+    assert kbuild.config_mismatches(cfg, [frag]) == ["CONFIG_B=y (got n)", "CONFIG_D=64 (got 8)"]
+
+
+def test_build_spec_needs_a_kernel_tree_and_a_commit(tmp_path):
+    with pytest.raises(SpecError, match="not a kernel source tree"):
+        kbuild.parse(str(tmp_path))
+    (tmp_path / "Makefile").write_text("")
+    (tmp_path / "Kconfig").write_text("")
+    assert kbuild.parse(f"{tmp_path}@HEAD~1") == (tmp_path.resolve(), "HEAD~1")
+    assert kbuild.parse(str(tmp_path)) == (tmp_path.resolve(), None)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    with pytest.raises(SpecError, match="is not a commit"):
+        kbuild.identify(tmp_path, "nosuchrev")
+
+
+def test_bisect_git_refuses_a_tree_already_bisected(tmp_path):
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    run = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True, env=env)
+    run("init", "-q")
+    for n in range(3):
+        (tmp_path / "Makefile").write_text(str(n))
+        (tmp_path / "Kconfig").write_text("")
+        run("add", "-A")
+        run("commit", "-qm", f"c{n}")
+    with pytest.raises(bisect_git.GitBisectError, match="not an ancestor"):
+        bisect_git.check_tree(tmp_path, "HEAD", "HEAD~2")
+    old, new, head = bisect_git.check_tree(tmp_path, "HEAD~2", "HEAD")
+    assert head.startswith("refs/heads/")
+    run("bisect", "start", "--no-checkout", "HEAD", "HEAD~2")
+    with pytest.raises(bisect_git.GitBisectError, match="already being bisected"):
+        bisect_git.check_tree(tmp_path, "HEAD~2", "HEAD")
