@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 REPROS  := perf-refresh bpf-ringbuf
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench clean help
+.PHONY: all deps guest run test unit e2e bench check-bisect clean help
 
 all: guest
 
@@ -22,6 +22,7 @@ help:
 	@echo "make unit    unit tests only (no guest boots)"
 	@echo "make guest   build the static guest binaries into $(GUEST)/"
 	@echo "make bench   print speed figures (medians over several runs)"
+	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (~15 min cold)"
 
 deps:
 	@ci/install-deps
@@ -65,6 +66,13 @@ bench: deps
 	$(PYTHON) tests/bench/verify_speed.py
 	$(PYTHON) tests/bench/matrix_speed.py
 	$(PYTHON) tests/bench/bpf_ringbuf_speed.py
+	$(PYTHON) tests/bench/bisect_prefetch.py
+
+# Not part of `make test`: a cold run builds a kernel (about 8 minutes on 2 cores)
+check-bisect: deps
+	@ci/install-deps ci/debian-packages-build.txt
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/check_bisect.py $(CHECK_BISECT_ARGS)
 
 clean:
 	rm -rf $(BUILD)
