@@ -194,6 +194,7 @@ def _run_git_bisect(tree: Path, cmd: list[str], timeout: float, log, echo: Echo)
     def pump() -> None:  # keeps draining while we wait for the group to exit
         assert proc.stdout is not None
         for line in proc.stdout:
+            line = line if line.endswith("\n") else line + "\n"
             out.append(line)
             log.write(line)
             log.flush()
@@ -226,8 +227,9 @@ def _run_git_bisect(tree: Path, cmd: list[str], timeout: float, log, echo: Echo)
 
 
 def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, build: kbuild.BuildOptions,
-        out: results.RunDir, echo: Echo, step_args: list[str], resumed: list[dict] | None = None,
+        out: results.RunDir, echo: Echo, step_args: list[str], resumed: dict | None = None,
         max_errors: int = 3, argv: list[str] | None = None) -> dict:
+    """The whole bisection; resumed: an earlier bisect.json whose steps stand."""
     tree = tree.resolve()
     old_sha, new_sha, head = check_tree(tree, old, new)
     count = int(git(tree, "rev-list", "--count", f"{old_sha}..{new_sha}"))
@@ -237,7 +239,10 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
                  "old_rev": old, "new_rev": new, "reproducer": reproducer, "commits": count,
                  "pmiss_target": policy.pmiss_target, "config_fragments": [str(f) for f in build.config_files()],
                  "debuginfo": build.debuginfo, "command": argv or [], "status": "running"}
-    state = {"policy": {"pmiss_target": policy.pmiss_target, "max_errors": max_errors}, "steps": resumed or []}
+    if resumed:  # what the earlier bad end measured still calibrates the clean steps
+        policy.bad_end_runs = list(resumed.get("policy", {}).get("bad_end_runs", []))
+    state = {"policy": {"pmiss_target": policy.pmiss_target, "max_errors": max_errors,
+                        "bad_end_runs": policy.bad_end_runs}, "steps": (resumed or {}).get("steps", [])}
     paths.write_atomic(state_path, json.dumps(state, indent=2) + "\n")
     log = open(out.work / "bisect.log", "a")
 
@@ -307,6 +312,7 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
             echo(f"warning: {tree} HEAD is {now}, it was {head}")
         log.close()
         save()
+        state_path.with_name(state_path.name + ".lock").unlink(missing_ok=True)
     doc.update({"direction": direction, "message": message, "ambiguous": ambiguous,
                 "wall_s": round(time.time() - started, 1)})
     if culprit:
@@ -327,11 +333,12 @@ def summary_line(doc: dict) -> str:
     return doc.get("message") or "no result"
 
 
-def load_steps(directory: Path) -> tuple[dict, list[dict]]:
+def load(directory: Path) -> dict:
+    """An earlier git bisection's bisect.json, for --resume."""
     p = directory / "bisect.json"
     if not p.is_file():
         raise FileNotFoundError(f"{directory}: no bisect.json to resume from")
     d = json.loads(p.read_text())
     if d.get("kind") != "git":
         raise FileNotFoundError(f"{directory} holds a {d.get('kind')} bisection, not a git one")
-    return d, d.get("steps", [])
+    return d

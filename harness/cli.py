@@ -295,7 +295,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
     resumed = None
     try:
         if a.resume:
-            prev, resumed = bisect_git.load_steps(a.resume)
+            prev = resumed = bisect_git.load(a.resume)
             a.tree = a.tree or Path(prev["tree"])
             a.old, a.new, a.reproducer = a.old or prev["old"], a.new or prev["new"], a.reproducer or prev["reproducer"]
         if not (a.tree and a.old and a.new and a.reproducer):
@@ -317,7 +317,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
     try:
         doc = bisect_git.run(a.tree, a.old, a.new, a.reproducer, policy, build, out, echo_stderr,
                              forwarded_args(a), resumed=resumed, argv=sys.argv)
-    except bisect_git.GitBisectError as e:
+    except (bisect_git.GitBisectError, SpecError) as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
     finally:
@@ -463,6 +463,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parse_intermixed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Options may come between positionals (`bisect git TREE --old A --new B
+    REPRO`): the sub-command's own parser parses intermixed arguments, which
+    argparse can not do from the top when there are sub-commands."""
+    picked: dict[str, str] = {}
+    leaf, rest = parser, argv
+    while True:
+        sub = next((x for x in leaf._actions if isinstance(x, argparse._SubParsersAction)), None)
+        if sub is None or not rest or rest[0] not in sub.choices:
+            break
+        picked[sub.dest] = rest[0]
+        leaf, rest = sub.choices[rest[0]], rest[1:]
+    if leaf is parser or any(isinstance(x, argparse._SubParsersAction) for x in leaf._actions):
+        return parser.parse_args(argv)  # no command, or an incomplete one: argparse says what is missing
+    a = leaf.parse_intermixed_args(rest)
+    for k, v in picked.items():
+        setattr(a, k, v)
+    return a
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Everything after "--" goes to the reproducer, wherever the options are
     (argparse alone rejects `verify K R --cpus 4 -- --threads 3`)."""
@@ -470,7 +490,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    a = build_parser().parse_args(argv)
+    a = _parse_intermixed(build_parser(), argv)
     if extra:
         if not hasattr(a, "repro_args"):
             build_parser().error(f"{a.command} takes no reproducer arguments after --")

@@ -131,6 +131,8 @@ def checkout(tree: Path, sha: str, progress: Progress | None) -> Path:
                        timeout=600, capture_output=True)
     if progress:
         progress(f"checking out {sha[:12]} in {clone}")
+    # a checkout interrupted earlier (Ctrl-C) leaves its lock; the tree's flock makes this one ours
+    (clone / ".git" / "index.lock").unlink(missing_ok=True)
     _git(clone, "checkout", "-q", "--detach", "-f", sha, timeout=900)
     _git(clone, "clean", "-q", "-fdx", timeout=300)
     return clone

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -157,39 +158,75 @@ def main() -> int:
             shutil.rmtree(paths.cache_dir() / d, ignore_errors=True)
     before = leftovers()
     results = work / "results"
+    failures: list[str] = []
+    kstall = [sys.executable, str(REPO / "harness" / "kstall"), "bisect", "git"]
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, str(REPO / "harness" / "kstall"), "bisect", "git", str(tree),
-                        "--old", shas["base"], "--new", shas["new"], "perf-refresh", "--results", str(results)],
-                       timeout=5400)
-    total = time.monotonic() - t0
-    failures = []
-    if p.returncode != 0:
-        failures.append(f"kstall bisect git exited {p.returncode}")
+    # 1: interrupted like Ctrl-C in a terminal once git bisect run has started its first step
+    first = subprocess.Popen([*kstall, str(tree), "--old", shas["base"], "--new", shas["new"], "perf-refresh",
+                              "--results", str(results)], start_new_session=True)
+    state = None
+    deadline = time.monotonic() + 3600
+    while first.poll() is None and time.monotonic() < deadline:
+        state = next(results.glob(".*-bisect-git-*.incomplete/state.json"), None)
+        if state and state.exists() and len(json.loads(state.read_text()).get("steps", [])) >= 2:
+            break
+        time.sleep(1)
+    time.sleep(8)   # into the first step's checkout and build
+    busy = [l for l in leftovers() if l not in before]
+    print(f"check-bisect: interrupting (SIGINT) with {len(busy)} build/guest processes running", flush=True)
+    os.killpg(first.pid, signal.SIGINT)
+    rc = first.wait(300)
+    if rc != 130:
+        failures.append(f"interrupted bisect exited {rc}, not 130")
+    failures += tree_checks(tree, shas, before, "after the interrupt")
     runs = sorted(results.glob("*-bisect-git-*"), key=lambda d: d.stat().st_mtime)
-    doc = json.loads((runs[-1] / "bisect.json").read_text()) if runs else {}
+    if not runs:
+        failures.append("the interrupted bisection left no results directory")
+        return report(failures, {}, shas, time.monotonic() - t0)
+    # 2: resumed: the recorded ends are not built or run again
+    p = subprocess.run([*kstall, "--resume", str(runs[-1]), "--results", str(results)], timeout=5400,
+                       stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(p.stderr)
+    total = time.monotonic() - t0
+    if p.returncode != 0:
+        failures.append(f"kstall bisect git --resume exited {p.returncode}")
+    if p.stderr.count("recorded earlier") < 2:
+        failures.append("the resumed bisection did not take the ends from the interrupted one")
+    runs = sorted(results.glob("*-bisect-git-*"), key=lambda d: d.stat().st_mtime)
+    doc = json.loads((runs[-1] / "bisect.json").read_text())
     culprit = (doc.get("culprit") or {}).get("commit", "")
     if culprit != shas["culprit"]:
         failures.append(f"culprit {culprit or 'none'} is not {shas['culprit']}")
-    steps = doc.get("steps", [])
-    if not any(s.get("state") == "skip" and "build" in (s.get("why") or "") for s in steps):
+    if not any(s.get("state") == "skip" and s.get("verdict") == "BUILD_FAILED" for s in doc.get("steps", [])):
         failures.append("no step was skipped for a build failure")
+    failures += tree_checks(tree, shas, before, "at the end")
+    return report(failures, doc, shas, total)
+
+
+def tree_checks(tree: Path, shas: dict, before: list[str], when: str) -> list[str]:
+    out = []
     if git(tree, "symbolic-ref", "HEAD") != "refs/heads/main" or git(tree, "rev-parse", "HEAD") != shas["new"]:
-        failures.append("the tree is not back on main at its original commit")
+        out.append(f"{when}: the tree is not back on main at its original commit")
     if git(tree, "status", "--porcelain"):
-        failures.append("the tree has changes: " + git(tree, "status", "--porcelain")[:300])
-    if subprocess.run(["git", "-C", str(tree), "rev-parse", "-q", "--verify", "BISECT_HEAD"],
-                      capture_output=True).returncode == 0:
-        failures.append("the tree is still being bisected")
+        out.append(f"{when}: the tree has changes: " + git(tree, "status", "--porcelain")[:300])
+    if Path(tree, git(tree, "rev-parse", "--git-path", "BISECT_START")).exists():
+        out.append(f"{when}: the tree is still being bisected")
     left = [l for l in leftovers() if l not in before]
     if left:
-        failures.append(f"processes left: {left}")
+        out.append(f"{when}: processes left: {left}")
+    return out
+
+
+def report(failures: list[str], doc: dict, shas: dict, total: float) -> int:
+    steps = doc.get("steps", [])
+    culprit = (doc.get("culprit") or {}).get("commit", "")
     builds = [s for s in steps if s.get("build_s") is not None]
     fresh = [s["build_s"] for s in builds if not s.get("build_cached")]
     print(f"check-bisect: {len(steps)} steps, {sum(1 for s in builds if s.get('build_cached'))} builds from "
           f"kstall's cache; build seconds per step: " + ", ".join(
-              f"{s['label']}={s['build_s']}{'(cached)' if s.get('build_cached') else ''}" for s in builds))
+              f"{s['candidate']}={s['build_s']}{'(cached)' if s.get('build_cached') else ''}" for s in builds))
     if fresh:
-        print(f"check-bisect: first (coldest) build {fresh[0]:.0f}s; later builds median "
+        print(f"check-bisect: first build {fresh[0]:.0f}s; later builds median "
               f"{statistics.median(fresh[1:]) if len(fresh) > 1 else float('nan'):.0f}s")
     print(f"check-bisect: total {total:.0f}s; culprit {culprit[:12] or 'none'} "
           f"({(doc.get('culprit') or {}).get('subject', '')})")

@@ -101,8 +101,9 @@ def test_step_exit_codes_follow_the_old_term():
 
 
 def test_bisect_git_hands_its_options_on_to_every_step():
-    a = cli.parse_args(["bisect", "git", "/tmp", "perf-refresh", "--old", "a", "--new", "b", "--cpus", "4",
+    a = cli.parse_args(["bisect", "git", "/tmp", "--old", "a", "--new", "b", "perf-refresh", "--cpus", "4",
                       "--debuginfo", "--config", "x.config", "--step-pmiss", "0.01", "--", "--threads", "3"])
+    assert (a.tree, a.reproducer, a.kind) == (Path("/tmp"), "perf-refresh", "git")
     fwd = cli.forwarded_args(a)
     assert fwd[:2] == ["--cpus", "4"] and "--debuginfo" in fwd and fwd[-3:] == ["--", "--threads", "3"]
     assert fwd[fwd.index("--config") + 1] == str(Path("x.config").resolve())
