@@ -163,7 +163,9 @@ def main() -> int:
     t0 = time.monotonic()
     # 1: interrupted like Ctrl-C in a terminal once git bisect run has started its first step
     first = subprocess.Popen([*kstall, str(tree), "--old", shas["base"], "--new", shas["new"], "perf-refresh",
-                              "--results", str(results)], start_new_session=True)
+                              "--results", str(results)], start_new_session=True,
+                             # a shell's background job inherits SIGINT ignored; a terminal's Ctrl-C does not
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = None
     deadline = time.monotonic() + 3600
     while first.poll() is None and time.monotonic() < deadline:
