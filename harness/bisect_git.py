@@ -208,22 +208,29 @@ def _run_git_bisect(tree: Path, cmd: list[str], timeout: float, log, echo: Echo)
     except subprocess.TimeoutExpired:
         raise GitBisectError(f"git bisect run took longer than {timeout:.0f}s") from None
     finally:
-        for sig, grace in ((signal.SIGINT, 60), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            if proc.poll() is not None:
+        # git dies at the SIGINT at once; the step it ran gets it too and needs
+        # time to stop its own make or QEMU: wait for the whole group, not git
+        for sig, grace in ((signal.SIGINT, 90), (signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            if not _group_alive(proc):
                 break
             try:
                 os.killpg(proc.pid, sig)
-                proc.wait(grace)
             except ProcessLookupError:
                 break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # a step's leftovers in the group, if any
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            end = time.monotonic() + grace
+            while _group_alive(proc) and time.monotonic() < end:
+                time.sleep(0.2)
         reader.join(10)
     return "".join(out)
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    proc.poll()  # reap git itself, or its zombie keeps the group alive
+    try:
+        os.killpg(proc.pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, build: kbuild.BuildOptions,
