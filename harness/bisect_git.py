@@ -36,7 +36,7 @@ from harness import paths, procs, results
 from harness.bisect_steps import StepPolicy, run_step
 from harness.bisection import CLEAN, REPRODUCES, SKIP, Step
 from images import build as kbuild
-from images.kernel import SpecError, resolve
+from images.kernel import resolve
 
 SCHEMA = "kstall.bisect/1"
 EXIT_OLD, EXIT_NEW, EXIT_SKIP, EXIT_ABORT = 0, 1, 125, 128
@@ -282,6 +282,7 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
     ambiguous: list[str] = []
     direction = "none"
     message = ""
+    status = "no result"
     started_bisect = False
     try:
         o, n = end(old_sha, "old"), end(new_sha, "new")
@@ -304,10 +305,17 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
             output = _run_git_bisect(tree, cmd, (math.ceil(math.log2(max(count, 2))) + 6) * per_step, log, echo)
             (out.work / "git-bisect.log").write_text(git(tree, "bisect", "log", check=False) + "\n")
             culprit, ambiguous = parse_result(output)
-            if not culprit:
-                message = ("git could not tell these apart (skipped commits): " + ", ".join(a[:12] for a in ambiguous)
-                           if ambiguous else "git bisect run stopped without a result (see bisect.log)")
-        doc["status"] = "done" if culprit else "no result"
+            errors = [s for s in json.loads(state_path.read_text())["steps"] if s.get("error")]
+            if culprit:
+                status = "done"
+            elif ambiguous:
+                message = "git could not tell these apart (skipped commits): " + ", ".join(a[:12] for a in ambiguous)
+            elif len(errors) >= max_errors:
+                message = f"stopped: {len(errors)} steps ended in ERROR (last: {errors[-1]['line']})"
+                status = "errors"
+            else:
+                message = "git bisect run stopped without a result (see bisect.log)"
+        doc["status"] = status
     except BaseException:
         doc["status"] = "interrupted"
         raise

@@ -3,11 +3,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KSTALL = [str(REPO / "harness" / "kstall")]
+
+
+def interruptible() -> None:
+    """preexec_fn for a kstall the test will Ctrl-C: a shell's background job
+    (nohup make test &) starts with SIGINT ignored, a terminal's does not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def kstall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

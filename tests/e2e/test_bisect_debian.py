@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import KSTALL, kstall, kstall_processes
+from helpers import KSTALL, interruptible, kstall, kstall_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ def test_interrupted_bisection_resumes_without_running_its_steps_again(tmp_path)
     res = tmp_path / "r"
     proc = subprocess.Popen([*KSTALL, "bisect", "debian", "--old", "6.12.107", "--new", "6.16.12", "perf-refresh",
                              "--results", str(res)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < deadline and len(recorded_steps(res)) < 2:

@@ -12,7 +12,7 @@ from lxml import etree
 from selenium.webdriver.common.by import By
 
 from browser import chromium
-from helpers import KSTALL, REPO, kstall, kstall_processes
+from helpers import KSTALL, REPO, interruptible, kstall, kstall_processes
 
 pytestmark = pytest.mark.e2e
 FIXTURES = REPO / "tests" / "fixtures"
@@ -106,7 +106,7 @@ def test_ctrl_c_mid_matrix_keeps_finished_cells_and_reaps_guests(tmp_path):
     m.write_text('[[reproducer]]\nname = "perf-refresh"\ncount = 100000000\nduration = 300\n\n'
                  '[[kernel]]\nspec = "debian:6.17.8"\n\n[[kernel]]\nspec = "debian:6.12.107"\n')
     proc = subprocess.Popen([*KSTALL, "matrix", str(m), "--verbose", "--results", str(tmp_path / "r")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 180
         for line in proc.stderr:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import KSTALL, REPO, kstall, kstall_processes, tcp_listeners_of, verify_json
+from helpers import KSTALL, interruptible, kstall, kstall_processes, tcp_listeners_of, verify_json
 
 pytestmark = pytest.mark.e2e
 
@@ -111,7 +111,8 @@ def test_qemu_listens_on_no_tcp_port(tmp_path):
 
 def test_ctrl_c_mid_run_reaps_everything_and_keeps_the_results(tmp_path):
     proc = subprocess.Popen([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--count", "100000000",
-                             "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True)
+                             "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 120
         for line in proc.stderr:
