@@ -63,14 +63,18 @@ FORWARDED = (("cpus", True), ("memory", True), ("accel", True), ("cmdline", True
 
 
 def forwarded_args(a: argparse.Namespace) -> list[str]:
+    """The options of a `bisect git` that differ from bisect-step's defaults."""
+    defaults = vars(parse_args(["bisect-step", a.reproducer or "x"]))
     out: list[str] = []
     for name, valued in FORWARDED:
         v = getattr(a, name, None)
+        if v == defaults.get(name):
+            continue
         flag = "--" + name.replace("_", "-")
         for item in (v if isinstance(v, list) else [v]):
-            if valued and item not in (None, "", 0) and not (name == "memory" and item == 1024):
+            if valued:
                 out += [flag, str(Path(item).resolve()) if isinstance(item, Path) else str(item)]
-            elif not valued and item:
+            elif item:
                 out.append(flag)
     return out + (["--", *a.repro_args] if a.repro_args else [])
 
