@@ -48,13 +48,15 @@ static atomic_int stop;
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
-	char buf[400];
+	/* one KTAP diagnostic per line: a failed load's verifier log is multi-line */
+	char buf[8192], *line, *save = NULL;
+	int n = 0;
 
 	if (level != LIBBPF_WARN)
 		return 0;
 	vsnprintf(buf, sizeof(buf), fmt, ap);
-	buf[strcspn(buf, "\n")] = 0;
-	ktap_line("# libbpf: %s", buf);
+	for (line = strtok_r(buf, "\n", &save); line && n < 60; line = strtok_r(NULL, "\n", &save), n++)
+		ktap_line("# libbpf: %s", line);
 	return 0;
 }
 
