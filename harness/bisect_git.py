@@ -36,7 +36,8 @@ from harness import paths, procs, results
 from harness.bisect_steps import StepPolicy, run_step
 from harness.bisection import CLEAN, REPRODUCES, SKIP, Step
 from images import build as kbuild
-from images.kernel import resolve
+from images.build import git
+from images.kernel import SpecError, resolve
 
 SCHEMA = "kstall.bisect/1"
 EXIT_OLD, EXIT_NEW, EXIT_SKIP, EXIT_ABORT = 0, 1, 125, 128
@@ -44,15 +45,8 @@ FIX_TERMS = ("vulnerable", "fixed")
 Echo = Callable[[str], None]
 
 
-class GitBisectError(RuntimeError):
-    pass
-
-
-def git(tree: Path, *args: str, timeout: float = 300, check: bool = True) -> str:
-    p = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        raise GitBisectError(f"git {' '.join(args)}: {p.stderr.strip()[-400:]}")
-    return p.stdout.strip()
+class GitBisectError(SpecError):
+    """The tree, the revisions or git bisect itself stopped the bisection."""
 
 
 def bisecting(tree: Path) -> bool:
@@ -62,7 +56,7 @@ def bisecting(tree: Path) -> bool:
 def candidate(tree: Path) -> str:
     """The commit under test: BISECT_HEAD with --no-checkout, else HEAD."""
     for ref in ("BISECT_HEAD", "HEAD"):
-        sha = git(tree, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False)
+        sha = kbuild.commit_of(tree, ref)
         if sha:
             return sha
     raise GitBisectError(f"{tree} has no commit checked out")
@@ -161,7 +155,7 @@ def check_tree(tree: Path, old: str, new: str) -> tuple[str, str, str]:
         raise GitBisectError(f"{tree} is already being bisected: finish it or run `git -C {tree} bisect reset`")
     shas = []
     for name, rev in (("--old", old), ("--new", new)):
-        sha = git(tree, "rev-parse", "-q", "--verify", f"{rev}^{{commit}}", check=False)
+        sha = kbuild.commit_of(tree, rev)
         if not sha:
             raise GitBisectError(f"{name} {rev}: not a commit in {tree}")
         shas.append(sha)

@@ -55,6 +55,18 @@ def add_build_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--build-timeout", type=float, default=7200, metavar="S", help="bound on one build (s)")
 
 
+def add_step_pmiss(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--step-pmiss", type=float, default=1e-3, help="P(miss) a clean step must reach (default 1e-3)")
+
+
+def add_bisect_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The ends, the per-step P(miss) target and --resume, shared by every bisect kind."""
+    p.add_argument("--old", help=f"older end: {what}")
+    p.add_argument("--new", help=f"newer end: {what}")
+    add_step_pmiss(p)
+    p.add_argument("--resume", type=Path, metavar="DIR", help="continue the bisection recorded in DIR")
+
+
 # the options `bisect git` hands on to each `bisect-step` (name, takes a value)
 FORWARDED = (("cpus", True), ("memory", True), ("accel", True), ("cmdline", True), ("duration", True),
              ("attempts", True), ("freeze_after", True), ("stuck_after", True), ("samples", True),
@@ -312,7 +324,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
     except (KeyError, FileNotFoundError) as e:
         echo_stderr(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
         return EXIT_USAGE
-    except (bisect_git.GitBisectError, SpecError) as e:
+    except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
     policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
@@ -321,7 +333,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
     try:
         doc = bisect_git.run(a.tree, a.old, a.new, a.reproducer, policy, build, out, echo_stderr,
                              forwarded_args(a), resumed=resumed, argv=sys.argv)
-    except (bisect_git.GitBisectError, SpecError) as e:
+    except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
     finally:
@@ -344,7 +356,7 @@ def cmd_bisect_step(a: argparse.Namespace) -> int:
     except KeyError as e:
         echo_stderr(f"error: {e.args[0]}")
         return bisect_git.EXIT_ABORT
-    except (bisect_git.GitBisectError, SpecError) as e:
+    except SpecError as e:
         echo_stderr(f"error: {e}")
         return bisect_git.EXIT_ABORT
 
@@ -418,12 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog="example: kstall bisect debian --old 6.12.107 --new 6.16.12 perf-refresh")
     bd.add_argument("reproducer", nargs="?")
     bd.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
-    bd.add_argument("--old", help="older Debian upstream version, e.g. 6.12.107")
-    bd.add_argument("--new", help="newer Debian upstream version, e.g. 6.16.12")
-    bd.add_argument("--step-pmiss", type=float, default=1e-3,
-                    help="P(miss) a clean step must reach (default 1e-3)")
+    add_bisect_options(bd, "a Debian upstream version such as 6.12.107 or 6.16.12")
     bd.add_argument("--no-prefetch", action="store_true", help="download each kernel only when its step starts")
-    bd.add_argument("--resume", type=Path, metavar="DIR", help="continue the bisection recorded in DIR")
     add_vm_options(bd)
     bd.set_defaults(func=cmd_bisect_debian)
 
@@ -437,10 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     bg.add_argument("tree", nargs="?", type=Path, help="kernel git tree")
     bg.add_argument("reproducer", nargs="?")
     bg.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
-    bg.add_argument("--old", help="older commit (any rev git understands)")
-    bg.add_argument("--new", help="newer commit")
-    bg.add_argument("--step-pmiss", type=float, default=1e-3, help="P(miss) a clean step must reach (default 1e-3)")
-    bg.add_argument("--resume", type=Path, metavar="DIR", help="continue the bisection recorded in DIR")
+    add_bisect_options(bg, "a commit (any rev git understands)")
     add_build_options(bg)
     add_vm_options(bg)
     bg.set_defaults(func=cmd_bisect_git)
@@ -457,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--old-state", choices=("clean", "reproduces"), default="clean",
                     help="what git's old/good term means (default clean: hunting a regression)")
     st.add_argument("--state", type=Path, help="state file shared with `kstall bisect git`")
-    st.add_argument("--step-pmiss", type=float, default=1e-3, help="P(miss) a clean step must reach (default 1e-3)")
+    add_step_pmiss(st)
     add_build_options(st)
     add_vm_options(st)
     st.set_defaults(func=cmd_bisect_step)

@@ -22,7 +22,6 @@ from typing import Callable
 
 from harness import expect, procs, reproducers, results, verify
 from harness.cores import CoreBudget
-
 from images.kernel import SpecError, resolve
 
 from harness.expect import EXPECTATIONS, FAILING

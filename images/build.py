@@ -65,12 +65,13 @@ class BuildOptions:
         return h.hexdigest()[:10]
 
 
-def _git(tree: Path, *args: str, timeout: float = 300) -> str:
+def git(tree: Path, *args: str, timeout: float = 300, check: bool = True) -> str:
+    """git -C tree ARGS, bounded; its stdout, or SpecError on failure when check."""
     try:
         p = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SpecError(f"git {' '.join(args)} in {tree} took longer than {timeout:.0f}s") from None
-    if p.returncode != 0:
+    if check and p.returncode != 0:
         raise SpecError(f"git {' '.join(args)} in {tree}: {p.stderr.strip()[-400:]}")
     return p.stdout.strip()
 
@@ -93,29 +94,28 @@ def _tree_key(tree: Path) -> str:
 
 
 def is_git(tree: Path) -> bool:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--git-dir"], capture_output=True).returncode == 0
+    return bool(git(tree, "rev-parse", "--git-dir", check=False))
 
 
-def commit_of(tree: Path, rev: str) -> str:
-    try:
-        return _git(tree, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    except SpecError:
-        raise SpecError(f"{rev!r} is not a commit in {tree}") from None
+def commit_of(tree: Path, rev: str) -> str | None:
+    """rev's commit id, or None when tree has no such commit."""
+    return git(tree, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False) or None
 
 
 def identify(tree: Path, rev: str | None) -> tuple[str | None, str]:
     """(commit to build or None for the work tree, identity of what is built)."""
-    if rev is None and is_git(tree) and subprocess.run(
-            ["git", "-C", str(tree), "rev-parse", "--verify", "-q", "BISECT_HEAD"], capture_output=True).returncode == 0:
+    if rev is None and is_git(tree) and commit_of(tree, "BISECT_HEAD"):
         rev = "BISECT_HEAD"   # the candidate of a `git bisect start --no-checkout`
     if rev is not None:
         sha = commit_of(tree, rev)
+        if not sha:
+            raise SpecError(f"{rev!r} is not a commit in {tree}")
         return sha, sha[:12]
     if not is_git(tree):
         return None, "worktree-" + hashlib.sha256(str(tree).encode()).hexdigest()[:8]
-    head = commit_of(tree, "HEAD")[:12]
-    if _git(tree, "status", "--porcelain", "--untracked-files=no"):
-        return None, f"{head}-dirty{hashlib.sha256(_git(tree, 'diff', 'HEAD').encode()).hexdigest()[:8]}"
+    head = (commit_of(tree, "HEAD") or "nohead")[:12]
+    if git(tree, "status", "--porcelain", "--untracked-files=no"):
+        return None, f"{head}-dirty{hashlib.sha256(git(tree, 'diff', 'HEAD').encode()).hexdigest()[:8]}"
     return None, head
 
 
@@ -133,8 +133,8 @@ def checkout(tree: Path, sha: str, progress: Progress | None) -> Path:
         progress(f"checking out {sha[:12]} in {clone}")
     # a checkout interrupted earlier (Ctrl-C) leaves its lock; the tree's flock makes this one ours
     (clone / ".git" / "index.lock").unlink(missing_ok=True)
-    _git(clone, "checkout", "-q", "--detach", "-f", sha, timeout=900)
-    _git(clone, "clean", "-q", "-fdx", timeout=300)
+    git(clone, "checkout", "-q", "--detach", "-f", sha, timeout=900)
+    git(clone, "clean", "-q", "-fdx", timeout=300)
     return clone
 
 
@@ -246,13 +246,13 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
             progress(f"{what}: tinyconfig + {', '.join(f.name for f in fragments)}; -j{jobs}, ccache; "
                      f"log {out / 'build.log'}")
         with open(out / "build.log", "w") as log:
-            _make(["-s", "tinyconfig"], src, out, log, env, deadline, what, None)
+            _make(["--silent", "tinyconfig"], src, out, log, env, deadline, what, None)
             merge = src / "scripts" / "kconfig" / "merge_config.sh"
             p = subprocess.run([str(merge), "-m", "-O", str(out), str(out / ".config"), *map(str, fragments)],
                                stdout=log, stderr=subprocess.STDOUT, cwd=out, env=env, timeout=120)
             if p.returncode != 0:
                 raise BuildError(f"{what}: merge_config.sh failed:\n{_tail(out / 'build.log')}")
-            _make(["-s", "olddefconfig"], src, out, log, env, deadline, what, None)
+            _make(["--silent", "olddefconfig"], src, out, log, env, deadline, what, None)
             missing = config_mismatches(out / ".config", fragments)
             if missing and progress:
                 progress(f"{what}: fragment options not in the final .config: {'; '.join(missing)}")
