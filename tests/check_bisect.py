@@ -228,8 +228,8 @@ def report(failures: list[str], doc: dict, shas: dict, total: float) -> int:
           f"kstall's cache; build seconds per step: " + ", ".join(
               f"{s['candidate']}={s['build_s']}{'(cached)' if s.get('build_cached') else ''}" for s in builds))
     if fresh:
-        print(f"check-bisect: first build {fresh[0]:.0f}s; later builds median "
-              f"{statistics.median(fresh[1:]) if len(fresh) > 1 else float('nan'):.0f}s")
+        later = f"; later builds median {statistics.median(fresh[1:]):.0f}s" if len(fresh) > 1 else ""
+        print(f"check-bisect: first build {fresh[0]:.0f}s{later}")
     print(f"check-bisect: total {total:.0f}s; culprit {culprit[:12] or 'none'} "
           f"({(doc.get('culprit') or {}).get('subject', '')})")
     for f in failures:
