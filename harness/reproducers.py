@@ -10,6 +10,20 @@ REPRO_DIR = paths.data_file("repro")
 
 
 @dataclass(frozen=True)
+class KernelNeeds:
+    """Kernel config options something needs ([kernel] in its data file), and
+    the module behind each tristate one."""
+    owner: str
+    options: tuple[str, ...] = ()
+    modules: tuple[tuple[str, str], ...] = ()  # (option, module name)
+
+    @staticmethod
+    def from_doc(owner: str, doc: dict) -> "KernelNeeds":
+        k = doc.get("kernel", {})
+        return KernelNeeds(owner, tuple(k.get("options", ())), tuple(k.get("modules", {}).items()))
+
+
+@dataclass(frozen=True)
 class Reproducer:
     name: str
     binary: str
@@ -27,18 +41,27 @@ class Reproducer:
     # empty: the reproducer measures no latencies
     stall_paths: tuple[tuple[str, float, str], ...] = ()
     min_stalls: int = 1
+    needs: KernelNeeds = KernelNeeds("")
 
     def stall_thresholds(self) -> dict[str, float]:
         return {path: ms for path, ms, _ in self.stall_paths}
 
 
+AGENT = "agent"  # repro/agent.toml: the guest agent's needs, not a reproducer
+
+
+def agent_needs() -> KernelNeeds:
+    with open(REPRO_DIR / f"{AGENT}.toml", "rb") as f:
+        return KernelNeeds.from_doc(AGENT, tomllib.load(f))
+
+
 def names() -> list[str]:
-    return sorted(p.stem for p in REPRO_DIR.glob("*.toml"))
+    return sorted(p.stem for p in REPRO_DIR.glob("*.toml") if p.stem != AGENT)
 
 
 def load(name: str) -> Reproducer:
     path = REPRO_DIR / f"{name}.toml"
-    if not path.is_file():
+    if name == AGENT or not path.is_file():
         raise KeyError(f"unknown reproducer {name!r}; known: {', '.join(names())}")
     with open(path, "rb") as f:
         d = tomllib.load(f)
@@ -49,4 +72,5 @@ def load(name: str) -> Reproducer:
                       nmi_rate=float(d.get("nmi", {}).get("rate", 0)),
                       stall_paths=tuple((path, float(p["threshold_ms"]), p["arg"])
                                         for path, p in d.get("stall", {}).get("paths", {}).items()),
-                      min_stalls=int(d.get("stall", {}).get("min_stalls", 1)))
+                      min_stalls=int(d.get("stall", {}).get("min_stalls", 1)),
+                      needs=KernelNeeds.from_doc(d["name"], d))

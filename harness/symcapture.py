@@ -5,7 +5,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import accel, symcache
+from harness import accel, preflight, symcache
 from harness.verify import ensure_guest
 from harness.vm import VM, VMConfig
 from harness.watch import Limits, Watch
@@ -15,7 +15,7 @@ from images.kernel import Kernel
 
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     ensure_guest(echo)
-    initrd = initramfs.build()
+    initrd = initramfs.build(modules=preflight.check(kernel, None).modules)
     kind = accel.choose(accel_mode, kernel.sha256, kernel.vmlinuz, initrd, echo)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
         cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,

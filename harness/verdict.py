@@ -77,6 +77,8 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
                        retryable=True)
     if kind == "boot-failure":
         return Verdict("ERROR", f"boot failure: {outcome.detail}")
+    if kind == "agent-error":
+        return Verdict("ERROR", f"the guest agent could not run: {outcome.detail}")
     if kind in ("panic", "oops"):
         if outcome.detail.startswith("Attempted to kill init"):
             return Verdict("ERROR", f"the guest agent died: {outcome.detail}")

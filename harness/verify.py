@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import accel, classify, debug, paths, pmiss, reproducers, results, stalls, symcache
+from harness import accel, classify, debug, paths, pmiss, preflight, reproducers, results, stalls, symcache
 from harness.cores import Cancelled, CoreBudget, Gate
 from harness.nmi import NmiInjector
 from harness.procs import Interrupted
@@ -261,17 +261,22 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     kernel = resolve(spec, progress=echo, build=dataclasses.replace(opts.build or BuildOptions(),
                                                                    reproducer=repro.name))
     ensure_guest(echo)
-    initrd = initramfs.build()
-    accel_kind = accel.choose(opts.accel, kernel.sha256, kernel.vmlinuz, initrd, echo)
+    check = preflight.check(kernel, repro)
+    if check.modules:
+        echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
+    initrd = initramfs.build(modules=check.modules)
+    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.vmlinuz, initrd, echo)
     run = results.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
     attempts: list[tuple[int, Attempt]] = []
     interrupted: BaseException | None = None
 
-    def failed(kind: str, detail: str) -> None:
-        attempts.append((len(attempts) + 1, Attempt(Verdict("ERROR", detail), Outcome(kind, detail, time.monotonic()),
+    def failed(kind: str, detail: str, verdict: str = "ERROR") -> None:
+        attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
                                                     {}, [], None, {}, "", 0)))
     try:
-        for n in range(1, max(1, opts.attempts) + 1):
+        if check.missing:
+            failed("preflight", check.reason(), "INCONCLUSIVE")
+        for n in range(1, max(1, opts.attempts) + 1) if not check.missing else ():
             adir = run.attempt(n)
             att = run_attempt(kernel, repro, opts, accel_kind, initrd, adir, echo, n)
             attempts.append((n, att))

@@ -14,6 +14,8 @@ reads them as they come and stops with an Outcome:
                 lets the report finish)
   infra         an emulator fault recognised on the console (retryable)
   boot-failure  no agent within `boot_timeout`, or the kernel said it cannot boot
+  agent-error   the guest agent said on the console why it cannot run (a module
+                that does not load, no virtio port)
   qemu-exit     QEMU went away before the agent said it was done
   timeout       the run took longer than `run_timeout`
 
@@ -230,7 +232,7 @@ class Watch:
             return
         r.excerpt = [line]
         self.reports.append(r)
-        if r.kind in ("panic", "oops", "infra", "boot") and self.pending_report is None:
+        if r.kind in ("panic", "oops", "infra", "boot", "agent") and self.pending_report is None:
             self.pending_report, self.pending_since = r, now
         if r.kind in ("stall", "infra", "panic", "oops"):
             self._say(f"console: {r.title}")
@@ -274,7 +276,7 @@ class Watch:
         r = self.pending_report
         if r is not None and (now - self.pending_since >= L.report_grace
                               or not self.vm.alive()):
-            kind = {"boot": "boot-failure"}.get(r.kind, r.kind)
+            kind = {"boot": "boot-failure", "agent": "agent-error"}.get(r.kind, r.kind)
             return Outcome(kind, r.title, now)
         if self.poweroff and self.exit_code is not None:
             return Outcome("done", f"reproducer exited with code {self.exit_code}", now)

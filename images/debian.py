@@ -4,10 +4,17 @@ The suites are listed in images/debian-suites.list; apt's lists, the package
 index kstall derives from them, and the extracted kernels live under
 ~/.cache/kstall. Only vmlinuz, config and a hash are kept of each package.
 
-Packaging differs by version: up to 6.18 `linux-image-<abi>-<flavour>` holds
-boot/vmlinuz-*; from 6.19 on it is a metapackage and the image sits in
-`linux-binary-<abi>-<flavour>` at usr/lib/modules/<abi>-<flavour>/vmlinuz,
-with the config in `linux-base-<abi>-<flavour>`.
+Packaging differs by version:
+- bookworm's own 6.1 uses the older ABI naming, `linux-image-6.1.0-<N>-<flavour>`,
+  with the upstream version only in the package's Version (6.1.192-2);
+- up to 6.18 `linux-image-<abi>-<flavour>` holds boot/vmlinuz-*, the config
+  and the modules;
+- from 6.19 on it is a metapackage: the image sits in `linux-binary-<abi>-<flavour>`
+  at usr/lib/modules/<abi>-<flavour>/vmlinuz, the config in `linux-base-…`, the
+  modules in `linux-modules-…`.
+Packages are read by images/packages.py, which also takes the modules the guest
+must load (virtio console and PCI are modules in 6.1); a package that is not
+needed (the modules, when they are built in) is not downloaded.
 """
 from __future__ import annotations
 
@@ -18,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -27,11 +33,14 @@ from pathlib import Path
 from typing import Iterator
 
 from harness import paths
-from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
+from images import packages
+from images.kernel import Kernel, Progress, SpecError, load_meta, write_meta
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
-_NAME = re.compile(r"^linux-(image|binary|base)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?amd64)$")
+_NAME = re.compile(r"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?amd64)$")
+# bookworm's stock kernel: linux-image-6.1.0-56-amd64, upstream version in Version
+_OLD_NAME = re.compile(r"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?amd64)$")
 
 
 def version_key(v: str) -> tuple[int, ...]:
@@ -41,13 +50,14 @@ def version_key(v: str) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class DebKernel:
     upstream: str      # 6.16.12
-    abi: str           # 6.16.12+deb13
+    abi: str           # 6.16.12+deb13, or 6.1.0-56 in the older naming
     flavour: str       # amd64, cloud-amd64, rt-amd64
     package: str       # linux-image-6.16.12+deb13-amd64
     version: str       # Debian version 6.16.12-1~bpo13+1
     suite: str         # trixie-backports
     image_package: str  # where vmlinuz is: the linux-image or linux-binary package
     config_package: str
+    modules_package: str = ""  # where the modules are, when that is another package
 
     @property
     def release(self) -> str:
@@ -125,7 +135,7 @@ class Archive:
 
     def _write_index(self) -> None:
         names = self._run("apt-cache", ["pkgnames", "linux-"], timeout=120).split()
-        wanted = sorted(n for n in names if _NAME.match(n))
+        wanted = sorted(n for n in names if _NAME.match(n) or _OLD_NAME.match(n))
         out = self._run("apt-cache", ["madison", *wanted], timeout=120) if wanted else ""
         rows: dict[str, tuple[str, str]] = {}
         for line in out.splitlines():
@@ -138,15 +148,23 @@ class Archive:
                 rows[name] = (version, suite)
         kernels = []
         for name, (version, suite) in rows.items():
+            if old := _OLD_NAME.match(name):
+                upstream = re.match(r"\d+\.\d+(?:\.\d+)?", version)
+                if upstream:
+                    kernels.append(DebKernel(upstream.group(0), old.group(1), old.group(2), name, version, suite,
+                                             name, name, name))
+                continue
             m = _NAME.match(name)
             if not m or m.group(1) != "image":
                 continue
             upstream, abi, flavour = m.group(2), f"{m.group(2)}+{m.group(3)}", m.group(4)
-            binary = f"linux-binary-{abi}-{flavour}"
-            base = f"linux-base-{abi}-{flavour}"
-            image_pkg = binary if binary in rows else name
-            config_pkg = base if image_pkg == binary and base in rows else image_pkg
-            kernels.append(DebKernel(upstream, abi, flavour, name, version, suite, image_pkg, config_pkg))
+            split = {part: f"linux-{part}-{abi}-{flavour}" for part in ("binary", "base", "modules")}
+            if split["binary"] in rows:
+                kernels.append(DebKernel(upstream, abi, flavour, name, version, suite, split["binary"],
+                                         split["base"] if split["base"] in rows else split["binary"],
+                                         split["modules"] if split["modules"] in rows else split["binary"]))
+            else:
+                kernels.append(DebKernel(upstream, abi, flavour, name, version, suite, name, name, name))
         kernels.sort(key=lambda k: (version_key(k.upstream), version_key(k.abi), k.flavour))
         paths.write_atomic(self.index_path, json.dumps([asdict(k) for k in kernels], indent=1))
 
@@ -163,13 +181,17 @@ class Archive:
         return m.group(1), m.group(2), int(m.group(3)), m.group(4)
 
 
-def parse_query(text: str) -> tuple[str, str | None, str]:
-    """'6.16.12' | '6.16.12+deb13' | '6.16.12-rt' | '6.16.12+deb13-cloud-amd64'
-    -> (upstream, abi or None, flavour)."""
+def parse_query(text: str) -> tuple[str | None, str | None, str]:
+    """'6.16.12' | '6.16.12+deb13' | '6.16.12-rt' | '6.16.12+deb13-cloud-amd64' |
+    '6.1.0-56' | '6.1.0-56-cloud' -> (upstream or None, abi or None, flavour)."""
+    old = re.fullmatch(r"(\d+\.\d+\.\d+-\d+)(?:-((?:\w+-)?amd64|\w+))?", text)
+    if old:
+        flavour = old.group(2) or "amd64"
+        return None, old.group(1), flavour if flavour.endswith("amd64") else flavour + "-amd64"
     m = re.fullmatch(r"(\d+\.\d+(?:\.\d+)?)(\+deb\d+(?:\.\d+)?)?(?:-((?:\w+-)?amd64|\w+))?", text)
     if not m:
         raise SpecError(f"debian:{text}: expected debian:VERSION such as debian:6.16.12, "
-                        "debian:6.12.94+deb12 or debian:6.16.12-rt")
+                        "debian:6.12.94+deb12, debian:6.16.12-rt or debian:6.1.0-56")
     flavour = m.group(3) or "amd64"
     if not flavour.endswith("amd64"):
         flavour += "-amd64"
@@ -187,9 +209,10 @@ def nearest(kernels: list[DebKernel], upstream: str, n: int = 3) -> list[str]:
 
 def find(kernels: list[DebKernel], text: str) -> DebKernel:
     upstream, abi, flavour = parse_query(text)
-    hits = [k for k in kernels if k.upstream == upstream and k.flavour == flavour and (abi is None or k.abi == abi)]
+    hits = [k for k in kernels if (upstream is None or k.upstream == upstream) and k.flavour == flavour
+            and (abi is None or k.abi == abi)]
     if not hits:
-        near = nearest([k for k in kernels if k.flavour == flavour], upstream)
+        near = nearest([k for k in kernels if k.flavour == flavour], upstream or abi or "")
         newest = kernels[-1].upstream if kernels else "none"
         raise SpecError(f"no Debian kernel {text} ({flavour}) in the suites of images/debian-suites.list; "
                         f"nearest: {', '.join(near) or 'none'}; newest: {newest}. "
@@ -230,33 +253,6 @@ def _download(url: str, dest: Path, size: int, sha256: str, label: str, progress
         raise SpecError(f"download of {label} is corrupt ({done} of {size} bytes, sha256 mismatch)")
 
 
-def _extract(deb: Path, wanted: dict[str, Path]) -> None:
-    """Stream the .deb's data tarball and pull out the wanted member paths
-    (basename patterns 'vmlinuz'/'config' under boot/ or usr/lib/modules/)."""
-    proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
-    left = dict(wanted)
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            for m in tar:
-                name = m.name.lstrip("./")
-                for key, dest in list(left.items()):
-                    if m.isfile() and re.fullmatch(key, name):
-                        src = tar.extractfile(m)
-                        assert src is not None
-                        with open(dest, "wb") as out:
-                            shutil.copyfileobj(src, out)
-                        del left[key]
-                if not left:
-                    break  # the modules that follow are not needed
-    finally:
-        if proc.stdout:
-            proc.stdout.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(60)
-
-
 def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -> Path:
     """Download and extract k (once; later calls hit the cache)."""
     d = kernel_dir(k)
@@ -269,23 +265,22 @@ def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -
             return d
         work = d / "download"
         work.mkdir(exist_ok=True)
-        try:
-            pkgs: dict[str, dict[str, Path]] = {}
-            pkgs.setdefault(k.image_package, {})[r"boot/vmlinuz-.*|usr/lib/modules/[^/]+/vmlinuz"] = d / "vmlinuz"
-            pkgs.setdefault(k.config_package, {})[r"boot/config-.*|usr/lib/modules/[^/]+/config"] = d / "config"
-            for pkg, want in pkgs.items():
+
+        def fetch(pkg: str):
+            def get() -> Path:
                 url, fname, size, sha = archive.uris(pkg)
-                deb = work / fname
-                _download(url, deb, size, sha, pkg, progress)
-                _extract(deb, want)
-                deb.unlink()
-            if not (d / "vmlinuz").exists():
-                raise SpecError(f"{k.image_package} holds no vmlinuz where kstall looks for it")
-            kernel = Kernel(spec=k.canonical, canonical=k.canonical, vmlinuz=d / "vmlinuz",
-                            sha256=sha256_file(d / "vmlinuz"), release=k.release, upstream=k.upstream,
-                            config=d / "config" if (d / "config").exists() else None,
-                            origin={"package": k.package, "image_package": k.image_package,
-                                    "version": k.version, "suite": k.suite})
+                for old in work.iterdir():  # one package on disk at a time
+                    old.unlink()
+                _download(url, work / fname, size, sha, pkg, progress)
+                return work / fname
+            return get
+        try:
+            # the config first: it tells whether the modules package is needed at all
+            order = dict.fromkeys([k.config_package, k.image_package, k.modules_package or k.image_package])
+            c = packages.collect([fetch(p) for p in order], d, k.package)
+            kernel = packages.kernel_from(c, k.canonical, k.canonical, k.upstream,
+                                          {"package": k.package, "image_package": k.image_package,
+                                           "version": k.version, "suite": k.suite})
             write_meta(d, kernel)
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -29,10 +29,12 @@ def _entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 
 
 def newc_archive(files: dict[str, bytes]) -> bytes:
     """A newc archive holding the standard directories, /dev/console and files
-    (archive path -> contents, all executable)."""
+    (archive path -> contents, all executable), with their parent directories
+    (the kernel's unpacker creates none)."""
     parts = []
     ino = 1
-    for d in _DIRS:
+    parents = {"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
+    for d in sorted(set(_DIRS) | parents):
         parts.append(_entry(d, stat.S_IFDIR | 0o755, ino=ino))
         ino += 1
     # the kernel opens /dev/console for init's stdio before devtmpfs exists
@@ -59,9 +61,16 @@ def guest_files(guest: Path | None = None) -> dict[str, bytes]:
     return files
 
 
-def build(guest: Path | None = None) -> Path:
-    """Path of the initramfs for the current guest binaries, built if needed."""
-    blob = newc_archive(guest_files(guest))
+def build(guest: Path | None = None, modules: list[Path] | tuple[Path, ...] = ()) -> Path:
+    """Path of the initramfs for the current guest binaries, built if needed,
+    with modules (NAME.ko, uncompressed) for the agent to load first, in order
+    (the agent reads etc/kstall/modules, see repro/agent.c)."""
+    files = guest_files(guest)
+    for m in modules:
+        files[f"lib/modules/kstall/{m.name}"] = m.read_bytes()
+    if modules:
+        files["etc/kstall/modules"] = "".join(m.name.removesuffix(".ko") + "\n" for m in modules).encode()
+    blob = newc_archive(files)
     digest = hashlib.sha256(blob).hexdigest()[:16]
     out_dir = paths.cache_dir() / "initramfs"
     out_dir.mkdir(parents=True, exist_ok=True)

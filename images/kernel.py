@@ -26,10 +26,14 @@ class Kernel:
     config: Path | None = None
     vmlinux: Path | None = None  # with DWARF, when there is one
     origin: dict = field(default_factory=dict)
+    # modules the guest may need (images.modules): name -> load sequence
+    # ([] when built in), the files as NAME.ko in modules_dir
+    modules: dict[str, list[str]] = field(default_factory=dict)
+    modules_dir: Path | None = None
 
     def to_json(self) -> dict:
         d = asdict(self)
-        for k in ("vmlinuz", "config", "vmlinux"):
+        for k in ("vmlinuz", "config", "vmlinux", "modules_dir"):
             d[k] = str(d[k]) if d[k] else None
         return d
 
@@ -60,9 +64,10 @@ def write_meta(directory: Path, kernel: Kernel) -> None:
 def load_meta(d: Path, spec: str) -> Kernel:
     """The Kernel write_meta stored in d, named as the user named it."""
     meta = json.loads((d / "kernel.json").read_text())
-    opt = {k: Path(meta[k]) if meta.get(k) else None for k in ("config", "vmlinux")}
+    opt = {k: Path(meta[k]) if meta.get(k) else None for k in ("config", "vmlinux", "modules_dir")}
     return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=Path(meta["vmlinuz"]), sha256=meta["sha256"],
-                  release=meta.get("release"), upstream=meta.get("upstream"), origin=meta.get("origin", {}), **opt)
+                  release=meta.get("release"), upstream=meta.get("upstream"), origin=meta.get("origin", {}),
+                  modules=meta.get("modules", {}), **opt)
 
 
 SCHEMES = "debian:VERSION, file:PATH or build:TREE[@REV]"

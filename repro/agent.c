@@ -17,6 +17,21 @@
  *                       before starting the reproducer (the host boots guests
  *                       ahead while others still use the CPUs)
  *
+ * Modules: a kernel whose virtio console or PCI transport is a module (=m)
+ * cannot reach the host until they are loaded, so /etc/kstall/modules lists
+ * the modules of lib/modules/kstall/ (beside the agent) to load first, in
+ * dependency order; the host works out that list.
+ *
+ * As PID 1 (the initramfs's /init) the agent mounts the pseudo filesystems and
+ * powers off when done. Started any other way (a service in a booted image,
+ * `kstall verify --boot-image`) it finds them mounted and still powers off.
+ * Reproducers are in bin/ beside the agent's own executable.
+ *
+ * Anything that keeps the agent from doing its job (a module that does not
+ * load, no virtio port) is printed on the console as
+ *   kstall-agent: error: WHAT
+ * and the guest powers off at once: the host turns that line into the verdict.
+ *
  * Host commands on the agent port: "GO" (see kstall.gate) and "STOP": end the
  * reproducer early with SIGTERM, so it still prints its final results.
  *
@@ -39,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -55,6 +71,7 @@ static atomic_ullong progress_count;
 static atomic_int hb_stop;
 static atomic_int repro_pid;
 static unsigned hb_ms = 50;
+static char base_dir[256] = "";	/* where the agent's executable is: "" for / */
 
 static void say_fd(int fd, const char *buf, size_t len)
 {
@@ -103,6 +120,79 @@ static void write_file(const char *path, const char *val)
 	close(fd);
 }
 
+static void power_off(void)
+{
+	sync();
+	reboot(RB_POWER_OFF);
+	_exit(0);	/* not allowed to (not root): the host sees the exit */
+}
+
+/* The agent cannot do its job: say why on the console (which the host always
+ * reads, whatever else is missing) and on the agent port if there is one. */
+static void fatal(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "kstall-agent: error: %s\n", buf);
+	fflush(stderr);
+	if (agent_fd >= 0)
+		say("KSTALL error %s", buf);
+	power_off();
+}
+
+/* bin/ and lib/ sit beside the agent: / in the initramfs, the install
+ * directory in a booted image */
+static void find_base_dir(void)
+{
+	char exe[256];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (slash && slash != exe) {
+		*slash = 0;
+		snprintf(base_dir, sizeof(base_dir), "%s", exe);
+	}
+}
+
+/* Load the modules listed in etc/kstall/modules (dependency order) from
+ * lib/modules/kstall/NAME.ko. The host stores them uncompressed. */
+static void load_modules(void)
+{
+	char path[512], name[128];
+	FILE *list;
+	int loaded = 0;
+
+	snprintf(path, sizeof(path), "%s/etc/kstall/modules", base_dir);
+	list = fopen(path, "r");
+	if (!list)
+		return;
+	while (fgets(name, sizeof(name), list)) {
+		int fd;
+
+		name[strcspn(name, "\n")] = 0;
+		if (!name[0])
+			continue;
+		snprintf(path, sizeof(path), "%s/lib/modules/kstall/%s.ko", base_dir, name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			fatal("module %s: %s: %s", name, path, strerror(errno));
+		if (syscall(SYS_finit_module, fd, "", 0) != 0 && errno != EEXIST)
+			fatal("module %s failed to load: %s (see the kernel's message above)", name, strerror(errno));
+		close(fd);
+		loaded++;
+	}
+	fclose(list);
+	fprintf(stderr, "kstall-agent: loaded %d module(s)\n", loaded);
+}
+
 static void mount_all(void)
 {
 	mkdir("/proc", 0755);
@@ -140,10 +230,11 @@ static int cmdline_get(const char *cmdline, const char *key, char *out, size_t o
 	return 0;
 }
 
-/* /dev node of the virtio-serial port called name; waits up to 3 s for it */
+/* /dev node of the virtio-serial port called name; waits up to 10 s for it
+ * (a port appears a little after its module loads) */
 static int open_port(const char *name)
 {
-	for (int tries = 0; tries < 30; tries++) {
+	for (int tries = 0; tries < 100; tries++) {
 		DIR *d = opendir("/sys/class/virtio-ports");
 		struct dirent *e;
 
@@ -294,12 +385,12 @@ static void *heartbeat(void *arg)
 /* run /bin/NAME ARGS..., forward its output a line at a time; exit code */
 static int run_repro(const char *name, char *args)
 {
-	char path[128], *argv[64], linebuf[4096];
+	char path[512], *argv[64], linebuf[4096];
 	int argc = 0, pfd[2], status = 0;
 	size_t have = 0;
 	pid_t pid;
 
-	snprintf(path, sizeof(path), "/bin/%s", name);
+	snprintf(path, sizeof(path), "%s/bin/%s", base_dir, name);
 	argv[argc++] = path;
 	for (char *tok = strtok(args, ","); tok && argc < 63; tok = strtok(NULL, ","))
 		argv[argc++] = tok;
@@ -356,7 +447,9 @@ int main(void)
 	pthread_t hb, cmd;
 	int fd, code = 0;
 
-	mount_all();
+	if (getpid() == 1)
+		mount_all();
+	find_base_dir();
 	fd = open("/proc/cmdline", O_RDONLY);
 	if (fd >= 0) {
 		if (read(fd, cmdline, sizeof(cmdline) - 1) < 0)
@@ -373,9 +466,11 @@ int main(void)
 	if (cmdline_get(cmdline, "kstall.hb_ms", val, sizeof(val)) && atoi(val) > 0)
 		hb_ms = atoi(val);
 
+	load_modules();
 	agent_fd = open_port(AGENT_PORT);
 	if (agent_fd < 0)
-		fprintf(stderr, "kstall-agent: no virtio port %s (CONFIG_VIRTIO_CONSOLE?)\n", AGENT_PORT);
+		fatal("no virtio port %s: the kernel has no virtio console (CONFIG_VIRTIO_CONSOLE, "
+		      "CONFIG_VIRTIO_PCI), or they are modules kstall did not load", AGENT_PORT);
 	uname(&u);
 	say("KSTALL hello uname=%s cpus=%ld", u.release, sysconf(_SC_NPROCESSORS_ONLN));
 
@@ -395,7 +490,6 @@ int main(void)
 	atomic_store(&hb_stop, 1);
 	pthread_join(hb, NULL);
 	say("KSTALL poweroff");
-	sync();
-	reboot(RB_POWER_OFF);
+	power_off();
 	return 0;
 }

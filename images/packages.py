@@ -1,0 +1,166 @@
+"""A bootable kernel out of distro package files: vmlinuz, config and the
+modules the guest needs (images/modules.py).
+
+Packages are read by standard tools as tar streams: `dpkg-deb --fsys-tarfile`
+for a .deb, bsdtar for an .rpm (libarchive reads rpm payloads, whatever their
+compression, and writes tar). Each package is streamed once. vmlinuz and the
+config are kept wherever the layout puts them (Debian's boot/, or
+[usr/]lib/modules/<release>/ as in Debian 7.x and Fedora). Module files and
+their metadata go to a staging tree only while they may be needed: once the
+config says no needed module is =m, the stream stops and later packages are
+not even opened (debian: then skips downloading them).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Callable, Iterable
+
+from images import modules
+from images.kernel import Kernel, SpecError, sha256_file
+
+_VMLINUZ = re.compile(r"boot/vmlinuz-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinuz")
+_CONFIG = re.compile(r"boot/config-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/config")
+_MODFILE = re.compile(r"(?:usr/)?lib/modules/(?P<r>[^/]+)/(?P<rel>(?:kernel|updates|extra)/\S+\.ko(?:\.xz|\.zst|\.gz)?"
+                      r"|modules\.(?:dep|builtin|order))")
+
+
+def tar_command(pkg: Path) -> list[str]:
+    if pkg.name.endswith(".deb"):
+        return ["dpkg-deb", "--fsys-tarfile", str(pkg)]
+    if pkg.name.endswith(".rpm"):
+        return ["bsdtar", "-cf", "-", "--format", "pax", f"@{pkg}"]
+    raise SpecError(f"{pkg}: not a .deb or .rpm")
+
+
+def _release(m: re.Match) -> str:
+    return m.group("a") or m.group("b")
+
+
+class Collector:
+    """Takes what a kernel needs from a series of packages into dest."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+        self.staging = dest / "staging"
+        self.vmlinuz: Path | None = None
+        self.config: Path | None = None
+        self.releases: set[str] = set()
+        self.release: str | None = None
+        self.module_files = 0
+        self.read: list[str] = []
+        self.needs = modules.every_need()
+        self.needed: list[str] | None = None  # modules whose option is =m, once the config is known
+        self.plan: dict[str, list[str]] = {}
+
+    def config_value(self, option: str) -> str | None:
+        return Kernel("", "", Path(), "", config=self.config).config_value(option)
+
+    def complete(self) -> bool:
+        return self.vmlinuz is not None and self.needed == []
+
+    def feed(self, pkg: Path) -> None:
+        """Stream one package, keeping what is wanted."""
+        self.read.append(pkg.name)
+        proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        finished_early = False
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                for m in tar:
+                    if m.isfile() and self._take(tar, m) and self.complete():
+                        finished_early = True
+                        break
+            if not finished_early:  # the tool's end-of-archive padding: let it finish writing
+                while proc.stdout and proc.stdout.read(1 << 20):
+                    pass
+        except tarfile.TarError as e:
+            raise SpecError(f"{pkg.name}: unreadable package ({e})") from None
+        finally:
+            if proc.stdout:
+                proc.stdout.close()
+            if proc.poll() is None:
+                proc.kill()
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            rc = proc.wait(60)
+            if proc.stderr:
+                proc.stderr.close()
+        if rc != 0 and not finished_early:
+            raise SpecError(f"{pkg.name}: {tar_command(pkg)[0]} could not read it: {err.strip()[-300:]}")
+
+    def _take(self, tar: tarfile.TarFile, m: tarfile.TarInfo) -> bool:
+        name = m.name.lstrip("./")
+        if mz := _VMLINUZ.fullmatch(name):
+            self.releases.add(_release(mz))
+            self.vmlinuz = self._write(tar, m, self.dest / "vmlinuz")
+            self.release = _release(mz)
+            return True
+        if _CONFIG.fullmatch(name):
+            self.config = self._write(tar, m, self.dest / "config")
+            self.needed = modules.wanted(self.needs, self.config_value)
+            return True
+        mm = _MODFILE.fullmatch(name)
+        if mm and self.needed != []:
+            self._write(tar, m, self.staging / "lib" / "modules" / mm.group("r") / mm.group("rel"))
+            self.module_files += mm.group("rel").startswith(("kernel/", "updates/", "extra/"))
+        return False
+
+    @staticmethod
+    def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, dest: Path) -> Path:
+        src = tar.extractfile(m)
+        assert src is not None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        return dest
+
+    def finish(self, what: str) -> None:
+        """Check that a kernel was found and install the modules it needs
+        (self.plan: images.modules.install's)."""
+        try:
+            if self.vmlinuz is None:
+                raise SpecError(f"{what} holds no kernel (no boot/vmlinuz-* or lib/modules/*/vmlinuz)")
+            if len(self.releases) > 1:
+                raise SpecError(f"{what} holds several kernels ({', '.join(sorted(self.releases))}): give one")
+            assert self.release is not None
+            tree = modules.Tree(self.staging, self.release)
+            names = self.needed if self.needed is not None else modules.wanted(self.needs, None, tree.builtin())
+            if not names:
+                return
+            if self.module_files == 0:
+                raise SpecError(f"the kernel {self.release} needs module(s) {', '.join(names)} (its config has them =m) "
+                                f"but {what} holds no modules: add the package that does (e.g. linux-modules-*, "
+                                "kernel-modules)")
+            tree.ensure_dep()
+            self.plan = modules.install(tree, names, self.dest / "modules")
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def collect(packages: Iterable[Callable[[], Path]], dest: Path, what: str) -> Collector:
+    """Feed packages (each a callable that returns its file, so a download can
+    wait until it is known to be needed) until the kernel is complete."""
+    c = Collector(dest)
+    for get in packages:
+        if c.complete():
+            break
+        c.feed(get())
+    c.finish(what)
+    return c
+
+
+def kernel_from(c: Collector, spec: str, canonical: str, upstream: str | None, origin: dict) -> Kernel:
+    assert c.vmlinuz is not None
+    plan = c.plan
+    return Kernel(spec=spec, canonical=canonical, vmlinuz=c.vmlinuz, sha256=sha256_file(c.vmlinuz),
+                  release=c.release, upstream=upstream or upstream_of(c.release), config=c.config,
+                  origin=origin | {"read": c.read}, modules=plan,
+                  modules_dir=c.dest / "modules" if any(plan.values()) else None)
+
+
+def upstream_of(release: str | None) -> str | None:
+    """6.16.12+deb13-amd64 -> 6.16.12; 6.8.0-45-generic -> 6.8.0"""
+    m = re.match(r"\d+\.\d+(?:\.\d+)?", release or "")
+    return m.group(0) if m else None
