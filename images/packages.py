@@ -12,6 +12,8 @@ not even opened (debian: then skips downloading them).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import re
 import shutil
 import subprocess
@@ -164,3 +166,48 @@ def upstream_of(release: str | None) -> str | None:
     """6.16.12+deb13-amd64 -> 6.16.12; 6.8.0-45-generic -> 6.8.0"""
     m = re.match(r"\d+\.\d+(?:\.\d+)?", release or "")
     return m.group(0) if m else None
+
+
+def resolve_local(spec: str, scheme: str, text: str, upstream_of_package: Callable[[Path], str | None]) -> Kernel:
+    """A kernel from package files the user names (deb:, rpm:), cached by
+    their content: a second verify of the same files reads none of them."""
+    from harness import paths
+    from images.kernel import load_meta, write_meta
+    files = [Path(p).expanduser().resolve() for p in text.split(",") if p]
+    if not files:
+        raise SpecError(f"{spec}: name at least one package file")
+    for f in files:
+        if not f.is_file():
+            raise SpecError(f"{spec}: no such file {f}")
+        tar_command(f)  # a .deb or .rpm
+    digests = sorted(sha256_file(f) for f in files)
+    key = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:20]
+    d = paths.cache_dir() / "kernels" / scheme / key
+    if not (d / "kernel.json").exists():
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (d / "kernel.json").exists():
+                try:
+                    # smallest first: a config-only package (linux-base) says whether the big modules one is needed
+                    ordered = sorted(files, key=lambda f: f.stat().st_size)
+                    c = collect([lambda f=f: f for f in ordered], d, ", ".join(f.name for f in files))
+                    upstream = next(filter(None, (upstream_of_package(f) for f in files)), None)
+                    write_meta(d, kernel_from(c, spec, f"{scheme}:{c.release}", upstream,
+                                              {"files": [str(f) for f in files], "sha256": digests}))
+                except BaseException:
+                    shutil.rmtree(d, ignore_errors=True)  # bad input leaves nothing behind
+                    raise
+    return load_meta(d, spec)
+
+
+def tool_output(cmd: list[str], timeout: float = 60) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SpecError(f"{cmd[0]} not found: run `make deps`") from None
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"{' '.join(cmd)} took longer than {timeout:.0f}s") from None
+    if p.returncode != 0:
+        raise SpecError(f"{' '.join(cmd)} failed: {p.stderr.strip()[-300:]}")
+    return p.stdout

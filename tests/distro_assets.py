@@ -1,0 +1,163 @@
+"""Distro artefacts for the tests and benchmarks, made from Debian's packages
+(Fedora's and Ubuntu's own cannot be fetched on kstall's build machines):
+
+- fedora_rpms(): a real Debian kernel repackaged by rpmbuild in the Fedora
+  layout: kernel-core (lib/modules/<release>/vmlinuz, config, System.map,
+  module metadata, modules outside drivers/) and kernel-modules (drivers/),
+  every module compressed as .ko.xz or .ko.zst, no modules.dep (Fedora makes
+  it at install time).
+- debian_debs(): the .deb files of a Debian kernel, as a fleet would hold them.
+
+Everything is cached under <kstall cache>/test-assets, keyed by what shaped it.
+
+    /usr/bin/python3 tests/distro_assets.py rpm 6.16.12 xz
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness import paths  # noqa: E402
+from images import debian  # noqa: E402
+
+COMPRESS = {"xz": ["xz", "--check=crc32", "--lzma2=dict=1MiB", "-q"], "zst": ["zstd", "-q", "--rm", "-T1"]}
+
+SPEC = """\
+Name: kernel
+Version: {version}
+Release: 1.kstall
+Summary: Debian's {package} kernel, repackaged in the Fedora layout
+License: GPL-2.0-only
+AutoReqProv: no
+
+%description
+Test asset of kstall: a Debian kernel in Fedora's kernel-core/kernel-modules layout.
+
+%package core
+Summary: vmlinuz, config and core modules of {release}
+%description core
+Debian's {package} in the Fedora kernel-core layout.
+
+%package modules
+Summary: driver modules of {release}
+Requires: kernel-core = %{{version}}-%{{release}}
+%description modules
+Debian's {package} driver modules in the Fedora kernel-modules layout.
+
+%install
+cp -a {root}/. %{{buildroot}}/
+
+%files core -f {lists}/core.list
+%files modules -f {lists}/modules.list
+"""
+
+
+def assets_dir() -> Path:
+    d = paths.cache_dir() / "test-assets"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def debian_debs(version: str) -> list[Path]:
+    """The Debian packages of debian:<version> (image, and binary/base/modules
+    where they are split), downloaded once."""
+    archive = debian.Archive()
+    k = debian.find(archive.kernels(), version)
+    out_dir = assets_dir() / "deb" / k.release
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    for pkg in dict.fromkeys([k.image_package, k.config_package, k.modules_package or k.image_package]):
+        url, fname, size, sha = archive.uris(pkg)
+        dest = out_dir / fname
+        if not dest.is_file() or dest.stat().st_size != size:
+            part = dest.with_name(dest.name + ".part")
+            debian._download(url, part, size, sha, pkg, None)
+            part.replace(dest)
+        files.append(dest)
+    return files
+
+
+def _compress_all(root: Path, kind: str) -> None:
+    """Every module under root as .ko.<kind> (Debian 6.16+ ships .ko.xz)."""
+    for f in list(root.rglob("*.ko.xz")) + list(root.rglob("*.ko.zst")):
+        tool = ["xz", "-dq"] if f.suffix == ".xz" else ["zstd", "-dq", "--rm"]
+        if f.suffix[1:] != kind:
+            subprocess.run([*tool, str(f)], check=True)
+    plain = [str(f) for f in root.rglob("*.ko")]
+    # a few hundred files per process, two at a time
+    batches = [plain[i:i + 200] for i in range(0, len(plain), 200)]
+    procs: list[subprocess.Popen] = []
+    for batch in batches:
+        procs.append(subprocess.Popen([*COMPRESS[kind], *batch]))
+        if len(procs) >= 2:
+            if procs.pop(0).wait() != 0:
+                raise RuntimeError("module compression failed")
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError("module compression failed")
+
+
+def fedora_rpms(version: str, compress: str = "xz") -> list[Path]:
+    """kernel-core and kernel-modules rpms of debian:<version> (cached)."""
+    debs = debian_debs(version)
+    release = debian.find(debian.Archive().kernels(), version).release
+    out_dir = assets_dir() / "rpm" / f"{release}-{compress}"
+    rpms = sorted(out_dir.glob("*.rpm"))
+    if len(rpms) == 2:
+        return rpms
+    shutil.rmtree(out_dir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="kstall-rpm-", dir=assets_dir()) as tmp:
+        t = Path(tmp)
+        deb_root, root = t / "deb", t / "root"
+        for deb in debs:
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(deb_root)], check=True)
+        src = next(p for p in (deb_root / "lib" / "modules" / release, deb_root / "usr" / "lib" / "modules" / release)
+                   if p.is_dir())
+        mod = root / "lib" / "modules" / release
+        mod.parent.mkdir(parents=True)
+        shutil.copytree(src, mod, symlinks=True)
+        for name, dest in (("vmlinuz", "vmlinuz"), ("config", "config"), ("System.map", "System.map")):
+            boot = deb_root / "boot" / f"{name}-{release}"
+            if boot.is_file():
+                shutil.copy(boot, mod / dest)
+        for generated in mod.glob("modules.*"):
+            if generated.name not in ("modules.builtin", "modules.order", "modules.builtin.modinfo"):
+                generated.unlink()
+        _compress_all(mod, compress)
+        (t / "lists").mkdir()
+        core, drivers = [f"%dir /lib/modules/{release}"], []
+        for f in sorted(p for p in mod.rglob("*") if not p.is_dir()):
+            rel = "/" + str(f.relative_to(root))
+            (drivers if f"/{release}/kernel/drivers/" in rel else core).append(rel)
+        (t / "lists" / "core.list").write_text("\n".join(core) + "\n")
+        (t / "lists" / "modules.list").write_text("\n".join(drivers) + "\n")
+        upstream = release.split("-")[0].split("+")[0]
+        if "+" not in release:  # older Debian naming: the upstream version is in the package version
+            upstream = debian.find(debian.Archive().kernels(), version).upstream
+        spec = t / "kernel.spec"
+        spec.write_text(SPEC.format(version=upstream, package=debs[0].name, release=release, root=root,
+                                    lists=t / "lists"))
+        subprocess.run(["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {t / 'top'}",
+                        "--define", "__os_install_post %{nil}", "--define", "_build_id_links none",
+                        "--define", "debug_package %{nil}", "--define", "_binary_payload w3.zstdio",
+                        "--define", "_binaries_in_noarch_packages_terminate_build 0",
+                        "--target", "x86_64", str(spec)], check=True, capture_output=True, timeout=1800)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for r in (t / "top" / "RPMS").rglob("*.rpm"):
+            shutil.move(str(r), out_dir / r.name)
+    return sorted(out_dir.glob("*.rpm"))
+
+
+if __name__ == "__main__":
+    kind, *rest = sys.argv[1:] or ["help"]
+    if kind == "rpm":
+        print("\n".join(map(str, fedora_rpms(rest[0], rest[1] if len(rest) > 1 else "xz"))))
+    elif kind == "deb":
+        print("\n".join(map(str, debian_debs(rest[0]))))
+    else:
+        sys.exit(__doc__)
