@@ -97,7 +97,7 @@ def options_from(a: argparse.Namespace):
                               pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
                               freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
                               vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
-                              build=build_options_from(a))
+                              build=build_options_from(a), boot_image=getattr(a, "boot_image", False))
 
 
 def build_options_from(a: argparse.Namespace):
@@ -370,11 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
                        "4 ERROR, 2 usage. Arguments after -- go to the reproducer.",
                        epilog="example: kstall verify debian:6.16.12 perf-refresh --cpus 4")
-    v.add_argument("kernel", help="kernel spec: debian:VERSION (e.g. debian:6.16.12), file:PATH or "
-                   "build:TREE[@REV]")
+    v.add_argument("kernel", help="kernel spec: debian:VERSION (e.g. debian:6.16.12, debian:6.1.192), "
+                   "deb:PATH[,PATH...], rpm:PATH[,PATH...], image:DISK[#RELEASE], file:PATH or build:TREE[@REV]")
     v.add_argument("reproducer", help=f"one of: {', '.join(reproducers.names())}")
     v.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     v.add_argument("--json", action="store_true", help="print run.json instead of the summary")
+    v.add_argument("--boot-image", action="store_true",
+                   help="image: kernels: boot the image's own initrd, init and userspace (a throwaway overlay; "
+                   "the image is never written), the agent running as a systemd service")
     add_build_options(v)
     add_vm_options(v)
     v.set_defaults(func=cmd_verify)

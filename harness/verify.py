@@ -27,7 +27,7 @@ from harness.procs import Interrupted
 from harness.verdict import Verdict, decide
 from harness.vm import VM, VMConfig, VMError
 from harness.watch import Limits, Outcome, Watch
-from images import initramfs
+from images import boot_image, initramfs
 from images.build import BuildOptions
 from images.kernel import Kernel, SpecError, resolve
 
@@ -60,6 +60,8 @@ class Options:
     budget: CoreBudget | None = None
     # set by another thread to end the run (reported as interrupted)
     cancel: threading.Event | None = None
+    # image: kernels: boot the image's own initrd and userspace (images/boot_image.py)
+    boot_image: bool = False
 
 
 @dataclass
@@ -155,16 +157,18 @@ class _Run:
 
 
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
-                initrd: Path, out_dir: Path, echo: Echo, number: int = 1) -> Attempt:
+                initrd: Path, out_dir: Path, echo: Echo, number: int = 1,
+                disk: boot_image.BootDisk | None = None) -> Attempt:
     cal = pmiss.load(repro.name)
     target = opts.count or max(repro.min_count, pmiss.count_for(cal, opts.pmiss_target))
     duration = opts.duration or repro.max_seconds
     r = _Run(kernel, repro, opts, out_dir, echo)
+    extra = " ".join(a for a in (disk.cmdline if disk else "", opts.cmdline_extra) if a)
     cmdline = kernel_cmdline(repro, repro_arguments(repro, opts, target, duration), r.syms_path is None,
-                             opts.cmdline_extra, gated=opts.budget is not None)
+                             extra, gated=opts.budget is not None)
     cpus = opts.cpus or repro.default_cpus
     cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
-                   memory_mb=opts.memory_mb, accel=accel_kind)
+                   memory_mb=opts.memory_mb, accel=accel_kind, extra_args=disk.qemu_args() if disk else [])
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
                     stalls=repro.min_stalls if repro.stall_paths else 0)
@@ -266,6 +270,10 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(modules=check.modules)
     accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.vmlinuz, initrd, echo)
+    disk = None
+    if opts.boot_image and not check.missing:
+        disk = boot_image.prepare(kernel, paths.guest_dir(), echo)  # the image loads its own modules
+        initrd = disk.initrd
     run = results.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
     attempts: list[tuple[int, Attempt]] = []
     interrupted: BaseException | None = None
@@ -278,7 +286,7 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
             failed("preflight", check.reason(), "INCONCLUSIVE")
         for n in range(1, max(1, opts.attempts) + 1) if not check.missing else ():
             adir = run.attempt(n)
-            att = run_attempt(kernel, repro, opts, accel_kind, initrd, adir, echo, n)
+            att = run_attempt(kernel, repro, opts, accel_kind, initrd, adir, echo, n, disk)
             attempts.append((n, att))
             interrupted = att.interrupted
             if interrupted or not (att.verdict.retryable and n < opts.attempts):
@@ -294,6 +302,9 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     except Exception as e:  # noqa: BLE001 - a kstall bug still ends as a complete run directory
         failed("error", f"internal error: {type(e).__name__}: {e}")
         run.write_text("traceback.txt", traceback.format_exc())
+    finally:
+        if disk:
+            disk.remove()
     n, final = attempts[-1]
     adir = run.work / f"attempt-{n}"
     if adir.exists():
@@ -334,7 +345,7 @@ def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reprod
         "reproducer": {"name": repro.name, "args": opts.repro_args, "count_name": repro.count_name,
                        "min_count": repro.min_count, "count_target": final.count_target},
         "vm": {"cpus": opts.cpus or repro.default_cpus, "memory_mb": opts.memory_mb, "accel": accel_kind,
-               "cmdline": final.cmdline},
+               "cmdline": final.cmdline, "boot_image": opts.boot_image},
         "outcome": {"kind": final.outcome.kind, "detail": final.outcome.detail},
         "evidence": {
             "count": final.watch.get("count"),

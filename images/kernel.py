@@ -70,7 +70,7 @@ def load_meta(d: Path, spec: str) -> Kernel:
                   modules=meta.get("modules", {}), **opt)
 
 
-SCHEMES = "debian:VERSION, deb:PATH[,PATH…], rpm:PATH[,PATH…], file:PATH or build:TREE[@REV]"
+SCHEMES = "debian:VERSION, deb:PATH[,PATH…], rpm:PATH[,PATH…], image:PATH[#RELEASE], file:PATH or build:TREE[@REV]"
 
 
 def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build=None) -> Kernel:
@@ -82,6 +82,9 @@ def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, bui
     if scheme == "debian":
         from images import debian
         return debian.resolve(spec, rest, fetch=fetch, progress=progress)
+    if scheme == "image":
+        from images import image
+        return image.resolve(spec, rest, fetch=fetch, progress=progress)
     if scheme in ("deb", "rpm"):
         import importlib
         return importlib.import_module(f"images.{scheme}").resolve(spec, rest)

@@ -7,6 +7,11 @@
   every module compressed as .ko.xz or .ko.zst, no modules.dep (Fedora makes
   it at install time).
 - debian_debs(): the .deb files of a Debian kernel, as a fleet would hold them.
+- disk_image(): a qcow2 disk (GPT, one ext4 partition) holding a small trixie
+  system (debootstrap minbase, systemd, udev, initramfs-tools) with a Debian
+  kernel installed by dpkg in a chroot (so its initrd is the image's own),
+  made by libguestfs's virt-make-fs, with a grub.cfg that grub-mkconfig wrote
+  inside it (virt-customize). Building it needs root (chroot).
 
 Everything is cached under <kstall cache>/test-assets, keyed by what shaped it.
 
@@ -153,11 +158,76 @@ def fedora_rpms(version: str, compress: str = "xz") -> list[Path]:
     return sorted(out_dir.glob("*.rpm"))
 
 
+ROOTFS_PACKAGES = "systemd-sysv,udev,kmod,initramfs-tools,linux-base,zstd,grub-pc-bin,grub2-common"
+
+
+def _locked(path: Path):
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+def trixie_rootfs() -> Path:
+    """A minimal trixie root filesystem (debootstrap, once)."""
+    d = assets_dir() / "rootfs-trixie"
+    with _locked(assets_dir() / "rootfs-trixie.lock"):
+        if (d / ".complete").exists():
+            return d
+        shutil.rmtree(d, ignore_errors=True)
+        subprocess.run(["debootstrap", "--variant=minbase", f"--include={ROOTFS_PACKAGES}", "trixie", str(d),
+                        "http://deb.debian.org/debian"], check=True, capture_output=True, timeout=1800)
+        (d / ".complete").touch()
+    return d
+
+
+def disk_image(version: str) -> Path:
+    """trixie with debian:<version> installed, as a qcow2 (cached)."""
+    from images import appliance
+    release = debian.find(debian.Archive().kernels(), version).release
+    out = assets_dir() / "images" / f"trixie-{release}.qcow2"
+    if out.is_file():
+        return out
+    debs = debian_debs(version)
+    base = trixie_rootfs()
+    with _locked(out.with_suffix(".lock")), tempfile.TemporaryDirectory(prefix="kstall-img-", dir=assets_dir()) as tmp:
+        if out.is_file():
+            return out
+        root = Path(tmp) / "root"
+        subprocess.run(["cp", "-a", str(base), str(root)], check=True)
+        (root / ".complete").unlink()
+        (root / "etc" / "hostname").write_text("kstall-test\n")
+        (root / "tmp" / "k").mkdir()
+        for deb in debs:
+            shutil.copy(deb, root / "tmp" / "k" / deb.name)
+        subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+        try:
+            subprocess.run(["chroot", str(root), "sh", "-c", "dpkg -i /tmp/k/*.deb"], check=True,
+                           capture_output=True, timeout=1200)
+        finally:
+            subprocess.run(["umount", str(root / "proc")], check=True)
+        shutil.rmtree(root / "tmp" / "k")
+        part = out.with_name(out.name + ".part")
+        part.parent.mkdir(parents=True, exist_ok=True)
+        env = appliance.environment()
+        subprocess.run(["virt-make-fs", "--format=qcow2", "--type=ext4", "--partition=gpt", "--size=+256M",
+                        str(root), str(part)], check=True, capture_output=True, timeout=1800, env=env)
+        # grub.cfg as grub-mkconfig writes it for this disk (grub-probe needs the real block device)
+        subprocess.run(["virt-customize", "-q", "--no-network", "-a", str(part), "--run-command",
+                        "mkdir -p /boot/grub && grub-mkconfig -o /boot/grub/grub.cfg"], check=True, capture_output=True, timeout=1800,
+                       env=env)
+        part.replace(out)
+    return out
+
+
 if __name__ == "__main__":
     kind, *rest = sys.argv[1:] or ["help"]
     if kind == "rpm":
         print("\n".join(map(str, fedora_rpms(rest[0], rest[1] if len(rest) > 1 else "xz"))))
     elif kind == "deb":
         print("\n".join(map(str, debian_debs(rest[0]))))
+    elif kind == "image":
+        print(disk_image(rest[0]))
     else:
         sys.exit(__doc__)

@@ -1,0 +1,97 @@
+"""verify --boot-image: boot a disk image's own initrd, init and userspace.
+
+The image is never written. kstall keeps one qcow2 layer per image and guest
+build, backed by the image, into which libguestfs put the agent
+(/opt/kstall/init), the reproducers (/opt/kstall/bin) and a systemd unit
+(images/kstall-agent.service); each run boots a throwaway overlay of that
+layer, removed afterwards. The kernel command line is the one the image's
+boot entry gives (root=...), with kstall's own (nokaslr, console, kstall.*).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import paths
+from images import image
+from images.kernel import Kernel, Progress, SpecError
+
+UNIT = paths.data_file("images", "kstall-agent.service")
+# arguments of the image's boot entry that kstall sets itself
+_DROP = re.compile(r"^(console|earlyprintk|quiet|splash|kstall\.\w+|panic|nokaslr|BOOT_IMAGE)(=|$)")
+
+
+@dataclass
+class BootDisk:
+    overlay: Path
+    initrd: Path
+    cmdline: str
+    workdir: Path
+
+    def qemu_args(self) -> list[str]:
+        return ["-drive", f"file={self.overlay},format=qcow2,if=virtio,discard=unmap"]
+
+    def remove(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def boot_args(kernel: Kernel) -> str:
+    args = [a for a in kernel.origin.get("boot_args", "").split() if not _DROP.match(a)]
+    if not any(a.startswith("root=") for a in args):
+        uuid = kernel.origin.get("root_uuid")
+        root = f"UUID={uuid}" if uuid else re.sub(r"^/dev/sd", "/dev/vd", kernel.origin.get("root", "/dev/vda1"))
+        args = [f"root={root}", "rw"] + args
+    return " ".join(args)
+
+
+def _qemu_img(*args: str) -> None:
+    p = subprocess.run(["qemu-img", *args], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise SpecError(f"qemu-img {' '.join(args)}: {p.stderr.strip()[-300:]}")
+
+
+def _guest_key(guest: Path) -> str:
+    h = hashlib.sha256(UNIT.read_bytes())
+    for p in sorted(guest.iterdir()):
+        if p.is_file():
+            h.update(p.name.encode() + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def prepare(kernel: Kernel, guest: Path, progress: Progress | None) -> BootDisk:
+    origin = kernel.origin
+    if "image" not in origin:
+        raise SpecError("--boot-image boots a disk image: use an image:PATH kernel")
+    if not origin.get("initrd") or not Path(origin["initrd"]).is_file():
+        raise SpecError(f"--boot-image: the image has no initrd for {kernel.release}")
+    if origin.get("init") != "systemd":
+        raise SpecError("--boot-image needs an image that boots with systemd")
+    src = Path(origin["image"])
+    layer = paths.cache_dir() / "kernels" / "image" / f"{origin['identity'][:20]}-layer-{_guest_key(guest)}.qcow2"
+    if not layer.is_file():
+        part = layer.with_name(f".{layer.name}.{os.getpid()}.part")
+        try:
+            _qemu_img("create", "-q", "-f", "qcow2", "-F", origin["format"], "-b", str(src), str(part))
+            if progress:
+                progress("putting the agent and the reproducers into an overlay of the image (libguestfs)")
+            with tempfile.NamedTemporaryFile("w", suffix=".service") as unit:
+                unit.write(UNIT.read_text())
+                unit.flush()
+                image.run_child(["install", str(part), str(guest), unit.name], progress)
+            part.replace(layer)
+        finally:
+            part.unlink(missing_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kstall-boot-image-"))
+    try:
+        overlay = work / "run.qcow2"
+        _qemu_img("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(layer), str(overlay))
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return BootDisk(overlay, Path(origin["initrd"]), boot_args(kernel), work)

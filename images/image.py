@@ -1,0 +1,126 @@
+"""image:PATH[#RELEASE] kernels: the kernel a VM or cloud disk image boots.
+
+libguestfs opens the image read-only (images/guestfs_child.py, in a child
+process kstall can bound and kill) and finds the kernel: RELEASE when given,
+else the entry grub boots (grub.cfg's default, grubenv's saved_entry, BLS
+entries), else the newest in /boot. It copies that kernel, its config, its
+initrd (for --boot-image) and the modules the guest needs. Whatever
+libguestfs can read works: qcow2 or raw, GPT/MBR, LVM, ext4, XFS, btrfs.
+
+The result is cached by the image's content identity (SHA-256 of every file
+in its backing chain, remembered per file by device, inode, size and change
+times), so a second verify of an unchanged image does not start libguestfs.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import paths, procs
+from images import appliance
+from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
+
+EXTRACT_TIMEOUT = 900
+
+
+def image_chain(path: Path) -> tuple[str, list[Path]]:
+    """(format, the image and its backing files) from qemu-img."""
+    try:
+        p = subprocess.run(["qemu-img", "info", "--output=json", "--backing-chain", str(path)],
+                           capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise SpecError("qemu-img not found: run `make deps` (Debian package qemu-utils)") from None
+    if p.returncode != 0:
+        raise SpecError(f"{path}: not a disk image qemu-img can read: {p.stderr.strip()[-300:]}")
+    chain = json.loads(p.stdout)
+    fmt = chain[0]["format"]
+    if fmt not in ("qcow2", "raw"):
+        raise SpecError(f"{path}: a {fmt} image; image: reads qcow2 and raw")
+    return fmt, [Path(c["filename"]) for c in chain]
+
+
+def identity(files: list[Path]) -> str:
+    """SHA-256 over the chain's contents; each file hashed once per change."""
+    memo_path = paths.cache_dir() / "kernels" / "image" / "identity.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    digests = []
+    for f in files:
+        st = f.stat()
+        key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+        entry = memo.get(str(f))
+        if not entry or entry["stat"] != key:
+            entry = memo[str(f)] = {"stat": key, "sha256": sha256_file(f)}
+        digests.append(entry["sha256"])
+    paths.write_atomic(memo_path, json.dumps(memo, indent=1))
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
+def run_child(args: list[str], progress: Progress | None, timeout: float = EXTRACT_TIMEOUT) -> dict:
+    env = appliance.environment(progress)
+    try:
+        p = procs.run_bounded([sys.executable, str(Path(__file__).with_name("guestfs_child.py")), *args],
+                              timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"libguestfs took longer than {timeout:.0f}s ({args[0]})") from None
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " | ".join(p.stderr.strip().splitlines()[-4:])
+        if "No module named 'guestfs'" in p.stderr:
+            raise SpecError("python3-guestfs is not installed: run `make deps`") from None
+        raise SpecError(f"libguestfs failed ({args[0]}): {tail}") from None
+    if "error" in out:
+        raise SpecError(out["error"])
+    return out
+
+
+def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
+    path_text, _, wanted = text.partition("#")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise SpecError(f"{spec}: no such file {path}")
+    fmt, chain = image_chain(path)
+    ident = identity(chain)
+    d = paths.cache_dir() / "kernels" / "image" / f"{ident[:20]}-{wanted or 'default'}"
+    if not (d / "kernel.json").exists():
+        if not fetch:
+            raise SpecError(f"{spec} has not been read yet")
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (d / "kernel.json").exists():
+                try:
+                    _extract(spec, path, fmt, wanted, ident, d, progress)
+                except BaseException:
+                    shutil.rmtree(d, ignore_errors=True)  # nothing half-read stays behind
+                    raise
+    kernel = load_meta(d, spec)
+    if progress:
+        progress(f"image: kernel {kernel.release}: {kernel.origin.get('why')}")
+    return kernel
+
+
+def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, progress: Progress | None) -> None:
+    if progress:
+        progress(f"reading {path.name} with libguestfs (read-only)")
+    info = run_child(["extract", str(path), fmt, wanted, str(d)], progress)
+    from images.packages import upstream_of
+    vmlinuz = d / "vmlinuz"
+    kernel = Kernel(spec=spec, canonical=f"image:{path.name}#{info['release']}", vmlinuz=vmlinuz,
+                    sha256=sha256_file(vmlinuz), release=info["release"], upstream=upstream_of(info["release"]),
+                    config=d / "config" if info.get("config") else None, modules=info["modules"],
+                    modules_dir=d / "modules" if any(info["modules"].values()) else None,
+                    origin={"image": str(path), "format": fmt, "identity": ident, "why": info["why"],
+                            "os": info["os"], "boot_args": info["args"], "root": info["root"],
+                            "root_uuid": info["root_uuid"], "init": info["init"],
+                            "initrd": str(d / "initrd") if info.get("initrd") else None,
+                            "label": f"image-{path.stem}-{info['release']}"})
+    write_meta(d, kernel)

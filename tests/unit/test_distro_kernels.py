@@ -1,0 +1,98 @@
+"""Distro kernels without booting: Debian's older ABI naming, module load
+order from a real modules.dep, preflight of a kernel config, the initramfs's
+module layout, grub's default entry."""
+from pathlib import Path
+
+import pytest
+
+from harness import preflight, reproducers
+from images import debian, initramfs, modules
+from images.kernel import Kernel, SpecError
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "distro"
+
+
+def test_older_abi_queries():
+    assert debian.parse_query("6.1.0-56") == (None, "6.1.0-56", "amd64")
+    assert debian.parse_query("6.1.0-56-cloud") == (None, "6.1.0-56", "cloud-amd64")
+    assert debian.parse_query("6.1.192-rt") == ("6.1.192", None, "rt-amd64")
+    k = debian.DebKernel("6.1.192", "6.1.0-56", "amd64", "linux-image-6.1.0-56-amd64", "6.1.192-2",
+                         "bookworm-security", "linux-image-6.1.0-56-amd64", "linux-image-6.1.0-56-amd64")
+    assert k.release == "6.1.0-56-amd64" and debian.find([k], "6.1.0-56") == k == debian.find([k], "6.1.192")
+    assert debian._OLD_NAME.match("linux-image-6.1.0-56-rt-amd64")
+    assert not debian._OLD_NAME.match("linux-image-6.1.0-56-amd64-unsigned")
+
+
+def tree_from_fixture(tmp_path: Path) -> modules.Tree:
+    """Debian 6.1.0-56's modules.dep lines for virtio, as depmod -b wrote them."""
+    t = modules.Tree(tmp_path, "6.1.0-56-amd64")
+    t.dir.mkdir(parents=True)
+    (t.dir / "modules.dep").write_text((FIX / "modules.dep-6.1.0-56-virtio").read_text())
+    (t.dir / "modules.builtin").write_text("kernel/drivers/block/loop.ko\n")
+    return t
+
+
+def test_load_order_puts_dependencies_first(tmp_path):
+    deps = tree_from_fixture(tmp_path).deps()
+    order = modules.load_order(deps, "virtio_pci")
+    assert order[-1] == "virtio_pci" and set(order) == {"virtio_pci_legacy_dev", "virtio_pci_modern_dev",
+                                                        "virtio_ring", "virtio", "virtio_pci"}
+    for name in order:
+        for d in deps[name][1]:
+            assert order.index(modules.module_name(d)) < order.index(name)
+    assert modules.to_load({"a": ["x", "a"], "b": ["x", "b"]}, ["a", "b"]) == ["x", "a", "b"]
+    assert modules.module_name("kernel/drivers/virtio/virtio-mem.ko.zst") == "virtio_mem"
+
+
+def test_missing_module_is_named(tmp_path):
+    with pytest.raises(SpecError, match="virtio_balloon"):
+        modules.install(tree_from_fixture(tmp_path), ["virtio_balloon"], tmp_path / "out")
+    assert modules.install(tree_from_fixture(tmp_path / "again"), ["loop"], tmp_path / "out") == {"loop": []}
+
+
+def kernel_with(tmp_path: Path, config: str, mods: dict | None = None) -> Kernel:
+    (tmp_path / "config").write_text(config)
+    mdir = tmp_path / "modules"
+    mdir.mkdir(exist_ok=True)
+    for seq in (mods or {}).values():
+        for m in seq:
+            (mdir / f"{m}.ko").write_bytes(b"\x7fELF")
+    return Kernel("x", "file:x", tmp_path / "vmlinuz", "0", config=tmp_path / "config", modules=mods or {},
+                  modules_dir=mdir)
+
+
+AGENT_OK = "CONFIG_VIRTIO_PCI=y\nCONFIG_VIRTIO_CONSOLE=y\nCONFIG_DEVTMPFS=y\nCONFIG_BLK_DEV_INITRD=y\n"
+
+
+def test_preflight_names_the_options_a_reproducer_lacks(tmp_path):
+    k = kernel_with(tmp_path, AGENT_OK + "CONFIG_PERF_EVENTS=y\n# CONFIG_BPF_SYSCALL is not set\n")
+    c = preflight.check(k, reproducers.load("bpf-ringbuf"))
+    assert "BPF_SYSCALL" in c.missing and "PERF_EVENTS" not in c.missing
+    assert "CONFIG_BPF_SYSCALL" in c.reason() and c.modules == []
+
+
+def test_preflight_agent_options_and_modules(tmp_path):
+    with pytest.raises(SpecError, match="CONFIG_VIRTIO_CONSOLE"):
+        preflight.check(kernel_with(tmp_path, "CONFIG_VIRTIO_PCI=y\nCONFIG_DEVTMPFS=y\nCONFIG_BLK_DEV_INITRD=y\n"),
+                        None)
+    modular = AGENT_OK.replace("CONSOLE=y", "CONSOLE=m")
+    with pytest.raises(SpecError, match="no virtio_console module"):
+        preflight.check(kernel_with(tmp_path, modular), None)
+    k = kernel_with(tmp_path, modular, {"virtio_console": ["virtio_ring", "virtio", "virtio_console"],
+                                        "virtio_pci": []})
+    assert [p.name for p in preflight.check(k, None).modules] == ["virtio_ring.ko", "virtio.ko", "virtio_console.ko"]
+
+
+def test_initramfs_carries_modules_in_load_order(tmp_path):
+    guest = tmp_path / "guest"
+    guest.mkdir()
+    (guest / "init").write_bytes(b"init")
+    mods = []
+    for name in ("virtio_ring", "virtio"):
+        (tmp_path / f"{name}.ko").write_bytes(name.encode())
+        mods.append(tmp_path / f"{name}.ko")
+    files = initramfs.guest_files(guest)
+    blob = initramfs.newc_archive(files | {f"lib/modules/kstall/{m.name}": m.read_bytes() for m in mods}
+                                  | {"etc/kstall/modules": b"virtio_ring\nvirtio\n"})
+    for d in (b"etc\0", b"etc/kstall\0", b"lib/modules/kstall\0", b"lib/modules/kstall/virtio.ko\0"):
+        assert d in blob
