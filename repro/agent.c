@@ -36,7 +36,8 @@
  * reproducer early with SIGTERM, so it still prints its final results.
  *
  * Agent channel lines (host parses these; anything else is reproducer KTAP):
- *   KSTALL hello uname=R cpus=N
+ *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
+ *                                          image's own init under --boot-image)
  *   KSTALL syms bytes=B lines=L ms=T
  *   KSTALL ready                      (gated: waiting for "GO" from the host)
  *   HB seq mono_ns count
@@ -442,7 +443,7 @@ static int run_repro(const char *name, char *args)
 
 int main(void)
 {
-	char cmdline[4096] = "", repro[64] = "none", args[1024] = "", val[32];
+	char cmdline[4096] = "", repro[64] = "none", args[1024] = "", val[32], init_comm[32] = "";
 	struct utsname u;
 	pthread_t hb, cmd;
 	int fd, code = 0;
@@ -472,7 +473,16 @@ int main(void)
 		fatal("no virtio port %s: the kernel has no virtio console (CONFIG_VIRTIO_CONSOLE, "
 		      "CONFIG_VIRTIO_PCI), or they are modules kstall did not load", AGENT_PORT);
 	uname(&u);
-	say("KSTALL hello uname=%s cpus=%ld", u.release, sysconf(_SC_NPROCESSORS_ONLN));
+	fd = open("/proc/1/comm", O_RDONLY);
+	if (fd >= 0) {
+		ssize_t n = read(fd, init_comm, sizeof(init_comm) - 1);
+
+		init_comm[n > 0 ? n : 0] = 0;
+		init_comm[strcspn(init_comm, "\n")] = 0;
+		close(fd);
+	}
+	say("KSTALL hello uname=%s cpus=%ld init=%s", u.release, sysconf(_SC_NPROCESSORS_ONLN),
+	    init_comm[0] ? init_comm : "?");
 
 	/* heartbeats first: a guest that freezes while exporting symbols is a freeze too */
 	pthread_create(&hb, NULL, heartbeat, NULL);

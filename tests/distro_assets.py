@@ -221,6 +221,43 @@ def disk_image(version: str) -> Path:
     return out
 
 
+def no_kernel_image() -> Path:
+    """The trixie root without a kernel on GPT + LVM + XFS (guestfish), for
+    'an image with no kernel' and to read LVM and XFS."""
+    from images import appliance
+    out = assets_dir() / "images" / "trixie-nokernel-lvm-xfs.qcow2"
+    if out.is_file():
+        return out
+    base = trixie_rootfs()
+    with _locked(out.with_suffix(".lock")), tempfile.TemporaryDirectory(prefix="kstall-img-", dir=assets_dir()) as tmp:
+        if out.is_file():
+            return out
+        tarball = Path(tmp) / "root.tar"
+        subprocess.run(["tar", "-C", str(base), "--exclude=./.complete", "-cf", str(tarball), "."], check=True)
+        part = out.with_name(out.name + ".part")
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(part), "2G"], check=True)
+        script = (f"add {part} format:qcow2\nrun\npart-disk /dev/sda gpt\npvcreate /dev/sda1\n"
+                  "vgcreate vg0 /dev/sda1\nlvcreate root vg0 1500\nmkfs xfs /dev/vg0/root\n"
+                  f"mount /dev/vg0/root /\ntar-in {tarball} /\n")
+        subprocess.run(["guestfish"], input=script, text=True, check=True, capture_output=True, timeout=1800,
+                       env=appliance.environment())
+        part.replace(out)
+    return out
+
+
+def empty_deb(directory: Path) -> Path:
+    """A real .deb (dpkg-deb -b) that holds no kernel."""
+    root = directory / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "usr" / "share" / "doc" / "kstall-nokernel").mkdir(parents=True)
+    (root / "usr" / "share" / "doc" / "kstall-nokernel" / "README").write_text("no kernel here\n")
+    (root / "DEBIAN" / "control").write_text("Package: kstall-nokernel\nVersion: 1.0\nArchitecture: all\n"
+                                             "Maintainer: kstall <kstall@invalid>\nDescription: no kernel\n")
+    out = directory / "kstall-nokernel_1.0_all.deb"
+    subprocess.run(["dpkg-deb", "-b", "--root-owner-group", str(root), str(out)], check=True, capture_output=True)
+    return out
+
+
 if __name__ == "__main__":
     kind, *rest = sys.argv[1:] or ["help"]
     if kind == "rpm":
@@ -229,5 +266,7 @@ if __name__ == "__main__":
         print("\n".join(map(str, debian_debs(rest[0]))))
     elif kind == "image":
         print(disk_image(rest[0]))
+    elif kind == "image-nokernel":
+        print(no_kernel_image())
     else:
         sys.exit(__doc__)
