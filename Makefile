@@ -24,8 +24,12 @@ help:
 	@echo "make bench   print speed figures (medians over several runs)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (~15 min cold)"
 
+# supermin (libguestfs's appliance builder) copies the host's /lib/modules,
+# which a host without an installed kernel lacks: an empty one will do
 deps:
 	@ci/install-deps
+	@[ -d /lib/modules ] || { [ "$$(id -u)" -eq 0 ] && mkdir -p /lib/modules; } || \
+		echo "kstall: image: kernels need a /lib/modules directory: sudo mkdir /lib/modules" >&2
 
 guest: $(GUEST)/init $(addprefix $(GUEST)/,$(REPROS))
 
