@@ -282,9 +282,11 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
         attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
                                                     {}, [], None, {}, "", 0)))
     try:
-        if check.missing:
+        if check.missing:  # nothing to boot: the path cannot run on this kernel
             failed("preflight", check.reason(), "INCONCLUSIVE")
-        for n in range(1, max(1, opts.attempts) + 1) if not check.missing else ():
+        n = 0
+        while not check.missing and n < max(1, opts.attempts):
+            n += 1
             adir = run.attempt(n)
             att = run_attempt(kernel, repro, opts, accel_kind, initrd, adir, echo, n, disk)
             attempts.append((n, att))

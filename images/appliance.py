@@ -69,4 +69,4 @@ def environment(progress: Progress | None = None) -> dict[str, str]:
     cache.mkdir(parents=True, exist_ok=True)
     return dict(os.environ, LIBGUESTFS_BACKEND="direct", SUPERMIN_KERNEL=str(vmlinuz),
                 SUPERMIN_KERNEL_VERSION=release, SUPERMIN_MODULES=str(root / "lib" / "modules" / release),
-                LIBGUESTFS_CACHEDIR=str(cache), TMPDIR=str(cache))
+                LIBGUESTFS_CACHEDIR=str(cache))

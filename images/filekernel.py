@@ -1,8 +1,17 @@
-"""file:PATH kernels: a bzImage the user built or copied."""
+"""file:PATH kernels: a bzImage the user built or copied, or an installed one.
+
+A kernel tree's arch/x86/boot/bzImage finds the tree's .config and vmlinux.
+An installed kernel, <root>/boot/vmlinuz-<release>, finds /boot/config-<release>
+and the modules in <root>/lib/modules/<release> (read, never written: its
+modules.dep is the one the system made), so `file:/boot/vmlinuz-$(uname -r)`
+checks the machine's own kernel, modules and all.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness import paths
+from images import modules
 from images.kernel import Kernel, SpecError, sha256_file
 
 
@@ -27,14 +36,20 @@ def resolve(spec: str, path_text: str) -> Kernel:
         raise SpecError(f"{spec}: no such file {path}")
     with open(path, "rb") as f:
         head = f.read(65536)
-    config = None
-    for candidate in (path.parent / ".config", path.parent.parent.parent.parent / ".config"):
-        if candidate.is_file():
-            config = candidate
-            break
     release = bzimage_release(head)
+    config = next((c for c in (path.parent / ".config", path.parent / f"config-{release}",
+                               path.parent.parent.parent.parent / ".config") if c.is_file()), None)
     vmlinux = next((p for p in (path.parent / "vmlinux", path.parent.parent.parent.parent / "vmlinux")
                     if p.is_file()), None)
-    return Kernel(spec=spec, canonical=f"file:{path}", vmlinuz=path, sha256=sha256_file(path),
-                  release=release, upstream=release.split("-")[0].split("+")[0] if release else None,
-                  config=config, vmlinux=vmlinux, origin={"path": str(path)})
+    sha = sha256_file(path)
+    kernel = Kernel(spec=spec, canonical=f"file:{path}", vmlinuz=path, sha256=sha,
+                    release=release, upstream=release.split("-")[0].split("+")[0] if release else None,
+                    config=config, vmlinux=vmlinux, origin={"path": str(path)})
+    tree = modules.Tree(path.parent.parent, release or "")
+    if release and path.parent.name == "boot" and (tree.dir / "modules.dep").is_file():
+        names = modules.wanted(modules.every_need(), kernel.config_value if config else None, tree.builtin())
+        if names:
+            kernel.modules_dir = paths.cache_dir() / "kernels" / "file" / sha[:20]
+            kernel.modules = modules.install(tree, names, kernel.modules_dir)
+            kernel.origin["modules_from"] = str(tree.dir)
+    return kernel

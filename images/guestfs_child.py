@@ -66,7 +66,8 @@ def grub_entries(text: str) -> list[dict]:
     submenus joined with '>'), linux (kernel path) and its arguments."""
     entries: list[dict] = []
     stack: list[dict] = []  # open submenus/entries
-    counters = [0]
+    counters = [0]          # next item number at each submenu level
+    prefix: list[str] = []  # the open submenus' own numbers
     for raw in text.splitlines():
         line = raw.strip()
         words = _quoted(line.rstrip("{").strip()) if line.startswith(("menuentry ", "submenu ")) else []
@@ -74,13 +75,14 @@ def grub_entries(text: str) -> list[dict]:
             title = words[1] if len(words) > 1 else ""
             ident = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("$menuentry_id_option", "--id")),
                          "")
-            index = ">".join(str(c) for c in counters)
+            index = ">".join(prefix + [str(counters[-1])])
             counters[-1] += 1
             node = {"kind": words[0], "title": title, "id": ident, "index": index,
                     "titles": [n["title"] for n in stack if n["kind"] == "submenu"] + [title],
                     "ids": [n["id"] for n in stack if n["kind"] == "submenu"] + [ident]}
             stack.append(node)
             if words[0] == "submenu":
+                prefix.append(index.rsplit(">", 1)[-1])
                 counters.append(0)
             else:
                 entries.append(node)
@@ -91,6 +93,7 @@ def grub_entries(text: str) -> list[dict]:
         elif line == "}" and stack:
             if stack.pop()["kind"] == "submenu":
                 counters.pop()
+                prefix.pop()
     return entries
 
 

@@ -169,3 +169,25 @@ def test_image_with_no_kernel_on_lvm_and_xfs_is_a_clear_error(tmp_path):
 def test_unknown_scheme_lists_the_new_ones():
     p = kstall("verify", "ova:/x", "perf-refresh")
     assert p.returncode == 4 and "deb:PATH" in p.stderr and "image:PATH" in p.stderr and "rpm:PATH" in p.stderr
+
+
+def test_module_that_fails_to_load_is_an_error_naming_it(tmp_path):
+    """bookworm's 6.1 installed under a root (/boot and /lib/modules, as file:
+    reads a machine's own kernel), with virtio_ring.ko damaged."""
+    from images.kernel import resolve
+    k = resolve("debian:6.1.192")
+    root = tmp_path / "root"
+    (root / "boot").mkdir(parents=True)
+    shutil.copy(k.vmlinuz, root / "boot" / f"vmlinuz-{k.release}")
+    shutil.copy(k.config, root / "boot" / f"config-{k.release}")
+    tree = root / "lib" / "modules" / k.release
+    deps = (Path(__file__).parents[1] / "fixtures" / "distro" / "modules.dep-6.1.0-56-virtio").read_text()
+    for line in deps.splitlines():
+        rel = line.split(":")[0]
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(k.modules_dir / Path(rel).name, tree / rel)
+    (tree / "modules.dep").write_text(deps)
+    (tree / "kernel" / "drivers" / "virtio" / "virtio_ring.ko").write_bytes(b"\x7fELF" + b"\x00" * 4096)
+    rc, doc, err = verify_json(tmp_path / "r", f"file:{root / 'boot' / f'vmlinuz-{k.release}'}", "perf-refresh")
+    assert rc == 4 and doc["verdict"] == "ERROR", err[-1500:]
+    assert "module virtio_ring failed to load" in doc["reason"] and doc["outcome"]["kind"] == "agent-error"

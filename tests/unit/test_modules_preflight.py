@@ -96,3 +96,20 @@ def test_initramfs_carries_modules_in_load_order(tmp_path):
                                   | {"etc/kstall/modules": b"virtio_ring\nvirtio\n"})
     for d in (b"etc\0", b"etc/kstall\0", b"lib/modules/kstall\0", b"lib/modules/kstall/virtio.ko\0"):
         assert d in blob
+
+
+def test_grub_default_on_a_grub_cfg_that_grub_mkconfig_wrote():
+    from images import guestfs_child as gc
+    text = (FIX / "grub.cfg-trixie-6.16.12").read_text()
+    entry, default = gc.grub_default(text, {})
+    assert default == "0" and entry["title"] == "GNU/Linux"
+    assert gc.release_of(entry["linux"]) == "6.16.12+deb13-amd64" and "root=UUID=" in entry["args"]
+    entries = gc.grub_entries(text)
+    recovery = "Advanced options for GNU/Linux>GNU/Linux, with Linux 6.16.12+deb13-amd64 (recovery mode)"
+    assert "single" in gc.grub_choice(entries, recovery)["args"]
+    assert gc.grub_choice(entries, "1>1") == gc.grub_choice(entries, recovery)
+    assert gc.grub_choice(entries, "1")["title"] == "GNU/Linux, with Linux 6.16.12+deb13-amd64"  # a submenu: its first
+    saved = text.replace('set default="0"', 'set default="${saved_entry}"')
+    ident = "gnulinux-6.16.12+deb13-amd64-recovery-35fda5b0-caf2-4ea5-ba3d-eccae32dc55b"
+    assert "single" in gc.grub_default(saved, {"saved_entry": ident})[0]["args"]
+    assert gc.grub_default(saved, {})[0]["title"] == "GNU/Linux"  # no saved entry: the first
