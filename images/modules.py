@@ -43,7 +43,8 @@ def every_need() -> list[KernelNeeds]:
 def wanted(needs: Iterable[KernelNeeds], config_value: Callable[[str], str | None] | None,
            builtin: set[str] | None = None) -> list[str]:
     """Module names to load: options set =m, or without a config (config_value
-    None) modules that are not built in."""
+    None) modules that modules.builtin does not list. With neither nothing is
+    loaded: the guest boots and the agent says on the console what it lacks."""
     out: list[str] = []
     for need in needs:
         for option, module in need.modules:
@@ -85,9 +86,10 @@ class Tree:
                 out[module_name(path)] = (path.strip(), rest.split())
         return out
 
-    def builtin(self) -> set[str]:
+    def builtin(self) -> set[str] | None:
+        """Built-in module names; None when the tree does not say."""
         f = self.dir / "modules.builtin"
-        return {module_name(l) for l in f.read_text().split()} if f.is_file() else set()
+        return {module_name(l) for l in f.read_text().split()} if f.is_file() else None
 
 
 def load_order(deps: dict[str, tuple[str, list[str]]], name: str) -> list[str]:
@@ -108,7 +110,7 @@ def install(tree: Tree, names: list[str], dest: Path, fetch: Fetch | None = None
     """Copy names and their dependencies from tree into dest as NAME.ko
     (uncompressed): name -> the modules to load for it, in order ([] when
     built in)."""
-    deps, builtin = tree.deps(), tree.builtin()
+    deps, builtin = tree.deps(), tree.builtin() or set()
     plan: dict[str, list[str]] = {}
     for name in names:
         if name in builtin:

@@ -132,7 +132,8 @@ class Collector:
             if not names:
                 return
             if self.module_files == 0:
-                raise SpecError(f"the kernel {self.release} needs module(s) {', '.join(names)} (its config has them =m) "
+                why = "its config has them =m" if self.config else "modules.builtin does not list them"
+                raise SpecError(f"the kernel {self.release} needs module(s) {', '.join(names)} ({why}) "
                                 f"but {what} holds no modules: add the package that does (e.g. linux-modules-*, "
                                 "kernel-modules)")
             tree.ensure_dep()

@@ -45,7 +45,7 @@ def test_spec_schemes():
     with pytest.raises(SpecError, match="no scheme"):
         resolve("6.16.12")
     with pytest.raises(SpecError, match="unknown kernel scheme"):
-        resolve("rpm:foo")
+        resolve("ova:foo")
     with pytest.raises(SpecError, match="no such file"):
         resolve("file:/nonexistent/bzImage")
 
