@@ -262,9 +262,9 @@ def _attempt_doc(a: Attempt, n: int) -> dict:
 def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     repro = reproducers.load(repro_name)
     t_start = time.time()
+    ensure_guest(echo)  # before resolve: a first --boot-image installs the guest binaries into the image's layer
     kernel = resolve(spec, progress=echo, build=dataclasses.replace(opts.build or BuildOptions(),
-                                                                   reproducer=repro.name))
-    ensure_guest(echo)
+                                                                   reproducer=repro.name), boot_image=opts.boot_image)
     check = preflight.check(kernel, repro)
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
@@ -272,7 +272,7 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.vmlinuz, initrd, echo)
     disk = None
     if opts.boot_image and not check.missing:
-        disk = boot_image.prepare(kernel, paths.guest_dir(), echo)  # the image loads its own modules
+        disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
         initrd = disk.initrd
     run = results.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
     attempts: list[tuple[int, Attempt]] = []

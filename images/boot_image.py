@@ -64,7 +64,33 @@ def _guest_key(guest: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def prepare(kernel: Kernel, guest: Path, progress: Progress | None) -> BootDisk:
+def layer_file(identity: str) -> Path:
+    return paths.cache_dir() / "kernels" / "image" / f"{identity[:20]}-layer-{_guest_key(paths.guest_dir())}.qcow2"
+
+
+def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,
+               extract: tuple[str, Path] | None = None) -> dict:
+    """The cached layer over src with the agent installed. With extract
+    (RELEASE, DEST), the kernel is read through the layer in the same
+    libguestfs launch (a first --boot-image pays for one launch, not two)."""
+    layer = layer_file(identity)
+    part = layer.with_name(f".{layer.name}.{os.getpid()}.part")
+    try:
+        _qemu_img("create", "-q", "-f", "qcow2", "-F", fmt, "-b", str(src), str(part))
+        if progress:
+            progress("putting the agent and the reproducers into an overlay of the image (libguestfs)")
+        with tempfile.NamedTemporaryFile("w", suffix=".service") as unit:
+            unit.write(UNIT.read_text())
+            unit.flush()
+            args = ["extract", str(part), "qcow2", extract[0], str(extract[1])] if extract else ["install", str(part)]
+            info = image.run_child([*args, str(paths.guest_dir()), unit.name], progress)
+        part.replace(layer)
+        return info
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def prepare(kernel: Kernel, progress: Progress | None) -> BootDisk:
     origin = kernel.origin
     if "image" not in origin:
         raise SpecError("--boot-image boots a disk image: use an image:PATH kernel")
@@ -72,21 +98,9 @@ def prepare(kernel: Kernel, guest: Path, progress: Progress | None) -> BootDisk:
         raise SpecError(f"--boot-image: the image has no initrd for {kernel.release}")
     if origin.get("init") != "systemd":
         raise SpecError("--boot-image needs an image that boots with systemd")
-    src = Path(origin["image"])
-    layer = paths.cache_dir() / "kernels" / "image" / f"{origin['identity'][:20]}-layer-{_guest_key(guest)}.qcow2"
+    layer = layer_file(origin["identity"])
     if not layer.is_file():
-        part = layer.with_name(f".{layer.name}.{os.getpid()}.part")
-        try:
-            _qemu_img("create", "-q", "-f", "qcow2", "-F", origin["format"], "-b", str(src), str(part))
-            if progress:
-                progress("putting the agent and the reproducers into an overlay of the image (libguestfs)")
-            with tempfile.NamedTemporaryFile("w", suffix=".service") as unit:
-                unit.write(UNIT.read_text())
-                unit.flush()
-                image.run_child(["install", str(part), str(guest), unit.name], progress)
-            part.replace(layer)
-        finally:
-            part.unlink(missing_ok=True)
+        make_layer(Path(origin["image"]), origin["format"], origin["identity"], progress)
     work = Path(tempfile.mkdtemp(prefix="kstall-boot-image-"))
     try:
         overlay = work / "run.qcow2"

@@ -9,6 +9,9 @@ can bound it in time and kill it (images/image.py starts it):
   install OVERLAY GUEST_DIR UNIT      put the agent, the reproducers and a
                                       systemd unit (its text in file UNIT)
                                       into a writable overlay; JSON on stdout
+  extract OVERLAY qcow2 RELEASE DEST GUEST_DIR UNIT
+                                      both in one libguestfs launch (a first
+                                      --boot-image), reading through the overlay
 
 Errors are one JSON object {"error": ...} and exit status 1.
 """
@@ -195,83 +198,82 @@ def choose(g, wanted: str) -> tuple[str, str, str]:
 
 # -- commands ---------------------------------------------------------------
 
-def extract(image: str, fmt: str, wanted: str, dest: Path) -> dict:
-    g, root = launch(image, fmt, readonly=True)
+def extract(g, root: str, wanted: str, dest: Path) -> dict:
+    release, why, args = choose(g, wanted)
+    vmlinuz = installed(g)[release]
+    dest.mkdir(parents=True, exist_ok=True)
+    g.download(vmlinuz, str(dest / "vmlinuz"))
+    moddir = next((d for d in (f"/usr/lib/modules/{release}", f"/lib/modules/{release}") if g.is_dir(d)), None)
+    config = next((p for p in (f"/boot/config-{release}", f"{moddir}/config" if moddir else "") if p and g.is_file(p)),
+                  None)
+    if config:
+        g.download(config, str(dest / "config"))
+    initrd = next((p.format(r=release) for p in INITRDS if g.is_file(p.format(r=release))), None)
+    if initrd:
+        g.download(initrd, str(dest / "initrd"))
+    plan: dict[str, list[str]] = {}
+    k = Kernel("", "", Path(), "", config=dest / "config" if config else None)
+    if moddir:
+        tree = modules.Tree(dest / "staging", release)
+        tree.dir.mkdir(parents=True, exist_ok=True)
+        for meta in modules.METADATA:
+            if g.is_file(f"{moddir}/{meta}"):
+                g.download(f"{moddir}/{meta}", str(tree.dir / meta))
+        names = modules.wanted(modules.every_need(), k.config_value if config else None, tree.builtin())
+        if names:
+            if not (tree.dir / "modules.dep").is_file():
+                raise SpecError(f"{moddir} in the image has no modules.dep (run depmod in the image)")
+            plan = modules.install(tree, names, dest / "modules",
+                                   fetch=lambda rel, local: g.download(f"{moddir}/{rel}", str(local)))
+    elif config and modules.wanted(modules.every_need(), k.config_value):
+        raise SpecError(f"kernel {release} needs modules but the image has no /lib/modules/{release}")
+    root_uuid = ""
     try:
-        release, why, args = choose(g, wanted)
-        vmlinuz = installed(g)[release]
-        dest.mkdir(parents=True, exist_ok=True)
-        g.download(vmlinuz, str(dest / "vmlinuz"))
-        moddir = next((d for d in (f"/usr/lib/modules/{release}", f"/lib/modules/{release}") if g.is_dir(d)), None)
-        config = next((p for p in (f"/boot/config-{release}", f"{moddir}/config" if moddir else "") if p and g.is_file(p)),
-                      None)
-        if config:
-            g.download(config, str(dest / "config"))
-        initrd = next((p.format(r=release) for p in INITRDS if g.is_file(p.format(r=release))), None)
-        if initrd:
-            g.download(initrd, str(dest / "initrd"))
-        plan: dict[str, list[str]] = {}
-        k = Kernel("", "", Path(), "", config=dest / "config" if config else None)
-        if moddir:
-            tree = modules.Tree(dest / "staging", release)
-            tree.dir.mkdir(parents=True, exist_ok=True)
-            for meta in modules.METADATA:
-                if g.is_file(f"{moddir}/{meta}"):
-                    g.download(f"{moddir}/{meta}", str(tree.dir / meta))
-            names = modules.wanted(modules.every_need(), k.config_value if config else None, tree.builtin())
-            if names:
-                if not (tree.dir / "modules.dep").is_file():
-                    raise SpecError(f"{moddir} in the image has no modules.dep (run depmod in the image)")
-                plan = modules.install(tree, names, dest / "modules",
-                                       fetch=lambda rel, local: g.download(f"{moddir}/{rel}", str(local)))
-        elif config and modules.wanted(modules.every_need(), k.config_value):
-            raise SpecError(f"kernel {release} needs modules but the image has no /lib/modules/{release}")
-        root_uuid = ""
-        try:
-            root_uuid = g.vfs_uuid(root)
-        except RuntimeError:
-            pass
-        return {"release": release, "why": why, "args": args, "initrd": initrd, "config": config,
-                "modules": plan, "root": root, "root_uuid": root_uuid,
-                "os": {k2: str(getattr(g, f"inspect_get_{k2}")(root)) for k2 in ("distro", "product_name")},
-                "init": "systemd" if g.exists("/lib/systemd/systemd") or g.exists("/usr/lib/systemd/systemd")
-                else "unknown"}
-    finally:
-        g.shutdown()
-        g.close()
+        root_uuid = g.vfs_uuid(root)
+    except RuntimeError:
+        pass
+    return {"release": release, "why": why, "args": args, "initrd": initrd, "config": config,
+            "modules": plan, "root": root, "root_uuid": root_uuid,
+            "os": {k2: str(getattr(g, f"inspect_get_{k2}")(root)) for k2 in ("distro", "product_name")},
+            "init": "systemd" if g.exists("/lib/systemd/systemd") or g.exists("/usr/lib/systemd/systemd")
+            else "unknown"}
 
 
-def install(overlay: str, guest_dir: Path, unit_file: Path) -> dict:
-    g, _ = launch(overlay, "qcow2", readonly=False)
-    try:
-        if not (g.exists("/lib/systemd/systemd") or g.exists("/usr/lib/systemd/systemd")):
-            raise SpecError("--boot-image needs an image that boots with systemd")
-        g.mkdir_p("/opt/kstall/bin")
-        g.upload(str(guest_dir / "init"), "/opt/kstall/init")
-        g.chmod(0o755, "/opt/kstall/init")
-        for p in sorted(guest_dir.iterdir()):
-            if p.is_file() and p.name != "init":
-                g.upload(str(p), f"/opt/kstall/bin/{p.name}")
-                g.chmod(0o755, f"/opt/kstall/bin/{p.name}")
-        g.write("/etc/systemd/system/kstall-agent.service", unit_file.read_text())
-        g.mkdir_p("/etc/systemd/system/multi-user.target.wants")
-        g.ln_sf("/etc/systemd/system/kstall-agent.service",
-                "/etc/systemd/system/multi-user.target.wants/kstall-agent.service")
-        g.sync()
-        return {"installed": sorted(g.ls("/opt/kstall/bin"))}
-    finally:
-        g.shutdown()
-        g.close()
+def install(g, guest_dir: Path, unit_file: Path) -> dict:
+    if not (g.exists("/lib/systemd/systemd") or g.exists("/usr/lib/systemd/systemd")):
+        raise SpecError("--boot-image needs an image that boots with systemd")
+    g.mkdir_p("/opt/kstall/bin")
+    g.upload(str(guest_dir / "init"), "/opt/kstall/init")
+    g.chmod(0o755, "/opt/kstall/init")
+    for p in sorted(guest_dir.iterdir()):
+        if p.is_file() and p.name != "init":
+            g.upload(str(p), f"/opt/kstall/bin/{p.name}")
+            g.chmod(0o755, f"/opt/kstall/bin/{p.name}")
+    g.write("/etc/systemd/system/kstall-agent.service", unit_file.read_text())
+    g.mkdir_p("/etc/systemd/system/multi-user.target.wants")
+    g.ln_sf("/etc/systemd/system/kstall-agent.service",
+            "/etc/systemd/system/multi-user.target.wants/kstall-agent.service")
+    g.sync()
+    return {"installed": sorted(g.ls("/opt/kstall/bin"))}
 
 
 def main(argv: list[str]) -> int:
     try:
-        if argv[0] == "extract":
-            out = extract(argv[1], argv[2], argv[3], Path(argv[4]))
-        elif argv[0] == "install":
-            out = install(argv[1], Path(argv[2]), Path(argv[3]))
-        else:
+        if argv[0] not in ("extract", "install"):
             raise SpecError(f"unknown command {argv[0]}")
+        # install (and extract with GUEST_DIR UNIT after DEST) writes a kstall overlay, never the image
+        writable = argv[0] == "install" or len(argv) > 5
+        g, root = launch(argv[1], "qcow2" if writable else argv[2], readonly=not writable)
+        try:
+            if argv[0] == "extract":
+                out = extract(g, root, argv[3], Path(argv[4]))
+                if writable:
+                    out |= install(g, Path(argv[5]), Path(argv[6]))
+            else:
+                out = install(g, Path(argv[2]), Path(argv[3]))
+        finally:
+            g.shutdown()
+            g.close()
     except (SpecError, RuntimeError) as e:
         print(json.dumps({"error": str(e)}))
         return 1

@@ -82,7 +82,10 @@ def run_child(args: list[str], progress: Progress | None, timeout: float = EXTRA
     return out
 
 
-def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
+def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None,
+            boot_layer: bool = False) -> Kernel:
+    """boot_layer: --boot-image will follow; when the image has to be read,
+    also make its agent layer in the same libguestfs launch."""
     path_text, _, wanted = text.partition("#")
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
@@ -98,7 +101,7 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (d / "kernel.json").exists():
                 try:
-                    _extract(spec, path, fmt, wanted, ident, d, progress)
+                    _extract(spec, path, fmt, wanted, ident, d, progress, boot_layer)
                 except BaseException:
                     shutil.rmtree(d, ignore_errors=True)  # nothing half-read stays behind
                     raise
@@ -108,10 +111,15 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     return kernel
 
 
-def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, progress: Progress | None) -> None:
+def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, progress: Progress | None,
+             boot_layer: bool) -> None:
     if progress:
         progress(f"reading {path.name} with libguestfs (read-only)")
-    info = run_child(["extract", str(path), fmt, wanted, str(d)], progress)
+    if boot_layer:
+        from images import boot_image
+        info = boot_image.make_layer(path, fmt, ident, progress, extract=(wanted, d))
+    else:
+        info = run_child(["extract", str(path), fmt, wanted, str(d)], progress)
     from images.packages import upstream_of
     vmlinuz = d / "vmlinuz"
     kernel = Kernel(spec=spec, canonical=f"image:{path.name}#{info['release']}", vmlinuz=vmlinuz,

@@ -73,9 +73,11 @@ def load_meta(d: Path, spec: str) -> Kernel:
 SCHEMES = "debian:VERSION, deb:PATH[,PATH…], rpm:PATH[,PATH…], image:PATH[#RELEASE], file:PATH or build:TREE[@REV]"
 
 
-def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build=None) -> Kernel:
+def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build=None,
+            boot_image: bool = False) -> Kernel:
     """A bootable Kernel for spec; downloads or builds it when fetch (cached
-    after). build: images.build.BuildOptions for build: specs."""
+    after). build: images.build.BuildOptions for build: specs; boot_image:
+    image: specs that verify --boot-image will boot."""
     scheme, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise SpecError(f"kernel spec {spec!r} has no scheme: use {SCHEMES}")
@@ -84,7 +86,7 @@ def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, bui
         return debian.resolve(spec, rest, fetch=fetch, progress=progress)
     if scheme == "image":
         from images import image
-        return image.resolve(spec, rest, fetch=fetch, progress=progress)
+        return image.resolve(spec, rest, fetch=fetch, progress=progress, boot_layer=boot_image)
     if scheme in ("deb", "rpm"):
         import importlib
         return importlib.import_module(f"images.{scheme}").resolve(spec, rest)

@@ -82,7 +82,7 @@ def main() -> None:
 
     ident = image.identity(image.image_chain(disk)[1])[:20]
 
-    def forget_image(layer: bool = False):
+    def forget_image(layer: bool = False):  # layer too: a first --boot-image reads and installs at once
         def go():
             for p in (kernels / "image").glob(f"{ident}-*"):
                 if p.is_dir():
