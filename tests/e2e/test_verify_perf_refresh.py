@@ -140,3 +140,5 @@ def test_kernels_available_lists_the_debian_versions():
     specs = {k["spec"] for k in json.loads(p.stdout)}
     assert {"debian:6.12.107", "debian:6.16.12", "debian:6.17.8"} <= specs
     assert any(s.startswith("debian:7.") for s in specs)
+    # bookworm's stock kernel, older ABI naming (linux-image-6.1.0-NN-amd64)
+    assert any(s.startswith("debian:6.1.") for s in specs)
