@@ -128,7 +128,12 @@ class VM:
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline)
-        except QMPError as e:
+        except (QMPError, OSError) as e:  # QEMU gone mid-handshake: a reset connection
+            if self.proc is not None:
+                try:
+                    self.proc.wait(2)
+                except subprocess.TimeoutExpired:
+                    pass
             raise VMError(f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
         self.console = self._connect("console", deadline)
         self.agent = self._connect("agent", deadline)

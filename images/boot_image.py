@@ -64,8 +64,11 @@ def _guest_key(guest: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def layer_file(identity: str) -> Path:
-    return paths.cache_dir() / "kernels" / "image" / f"{identity[:20]}-layer-{_guest_key(paths.guest_dir())}.qcow2"
+def layer_file(identity: str, src: Path) -> Path:
+    """Keyed by the image's content, its path (the layer names it as its
+    backing file) and the guest binaries."""
+    where = hashlib.sha256(str(src).encode()).hexdigest()[:8]
+    return paths.cache_dir() / "kernels" / "image" / f"{identity[:20]}-layer-{where}-{_guest_key(paths.guest_dir())}.qcow2"
 
 
 def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,
@@ -73,7 +76,7 @@ def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,
     """The cached layer over src with the agent installed. With extract
     (RELEASE, DEST), the kernel is read through the layer in the same
     libguestfs launch (a first --boot-image pays for one launch, not two)."""
-    layer = layer_file(identity)
+    layer = layer_file(identity, src)
     part = layer.with_name(f".{layer.name}.{os.getpid()}.part")
     try:
         _qemu_img("create", "-q", "-f", "qcow2", "-F", fmt, "-b", str(src), str(part))
@@ -98,7 +101,7 @@ def prepare(kernel: Kernel, progress: Progress | None) -> BootDisk:
         raise SpecError(f"--boot-image: the image has no initrd for {kernel.release}")
     if origin.get("init") != "systemd":
         raise SpecError("--boot-image needs an image that boots with systemd")
-    layer = layer_file(origin["identity"])
+    layer = layer_file(origin["identity"], Path(origin["image"]))
     if not layer.is_file():
         make_layer(Path(origin["image"]), origin["format"], origin["identity"], progress)
     work = Path(tempfile.mkdtemp(prefix="kstall-boot-image-"))

@@ -64,9 +64,19 @@ def write_meta(directory: Path, kernel: Kernel) -> None:
 def load_meta(d: Path, spec: str) -> Kernel:
     """The Kernel write_meta stored in d, named as the user named it."""
     meta = json.loads((d / "kernel.json").read_text())
-    opt = {k: Path(meta[k]) if meta.get(k) else None for k in ("config", "vmlinux", "modules_dir")}
-    return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=Path(meta["vmlinuz"]), sha256=meta["sha256"],
-                  release=meta.get("release"), upstream=meta.get("upstream"), origin=meta.get("origin", {}),
+
+    def here(recorded: str | None) -> Path | None:
+        """A recorded path, or the same name in d when the cache was moved."""
+        if not recorded:
+            return None
+        p = Path(recorded)
+        return d / p.name if not p.exists() and (d / p.name).exists() else p
+    opt = {k: here(meta.get(k)) for k in ("config", "vmlinux", "modules_dir")}
+    origin = meta.get("origin", {})
+    if origin.get("initrd"):
+        origin["initrd"] = str(here(origin["initrd"]))
+    return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=here(meta["vmlinuz"]), sha256=meta["sha256"],
+                  release=meta.get("release"), upstream=meta.get("upstream"), origin=origin,
                   modules=meta.get("modules", {}), **opt)
 
 
