@@ -106,6 +106,7 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
                     shutil.rmtree(d, ignore_errors=True)  # nothing half-read stays behind
                     raise
     kernel = load_meta(d, spec)
+    kernel.origin["image"] = str(path)  # the same content may have moved since it was read
     if progress:
         progress(f"image: kernel {kernel.release}: {kernel.origin.get('why')}")
     return kernel
