@@ -129,7 +129,8 @@ def print_human(doc: dict) -> None:
         print(f"  reason: {doc['reason']}")
     t = doc.get("timings", {})
     boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"
-    print(f"  {ev.get('count')} {ev.get('count_name')}; {boot}, verdict after {doc.get('wall_s')}s; "
+    counted = f"{ev.get('count')} {ev.get('count_name')}; " if ev.get("count") is not None else ""
+    print(f"  {counted}{boot}, verdict after {doc.get('wall_s')}s; "
           f"results: {doc.get('results_dir')}")
 
 
