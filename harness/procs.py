@@ -50,12 +50,11 @@ def raise_on_termination() -> None:
         signal.signal(sig, handler)
 
 
-def run_bounded(cmd: list[str], timeout: float, env: dict | None = None,
-                cwd: str | None = None) -> subprocess.CompletedProcess:
+def run_bounded(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run cmd in its own process group with stdout/stderr captured; on timeout,
     Ctrl-C or any error the whole group is killed and reaped (libguestfs's
     child starts a QEMU of its own). TimeoutExpired propagates."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=die_with_parent)
     try:
         out, err = proc.communicate(timeout=timeout)

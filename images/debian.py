@@ -149,9 +149,8 @@ class Archive:
         kernels = []
         for name, (version, suite) in rows.items():
             if old := _OLD_NAME.match(name):
-                upstream = re.match(r"\d+\.\d+(?:\.\d+)?", version)
-                if upstream:
-                    kernels.append(DebKernel(upstream.group(0), old.group(1), old.group(2), name, version, suite,
+                if upstream := packages.upstream_of(version):
+                    kernels.append(DebKernel(upstream, old.group(1), old.group(2), name, version, suite,
                                              name, name, name))
                 continue
             m = _NAME.match(name)

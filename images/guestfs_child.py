@@ -26,13 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from images import modules  # noqa: E402
+from images.debian import version_key  # noqa: E402
 from images.kernel import Kernel, SpecError  # noqa: E402
 
 INITRDS = ("/boot/initrd.img-{r}", "/boot/initramfs-{r}.img", "/boot/initrd-{r}")
-
-
-def version_key(release: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", release))
 
 
 def launch(image: str, fmt: str, readonly: bool):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from harness import paths, procs
 from images import appliance
+from images.packages import upstream_of
 from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
 
 EXTRACT_TIMEOUT = 900
@@ -121,7 +122,6 @@ def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, 
         info = boot_image.make_layer(path, fmt, ident, progress, extract=(wanted, d))
     else:
         info = run_child(["extract", str(path), fmt, wanted, str(d)], progress)
-    from images.packages import upstream_of
     vmlinuz = d / "vmlinuz"
     kernel = Kernel(spec=spec, canonical=f"image:{path.name}#{info['release']}", vmlinuz=vmlinuz,
                     sha256=sha256_file(vmlinuz), release=info["release"], upstream=upstream_of(info["release"]),

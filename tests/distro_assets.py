@@ -110,7 +110,8 @@ def _compress_all(root: Path, kind: str) -> None:
 def fedora_rpms(version: str, compress: str = "xz") -> list[Path]:
     """kernel-core and kernel-modules rpms of debian:<version> (cached)."""
     debs = debian_debs(version)
-    release = debian.find(debian.Archive().kernels(), version).release
+    k = debian.find(debian.Archive().kernels(), version)
+    release = k.release
     out_dir = assets_dir() / "rpm" / f"{release}-{compress}"
     rpms = sorted(out_dir.glob("*.rpm"))
     if len(rpms) == 2:
@@ -141,11 +142,8 @@ def fedora_rpms(version: str, compress: str = "xz") -> list[Path]:
             (drivers if f"/{release}/kernel/drivers/" in rel else core).append(rel)
         (t / "lists" / "core.list").write_text("\n".join(core) + "\n")
         (t / "lists" / "modules.list").write_text("\n".join(drivers) + "\n")
-        upstream = release.split("-")[0].split("+")[0]
-        if "+" not in release:  # older Debian naming: the upstream version is in the package version
-            upstream = debian.find(debian.Archive().kernels(), version).upstream
         spec = t / "kernel.spec"
-        spec.write_text(SPEC.format(version=upstream, package=debs[0].name, release=release, root=root,
+        spec.write_text(SPEC.format(version=k.upstream, package=debs[0].name, release=release, root=root,
                                     lists=t / "lists"))
         subprocess.run(["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {t / 'top'}",
                         "--define", "__os_install_post %{nil}", "--define", "_build_id_links none",

@@ -84,7 +84,8 @@ def test_preflight_agent_options_and_modules(tmp_path):
     assert [p.name for p in preflight.check(k, None).modules] == ["virtio_ring.ko", "virtio.ko", "virtio_console.ko"]
 
 
-def test_initramfs_carries_modules_in_load_order(tmp_path):
+def test_initramfs_carries_modules_in_load_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
     guest = tmp_path / "guest"
     guest.mkdir()
     (guest / "init").write_bytes(b"init")
@@ -92,10 +93,9 @@ def test_initramfs_carries_modules_in_load_order(tmp_path):
     for name in ("virtio_ring", "virtio"):
         (tmp_path / f"{name}.ko").write_bytes(name.encode())
         mods.append(tmp_path / f"{name}.ko")
-    files = initramfs.guest_files(guest)
-    blob = initramfs.newc_archive(files | {f"lib/modules/kstall/{m.name}": m.read_bytes() for m in mods}
-                                  | {"etc/kstall/modules": b"virtio_ring\nvirtio\n"})
-    for d in (b"etc\0", b"etc/kstall\0", b"lib/modules/kstall\0", b"lib/modules/kstall/virtio.ko\0"):
+    blob = initramfs.build(guest, mods).read_bytes()
+    for d in (b"etc\0", b"etc/kstall\0", b"lib/modules/kstall\0", b"lib/modules/kstall/virtio.ko\0",
+              b"virtio_ring\nvirtio\n"):
         assert d in blob
 
 
