@@ -148,9 +148,11 @@ static int read_stats(int fd, int ncpus, unsigned long long tot[RB_PATHS][RB_STA
 	return 0;
 }
 
-static void print_final(struct bpf_ringbuf *skel, int ncpus)
+/* One snapshot, taken after every program is detached, gives the stats lines,
+ * the histograms and (through tot) the result line, so they always agree. */
+static void print_final(struct bpf_ringbuf *skel, int ncpus, unsigned long long tot[RB_PATHS][RB_STATS])
 {
-	unsigned long long tot[RB_PATHS][RB_STATS], per[ncpus * RB_PATHS * RB_STATS], vals[ncpus];
+	unsigned long long per[ncpus * RB_PATHS * RB_STATS], vals[ncpus];
 	int hist_fd = bpf_map__fd(skel->maps.hist);
 
 	if (read_stats(bpf_map__fd(skel->maps.stats), ncpus, tot, per))
@@ -271,6 +273,7 @@ int main(int argc, char **argv)
 	struct options o;
 	struct timespec tick;
 	int perf_fds[ncpus > 0 ? ncpus : 1];
+	struct bpf_link *perf_links[ncpus > 0 ? ncpus : 1];
 	struct pair *pairs;
 	pthread_t *threads, consumer_thread;
 	struct ring_buffer *ring;
@@ -324,7 +327,7 @@ int main(int argc, char **argv)
 		}
 	} else {
 		for (int c = 0; c < ncpus; c++)
-			if (!bpf_program__attach_perf_event(skel->progs.on_perf_nmi, perf_fds[c])) {
+			if (!(perf_links[c] = bpf_program__attach_perf_event(skel->progs.on_perf_nmi, perf_fds[c]))) {
 				ktap_line("ok 1 bpf-ringbuf # SKIP attach perf_event on CPU%d: %s", c, strerror(errno));
 				return 4;
 			}
@@ -375,8 +378,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(threads[i], NULL);
 	pthread_join(consumer_thread, NULL);
-	read_stats(bpf_map__fd(skel->maps.stats), ncpus, tot, NULL);	/* the final figures */
-	print_final(skel, ncpus);
+	/* NMIs go on after the workload stops: detach before the final figures */
+	if (!inject)
+		for (int c = 0; c < ncpus; c++)
+			bpf_link__destroy(perf_links[c]);
+	bpf_ringbuf__detach(skel);
+	print_final(skel, ncpus, tot);
 	ktap_line("# result count=%llu elapsed_ms=%llu switch=%llu", tot[RB_PATH_NMI][RB_RESERVES], elapsed_ms,
 		  tot[RB_PATH_SWITCH][RB_RESERVES]);
 	ring_buffer__free(ring);
