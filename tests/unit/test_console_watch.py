@@ -60,3 +60,16 @@ def test_ktap_from_a_recorded_agent_log():
         done.feed(line)
     assert done.results == [{"ok": True, "number": 1, "name": "perf-refresh", "directive": "", "reason": ""}]
     assert done.result_fields["count"] == "10093"
+
+
+def test_a_trailing_heartbeat_does_not_undo_the_final_count():
+    # the agent folds the last progress line into its heartbeats; one sent
+    # after the result line carries the older count (CI saw 946 for 947)
+    from types import SimpleNamespace
+
+    from harness.watch import Limits, Watch
+    w = Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0), Limits(), patterns=[])
+    for line in ["KTAP version 1", "# progress count=946 elapsed_ms=20000", "HB 1 5 946",
+                 "# result count=947 elapsed_ms=20100", "HB 2 6 946", "ok 1 bpf-ringbuf"]:
+        w._on_agent(line, 1.0)
+    assert w.count == 947
