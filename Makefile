@@ -9,7 +9,7 @@ GUEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -static
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 
-REPROS  := perf-refresh bpf-ringbuf
+REPROS  := perf-refresh bpf-ringbuf signal-malloc signal-malloc-jemalloc
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect clean help
@@ -41,6 +41,14 @@ $(GUEST)/init: repro/agent.c repro/ktap.h | $(GUEST)
 
 $(GUEST)/perf-refresh: repro/perf_refresh.c repro/ktap.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+$(GUEST)/signal-malloc: repro/signal_malloc.c repro/ktap.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+# the same source on Debian's static jemalloc (libjemalloc-dev), which takes
+# over malloc in a static link
+$(GUEST)/signal-malloc-jemalloc: repro/signal_malloc.c repro/ktap.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -DKSTALL_JEMALLOC -o $@ $< -l:libjemalloc.a -lpthread -lm -ldl
 
 # BPF object -> libbpf skeleton -> static loader (objects stay out of the initramfs)
 $(GUEST)/obj/bpf_ringbuf.bpf.o: repro/bpf_ringbuf.bpf.c repro/bpf_ringbuf.h

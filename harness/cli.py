@@ -203,6 +203,52 @@ def cmd_symbols(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_threads(a: argparse.Namespace) -> int:
+    """Thread table, futex groups and lock owner of a live process or a core."""
+    import shutil
+    import tempfile
+
+    from harness import thread_hang, threads
+    work = Path(tempfile.mkdtemp(prefix="kstall-threads-"))  # private (0700)
+    try:
+        if a.target.startswith("core:"):
+            core, proc = Path(a.target[5:]), {}
+            if not core.is_file():
+                echo_stderr(f"error: no core file {core}")
+                return EXIT_ERROR
+            if a.exe is None:
+                echo_stderr("error: a core needs --exe BINARY (the program that dumped it, with its symbols)")
+                return EXIT_USAGE
+            exe = a.exe
+        elif a.target.isdigit():
+            pid = int(a.target)
+            try:
+                exe = a.exe or Path(f"/proc/{pid}/exe").resolve(strict=True)
+                proc = threads.read_proc(pid)
+            except OSError as e:
+                echo_stderr(f"error: process {pid}: {e.strerror or e}")
+                return EXIT_ERROR
+            core = a.keep_core or work / "core"
+            threads.capture_live(pid, core, a.timeout * 3)
+        else:
+            echo_stderr(f"error: {a.target!r} is neither a PID nor core:FILE")
+            return EXIT_USAGE
+        dump = threads.dump_core(core, exe, work / "gdb.log", proc, a.timeout)
+        analysis = thread_hang.analyse(dump, proc)
+    except threads.DumpError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for err in dump.errors:
+        echo_stderr(f"gdb: {err}")
+    if a.json:
+        print(json.dumps(analysis.to_json() | {"dump_errors": dump.errors, "exe": str(exe)}, indent=2))
+    else:
+        sys.stdout.write(analysis.table())
+    return 1 if analysis.signature else 0
+
+
 def cmd_matrix(a: argparse.Namespace) -> int:
     from harness import matrix, reports, results
     from harness import verify as verify_mod
@@ -470,6 +516,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_build_options(st)
     add_vm_options(st)
     st.set_defaults(func=cmd_bisect_step)
+
+    th = sub.add_parser("threads", help="thread dump of a stuck process: futex groups, lock owner, hang class",
+                        description="Dump every thread of a live process (through gdb's gcore; the process "
+                        "is left as it was) or of a core file, one bounded gdb command per thread. Prints "
+                        "the thread table, the threads grouped by the futex word they wait on, the owner "
+                        "of each word and the hang class. Exit: 1 a hang signature matched, 0 none, 4 error.")
+    th.add_argument("target", metavar="PID|core:FILE")
+    th.add_argument("--exe", type=Path, help="the program (with symbols); default for a PID: /proc/PID/exe")
+    th.add_argument("--keep-core", type=Path, metavar="PATH", help="for a PID: write the core here and keep it")
+    th.add_argument("--timeout", type=float, default=10.0, help="seconds per gdb command (default 10)")
+    th.add_argument("--json", action="store_true", help="machine-readable output")
+    th.set_defaults(func=cmd_threads)
 
     from harness import calibrate
     calibrate.add_parser(sub, add_vm_options, options_from)

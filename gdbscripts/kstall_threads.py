@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: GPL-2.0
+"""GDB commands that dump a user-space process's threads, one at a time (load
+with `source`, with the program and its core loaded).
+
+    kstall-threads            the thread list: GDB number, LWP, name
+    kstall-thread N           thread N's frames (function, pc, signal frames)
+                              and its syscall registers (orig_rax, rdi)
+    kstall-lock-word ADDR     the three ints at a futex word: a pthread_mutex_t
+                              starts with __lock, __count, __owner
+
+Each prints one line: "KSTALL-JSON " + JSON. The host sends one command per
+thread, each with its own time limit, because a command that crashes or hangs
+GDB (as `thread apply all bt` did in the case this was built for) must lose
+only that thread.
+"""
+from __future__ import annotations
+
+import json
+
+import gdb  # type: ignore[import-not-found]
+
+MAX_FRAMES = 64
+SIGINFO_IN_RT_SIGFRAME = 304  # x86-64: the kernel's ucontext precedes the siginfo
+
+
+def _emit(doc: dict) -> None:
+    gdb.write("KSTALL-JSON " + json.dumps(doc) + "\n")
+
+
+def _reg(frame: "gdb.Frame", name: str) -> int | None:
+    try:
+        return int(frame.read_register(name)) & (2**64 - 1)
+    except (gdb.error, ValueError):
+        return None
+
+
+def _signal_of(frame: "gdb.Frame") -> int | None:
+    """si_signo of the signal a SIGTRAMP frame delivered: at its stack
+    pointer is the rest of the kernel's rt_sigframe (ucontext, then siginfo)."""
+    sp = _reg(frame, "rsp")
+    if sp is None:
+        return None
+    try:
+        signo = int.from_bytes(bytes(gdb.selected_inferior().read_memory(sp + SIGINFO_IN_RT_SIGFRAME, 4)), "little")
+    except (gdb.error, gdb.MemoryError):
+        return None
+    return signo if 0 < signo < 65 else None
+
+
+def _frames() -> list[dict]:
+    out = []
+    f = gdb.newest_frame()
+    while f is not None and len(out) < MAX_FRAMES:
+        d = {"func": f.name(), "pc": f.pc()}
+        if f.type() == gdb.SIGTRAMP_FRAME:
+            d["sigtramp"] = True
+            d["signal"] = _signal_of(f)
+        sal = f.find_sal()
+        if sal.symtab is not None and sal.line:
+            d["src"] = f"{sal.symtab.filename}:{sal.line}"
+        out.append(d)
+        try:
+            f = f.older()
+        except gdb.error as e:
+            out.append({"func": None, "pc": 0, "error": str(e)})
+            break
+    return out
+
+
+class Threads(gdb.Command):
+    def __init__(self) -> None:
+        super().__init__("kstall-threads", gdb.COMMAND_USER)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        inf = gdb.selected_inferior()
+        threads = [{"num": t.num, "lwp": t.ptid[1], "name": t.name} for t in inf.threads()]
+        _emit({"pid": inf.pid, "threads": sorted(threads, key=lambda t: t["num"])})
+
+
+class Thread(gdb.Command):
+    def __init__(self) -> None:
+        super().__init__("kstall-thread", gdb.COMMAND_USER)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        num = int(arg)
+        t = next((t for t in gdb.selected_inferior().threads() if t.num == num), None)
+        if t is None:
+            _emit({"num": num, "error": "no such thread"})
+            return
+        t.switch()
+        top = gdb.newest_frame()
+        _emit({"num": num, "lwp": t.ptid[1], "name": t.name,
+               "regs": {r: _reg(top, r) for r in ("orig_rax", "rdi", "rsi", "rip", "rsp")},
+               "frames": _frames()})
+
+
+class LockWord(gdb.Command):
+    def __init__(self) -> None:
+        super().__init__("kstall-lock-word", gdb.COMMAND_USER)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        addr = int(arg, 0)
+        try:
+            raw = bytes(gdb.selected_inferior().read_memory(addr, 12))
+        except (gdb.error, gdb.MemoryError) as e:
+            _emit({"addr": addr, "error": str(e)})
+            return
+        lock, count, owner = (int.from_bytes(raw[i:i + 4], "little", signed=True) for i in (0, 4, 8))
+        _emit({"addr": addr, "lock": lock, "count": count, "owner": owner})
+
+
+Threads()
+Thread()
+LockWord()
