@@ -48,6 +48,13 @@ def backtrace_text(cpus: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _threads_text(run_dir: Path | None) -> str:
+    """A process hang's thread table (threads.txt), where a kernel hang has
+    per-CPU backtraces."""
+    p = run_dir / "threads.txt" if run_dir else None
+    return p.read_text() if p is not None and p.is_file() else ""
+
+
 def cell_doc(r: CellResult, root: Path) -> dict:
     d = r.doc
     ev = d.get("evidence", {})
@@ -61,7 +68,8 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "count": ev.get("count"), "count_name": ev.get("count_name"), "p_miss": ev.get("p_miss"),
         "stalls": ev.get("stalls"), "latency": ev.get("latency"),
         "cpus": d.get("cpus", []),
-        "backtraces": backtrace_text(d.get("cpus", [])),
+        "backtraces": backtrace_text(d.get("cpus", [])) or _threads_text(r.run_dir),
+        "process": d.get("process"),
         "console_excerpt": _console_excerpt(r.run_dir, d),
         "timings": d.get("timings", {}),
         "seconds": round(r.seconds, 2), "kernel_wait_s": round(r.kernel_wait_s, 2),
@@ -284,7 +292,7 @@ def _detail(i: int, c: dict) -> str:
                    f"<td>{'stuck' if x.get('stuck') else 'moving'}</td></tr>" for x in c["cpus"])
     traces = "\n\n".join(
         f"CPU{x['cpu']}: {x['class']}\n" + "\n".join("    " + f for f in x.get("frames", []))
-        for x in c["cpus"] if x.get("role") != "benign") or "(no stacks: the guest did not hang)"
+        for x in c["cpus"] if x.get("role") != "benign") or c.get("backtraces") or "(no stacks: the guest did not hang)"
     pm = c.get("p_miss") or {}
     chart = stalls.svg(c["latency"], (c.get("stalls") or {}).get("threshold_ms") or {}, f"{c['id']}: reserve latency") \
         if c.get("latency") else ""
@@ -301,7 +309,8 @@ def _detail(i: int, c: dict) -> str:
             + (f'<table class="cpus"><tr><th>CPU</th><th>class</th><th>at</th><th></th></tr>{cpus}</table>'
                if cpus else "")
             + (f'<details open><summary>reserve latency</summary>{chart}</details>' if chart else "")
-            + f'<details open><summary>per-CPU backtraces</summary><pre>{e(traces)}</pre></details>'
+            + f'<details open><summary>{"thread stacks" if c.get("process") else "per-CPU backtraces"}</summary>'
+            f'<pre>{e(traces)}</pre></details>'
             f'<details><summary>console excerpt</summary><pre>{e(chr(10).join(c["console_excerpt"]) or "(empty)")}'
             f'</pre></details></article>')
 

@@ -42,6 +42,9 @@ class Reproducer:
     stall_paths: tuple[tuple[str, float, str], ...] = ()
     min_stalls: int = 1
     needs: KernelNeeds = KernelNeeds("")
+    # "kernel": a hang is read from the vCPUs (GDB on QEMU's gdbstub);
+    # "process": from the stuck reproducer's threads (GDB on its core)
+    hang: str = "kernel"
 
     def stall_thresholds(self) -> dict[str, float]:
         return {path: ms for path, ms, _ in self.stall_paths}
@@ -73,4 +76,4 @@ def load(name: str) -> Reproducer:
                       stall_paths=tuple((path, float(p["threshold_ms"]), p["arg"])
                                         for path, p in d.get("stall", {}).get("paths", {}).items()),
                       min_stalls=int(d.get("stall", {}).get("min_stalls", 1)),
-                      needs=KernelNeeds.from_doc(d["name"], d))
+                      needs=KernelNeeds.from_doc(d["name"], d), hang=d.get("hang", "kernel"))

@@ -32,8 +32,7 @@ class ThreadSignature:
     role: str
     lock_wait: tuple[str, ...]
     handler_alloc: tuple[str, ...]
-    held_in: tuple[str, ...]
-    entry: tuple[str, ...]
+    held_in: tuple[tuple[str, ...], ...]  # tiers, most certain first
     mutex_lock: tuple[str, ...]
     depth: int = 4
     within: int = 12
@@ -43,7 +42,7 @@ class ThreadSignature:
     def from_toml(cls, doc: dict) -> "ThreadSignature":
         m = doc["match"]
         return cls(doc["name"], doc["title"], doc.get("role", "culprit"), tuple(m["lock_wait"]),
-                   tuple(m["handler_alloc"]), tuple(m["held_in"]), tuple(m.get("entry", ())),
+                   tuple(m["handler_alloc"]), tuple(tuple(tier) for tier in m["held_in"]),
                    tuple(m.get("mutex_lock", ())), int(m.get("depth", 4)), int(m.get("within", 12)),
                    doc.get("description", "").strip())
 
@@ -163,7 +162,7 @@ class Analysis:
 def merge(dump: Dump, proc: dict[int, ProcThread]) -> list[Thread]:
     words = futex_words(dump, proc)
     out = []
-    for t in dump.threads:
+    for t in sorted(dump.threads, key=lambda t: t["lwp"]):
         p = proc.get(t["lwp"])
         out.append(Thread(t["lwp"], (p.comm if p else "") or t.get("name") or "", t.get("frames") or [],
                           words.get(t["lwp"]), p.state if p else "", p.kstack if p else [], t.get("error") or ""))
@@ -176,15 +175,20 @@ def _waits_in_handler(t: Thread, sig: ThreadSignature) -> bool:
             and any(_is(f.get("func"), sig.handler_alloc) for f in inner))
 
 
-def _interrupted_in(t: Thread, patterns: tuple[str, ...], within: int) -> bool:
-    return any(_is(f.get("func"), patterns) for f in t.split()[2][:within])
+def _interrupted_in(t: Thread, patterns: tuple[str, ...], sig: ThreadSignature) -> bool:
+    """The signal interrupted this thread in one of patterns, and not while it
+    was itself waiting for a lock (then it holds none it waits for)."""
+    outer = t.split()[2]
+    if outer and _is(outer[0].get("func"), sig.lock_wait):
+        return False
+    return any(_is(f.get("func"), patterns) for f in outer[:sig.within])
 
 
 def _owner_from_stacks(members: list[Thread], sig: ThreadSignature) -> Thread | None:
-    """Interrupted under the lock beats interrupted at an allocator entry
-    (which may not have taken the lock yet)."""
-    for patterns in (sig.held_in, sig.entry):
-        found = [t for t in members if _waits_in_handler(t, sig) and _interrupted_in(t, patterns, sig.within)]
+    """Interrupted where the lock is surely held beats interrupted where it
+    may not have been taken yet (the signature's tiers)."""
+    for patterns in sig.held_in:
+        found = [t for t in members if _waits_in_handler(t, sig) and _interrupted_in(t, patterns, sig)]
         if found:
             return found[0]
     return None

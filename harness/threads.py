@@ -124,6 +124,11 @@ class Dump:
         return {"exe": self.exe, "core": self.core, "threads": self.threads, "errors": self.errors,
                 "lock_words": {f"{a:#x}": w for a, w in self.lock_words.items()}, "gdb_starts": self.gdb_starts}
 
+    @classmethod
+    def from_json(cls, doc: dict) -> "Dump":
+        return cls(doc["exe"], doc["core"], doc["threads"], doc.get("errors", []),
+                   {int(a, 16): w for a, w in doc.get("lock_words", {}).items()}, doc.get("gdb_starts", 0))
+
 
 # called after each command is sent, with the command and the GDB child (tests
 # use it to make GDB fail on one thread)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness import classify
+from harness import classify, thread_hang
 from harness.reproducers import Reproducer
 from harness.watch import Ktap, Outcome
 
@@ -67,10 +67,25 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
                    + (f" ({summary})" if summary else ""), summary="")
 
 
+def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, error: str) -> Verdict:
+    """A user-space reproducer stuck while the kernel heartbeats on: named
+    by its threads, never by the vCPUs."""
+    if analysis is None:
+        return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; no thread dump ({error})")
+    if analysis.signature is None:
+        return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; {analysis.summary()}")
+    owner_from = analysis.group.owner_from if analysis.group else ""
+    return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}; the kernel stayed responsive",
+                   summary=analysis.summary(), signature=analysis.signature.name,
+                   confidence="high" if owner_from == "__owner" or analysis.queued else "medium")
+
+
 def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes: list[classify.CpuClass] | None,
-           debug_errors: list[str], pmiss: dict, report_reason: str = "", stall: dict | None = None) -> Verdict:
+           debug_errors: list[str], pmiss: dict, report_reason: str = "", stall: dict | None = None,
+           process: tuple[thread_hang.Analysis | None, str] | None = None) -> Verdict:
     """stall: stall evidence (harness.verify.stall_evidence) for reproducers
-    that measure latencies; a stall past the threshold is VULNERABLE."""
+    that measure latencies; a stall past the threshold is VULNERABLE.
+    process: (thread analysis, error) for reproducers whose hang is a process's."""
     kind = outcome.kind
     if kind == "infra":
         return Verdict("ERROR", f"emulator fault: {report_reason or outcome.detail} ({outcome.detail})",
@@ -84,6 +99,8 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
             return Verdict("ERROR", f"the guest agent died: {outcome.detail}")
         return Verdict("CRASHED", f"kernel {kind}: {outcome.detail}", summary=f"kernel {kind}: {outcome.detail}",
                        confidence="high")
+    if kind == "stuck" and process is not None:
+        return from_process_hang(outcome, *process)
     if kind in ("freeze", "stuck"):
         return from_hang(outcome, classes or [], debug_errors, stall)
     if kind == "stall":

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import accel, classify, debug, paths, pmiss, preflight, reproducers, results, stalls, symcache
+from harness import (accel, classify, debug, paths, pmiss, preflight, reproducers, results, stalls, symcache,
+                     thread_hang, threads)
 from harness.cores import Cancelled, CoreBudget, Gate
 from harness.nmi import NmiInjector
 from harness.procs import Interrupted
@@ -62,6 +63,9 @@ class Options:
     cancel: threading.Event | None = None
     # image: kernels: boot the image's own initrd and userspace (images/boot_image.py)
     boot_image: bool = False
+    # in-process API: called after each GDB command of a process thread dump
+    # (harness/threads.py; tests make GDB fail on one thread with it)
+    on_thread_command: threads.CommandHook | None = None
 
 
 @dataclass
@@ -106,6 +110,8 @@ class Attempt:
     cmdline: str
     count_target: int
     interrupted: BaseException | None = None
+    process: thread_hang.Analysis | None = None  # a process hang's thread analysis
+    process_error: str = ""
 
 
 def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, duration: float) -> list[str]:
@@ -127,6 +133,8 @@ class _Run:
         self.classes: list[classify.CpuClass] = []
         self.samples: debug.Samples | None = None
         self.timings: dict = {}
+        self.process: thread_hang.Analysis | None = None
+        self.process_error = ""
 
     def keep_symbols(self, w: Watch) -> None:
         if w.syms.data and self.syms_path is None:
@@ -154,6 +162,39 @@ class _Run:
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
         self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
         return any(c.signature.role == "culprit" for c in self.classes) or not self.samples.dumps
+
+
+    def dump_process(self, w: Watch, outcome: Outcome) -> None:
+        """A stuck user-space reproducer with a healthy kernel: its threads,
+        through the kernel's core of it and GDB, then the hang class."""
+        since = w.count_changed_at or outcome.at
+        self.timings["detection_latency_s"] = round(outcome.at - since, 3)
+        if w.repro_started_at:
+            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
+        self.echo(f"{outcome.kind}: {outcome.detail}; dumping the reproducer's threads (core to the host, gdb)")
+        t = time.monotonic()
+        core = w.take_core()
+        self.timings["core_s"] = round(time.monotonic() - t, 2)
+        if core is None:
+            self.process_error = f"no core of the reproducer arrived ({w.core_info.get('error', 'timed out')})"
+            return
+        core_path = self.out_dir / "core"
+        core_path.write_bytes(core)
+        exe = paths.guest_dir() / Path(w.core_info.get("exe") or self.repro.binary).name
+        t = time.monotonic()
+        try:
+            dump = threads.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.proc_threads,
+                                     hook=self.opts.on_thread_command)
+        except threads.DumpError as e:
+            self.process_error = str(e)
+            return
+        self.timings["thread_dump_s"] = round(time.monotonic() - t, 2)
+        (self.out_dir / "thread-dump.json").write_text(json.dumps(dump.to_json(), indent=1) + "\n")
+        self.process = thread_hang.analyse(dump, w.proc_threads)
+        doc = self.process.to_json() | {"core": core_path.name, "exe": str(exe), "core_bytes": len(core),
+                                        "dump_errors": dump.errors, "gdb_starts": dump.gdb_starts}
+        (self.out_dir / "threads.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (self.out_dir / "threads.txt").write_text(self.process.table())
 
 
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
@@ -197,6 +238,9 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                 injecting = nmi.running
                 nmi.stop()  # the run is decided, or about to be examined
                 r.keep_symbols(w)
+                if outcome.kind == "stuck" and repro.hang == "process":
+                    r.dump_process(w, outcome)
+                    break
                 if outcome.kind == "stall":
                     # decided by the reproducer's own measurement, after the
                     # stall ended: no stacks to read, but its final histograms
@@ -239,8 +283,9 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     report_reason = next((rep.reason for rep in w.reports if rep.kind == "infra"), "")
     pm = pmiss.p_miss(cal, w.count, repro.count_name)
     v = decide(outcome, w.ktap, w.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
-               report_reason, stall)
-    return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, cmdline, target, raise_later)
+               report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None)
+    return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, cmdline, target, raise_later,
+                   r.process, r.process_error)
 
 
 def stall_evidence(repro: reproducers.Reproducer, w: Watch) -> dict | None:
@@ -364,6 +409,9 @@ def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reprod
             "debug_errors": final.samples.errors if final.samples else [],
         },
         "cpus": [c.to_json() for c in final.classes],
+        "process": ({k: v for k, v in final.process.to_json().items() if k != "threads"}
+                    | {"threads": "threads.json"} if final.process else
+                    {"error": final.process_error} if final.process_error else None),
         "guest": final.watch.get("hello", {}),
         "symbols": final.watch.get("syms") or {"cached": str(symcache.cached(kernel.sha256) or "")},
         "timings": final.timings,

@@ -30,7 +30,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from harness import console
+from harness import console, threads
 from harness.vm import VM
 
 _HB = re.compile(r"^HB (\d+) (\d+) (\d+)$")
@@ -93,16 +93,25 @@ class LineReader:
         return [l.decode(errors="replace").rstrip("\r") for l in lines]
 
 
-class SymsReader:
-    """The symbols port: 'KALLSYMS <n>\\n' then n bytes."""
+class BlobReader:
+    """The syms port: blobs as 'TAG <n>\\n' then n bytes (KALLSYMS, CORE)."""
+    MAX_BYTES = 256 << 20  # guest data is not trusted: a bigger blob is dropped
 
     def __init__(self, sock: socket.socket | None) -> None:
         self.sock = sock
         self.buf = bytearray()
-        self.expected: int | None = None
-        self.data: bytes | None = None
-        self.done_at: float | None = None
+        self.head: tuple[str, int] | None = None
+        self.blobs: dict[str, bytes] = {}
+        self.arrived: dict[str, float] = {}
         self.eof = sock is None
+
+    @property
+    def data(self) -> bytes | None:
+        return self.blobs.get("KALLSYMS")
+
+    @property
+    def done_at(self) -> float | None:
+        return self.arrived.get("KALLSYMS")
 
     def read(self) -> None:
         if self.sock is None or self.eof:
@@ -116,17 +125,26 @@ class SymsReader:
         if not chunk:
             self.eof = True
             return
-        if self.data is not None:
-            return  # nothing more is expected; keep the socket drained
         self.buf += chunk
-        if self.expected is None and b"\n" in self.buf:
-            head, _, rest = bytes(self.buf).partition(b"\n")
-            m = re.match(rb"KALLSYMS (\d+)$", head)
-            self.expected = int(m.group(1)) if m else -1
-            self.buf = bytearray(rest)
-        if self.expected is not None and self.expected >= 0 and len(self.buf) >= self.expected:
-            self.data = bytes(self.buf[:self.expected])
-            self.done_at = time.monotonic()
+        while True:
+            if self.head is None:
+                nl = self.buf.find(b"\n")
+                if nl < 0:
+                    if len(self.buf) > 256:  # no header in sight: not ours
+                        self.buf.clear()
+                    return
+                m = re.match(rb"([A-Z]+) (\d+)$", bytes(self.buf[:nl]))
+                del self.buf[:nl + 1]
+                if not m or int(m.group(2)) > self.MAX_BYTES:
+                    self.buf.clear()
+                    return
+                self.head = (m.group(1).decode(), int(m.group(2)))
+            tag, n = self.head
+            if len(self.buf) < n:
+                return
+            self.blobs[tag], self.arrived[tag] = bytes(self.buf[:n]), time.monotonic()
+            del self.buf[:n]
+            self.head = None
 
 
 class Watch:
@@ -144,7 +162,7 @@ class Watch:
         self.echo = echo  # callable(str) for progress output, or None
         self.console = LineReader(vm.console)
         self.agent = LineReader(vm.agent)
-        self.syms = SymsReader(vm.syms)
+        self.syms = BlobReader(vm.syms)
         self.t0 = vm.started_at or time.monotonic()
         self.hello: dict = {}
         self.hello_at: float | None = None
@@ -166,6 +184,8 @@ class Watch:
         self.pending_report: console.Report | None = None
         self.pending_since = 0.0
         self.console_tail: list[str] = []
+        self.proc_threads: dict[int, threads.ProcThread] = {}  # the agent's /proc view, on CORE
+        self.core_info: dict = {}
 
     # -- stream handling -------------------------------------------------
     def _on_agent(self, line: str, now: float) -> None:
@@ -195,6 +215,10 @@ class Watch:
                 self.exit_code = int(fields.get("code", "-1"))
             elif words[1] == "poweroff":
                 self.poweroff = True
+            elif words[1] == "thread" and (t := threads.from_agent_line(line)) is not None:
+                self.proc_threads[t.tid] = t
+            elif words[1] == "core":
+                self.core_info = fields
             return
         if self.repro_started_at is None:
             self.repro_started_at = now
@@ -333,6 +357,22 @@ class Watch:
             self._pump(0.05)
         self._pump(0)
         return self.exit_code is not None
+
+    def take_core(self, timeout: float = 60.0) -> bytes | None:
+        """Have the agent dump the stuck reproducer (its threads from /proc,
+        then the kernel's core of it) and wait, bounded, for the core; None
+        when the agent reported none."""
+        self._send(b"CORE\n")
+        deadline = time.monotonic() + timeout
+
+        def arrived() -> bool:  # the blob comes before the agent's line about it
+            return bool(self.core_info) and ("bytes" not in self.core_info or "CORE" in self.syms.blobs)
+        while not arrived() and time.monotonic() < deadline:
+            if not self.vm.alive():  # the agent powers off right after: take what it sent
+                self._drain()
+                break
+            self._pump(0.05)
+        return self.syms.blobs.get("CORE") if "bytes" in self.core_info else None
 
     def _send_go(self, now: float) -> None:
         self._send(b"GO\n")

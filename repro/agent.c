@@ -32,13 +32,20 @@
  *   kstall-agent: error: WHAT
  * and the guest powers off at once: the host turns that line into the verdict.
  *
- * Host commands on the agent port: "GO" (see kstall.gate) and "STOP": end the
- * reproducer early with SIGTERM, so it still prints its final results.
+ * Host commands on the agent port: "GO" (see kstall.gate), "STOP": end the
+ * reproducer early with SIGTERM, so it still prints its final results, and
+ * "CORE": a stuck user-space reproducer (signal-malloc) is dumped. The agent
+ * reports every thread's state, syscall and kernel stack from /proc, points
+ * the kernel's core_pattern at itself (`init --core`, which stores the piped
+ * core in /tmp) and sends SIGABRT; once the reproducer is gone the core goes
+ * to the host on the syms port, as "CORE <bytes>" and the bytes.
  *
  * Agent channel lines (host parses these; anything else is reproducer KTAP):
  *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
  *                                          image's own init under --boot-image)
  *   KSTALL syms bytes=B lines=L ms=T
+ *   KSTALL thread tid=T comm=C state=S syscall=NR,ARG0,.. kstack=F1,F2..  (on CORE)
+ *   KSTALL core bytes=B exe=PATH ms=T | KSTALL core error=WHAT
  *   KSTALL ready                      (gated: waiting for "GO" from the host)
  *   HB seq mono_ns count
  *   KSTALL exit code=C
@@ -65,12 +72,15 @@
 
 #define AGENT_PORT "org.kstall.agent"
 #define SYMS_PORT "org.kstall.syms"
+#define CORE_FILE "/tmp/kstall-core"
 
 static int agent_fd = -1;
 static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong progress_count;
 static atomic_int hb_stop;
 static atomic_int repro_pid;
+static atomic_int core_requested;
+static char repro_exe[256];
 static unsigned hb_ms = 50;
 static char base_dir[256] = "";	/* where the agent's executable is: "" for / */
 
@@ -267,15 +277,29 @@ static int open_port(const char *name)
 	return -1;
 }
 
+/* "TAG <len>\n" and len bytes on the syms port (kallsyms, a core) */
+static int send_blob(const char *tag, const char *buf, size_t len)
+{
+	char hdr[64];
+	int port = open_port(SYMS_PORT);
+
+	if (port < 0)
+		return -1;
+	snprintf(hdr, sizeof(hdr), "%s %zu\n", tag, len);
+	say_fd(port, hdr, strlen(hdr));
+	say_fd(port, buf, len);
+	close(port);
+	return 0;
+}
+
 /* Text symbols only: they are all the host symbolizes stacks with, and the
  * fewer bytes the faster a TCG guest gets them across. */
 static void send_kallsyms(void)
 {
 	unsigned long long t0 = mono_ns();
 	size_t cap = 16 << 20, len = 0, out = 0, lines = 0;
-	char *buf = malloc(cap), *hdr_end;
-	char hdr[64];
-	int fd = open("/proc/kallsyms", O_RDONLY), port;
+	char *buf = malloc(cap);
+	int fd = open("/proc/kallsyms", O_RDONLY);
 	ssize_t n;
 
 	if (!buf || fd < 0) {
@@ -307,19 +331,134 @@ static void send_kallsyms(void)
 		}
 		i += l;
 	}
-	port = open_port(SYMS_PORT);
-	if (port < 0) {
+	if (send_blob("KALLSYMS", buf, out))
 		say("KSTALL syms error=no-port");
-		free(buf);
-		return;
-	}
-	snprintf(hdr, sizeof(hdr), "KALLSYMS %zu\n", out);
-	hdr_end = hdr + strlen(hdr);
-	say_fd(port, hdr, hdr_end - hdr);
-	say_fd(port, buf, out);
-	close(port);
+	else
+		say("KSTALL syms bytes=%zu lines=%zu ms=%llu", out, lines, (mono_ns() - t0) / 1000000);
 	free(buf);
-	say("KSTALL syms bytes=%zu lines=%zu ms=%llu", out, lines, (mono_ns() - t0) / 1000000);
+}
+
+/* a small /proc file into out, newline-trimmed; "" if unreadable */
+static void read_small(const char *path, char *out, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, out, len - 1) : -1;
+
+	out[n > 0 ? n : 0] = 0;
+	while (n > 0 && out[n - 1] == '\n')
+		out[--n] = 0;
+	if (fd >= 0)
+		close(fd);
+}
+
+/* what the kernel knows of each thread of pid, one line each: the host reads
+ * the futex word a thread waits on from its syscall arguments */
+static void report_threads(int pid)
+{
+	char dir[64], path[384], comm[64], stat[512], sys[256], stack[2048], *p;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+	d = opendir(dir);
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+#define TASK_FILE(name, buf) (snprintf(path, sizeof(path), "%s/%s/" name, dir, e->d_name), \
+			      read_small(path, buf, sizeof(buf)))
+		TASK_FILE("comm", comm);
+		TASK_FILE("stat", stat);
+		TASK_FILE("syscall", sys);
+		TASK_FILE("stack", stack);
+#undef TASK_FILE
+		for (p = comm; *p; p++)
+			if (*p == ' ' || *p == '=')
+				*p = '_';
+		for (p = sys; *p; p++)
+			if (*p == ' ')
+				*p = ',';
+		/* "[<0>] futex_wait_queue+0x5f/0x90\n[<0>] ..." -> "futex_wait_queue+0x5f/0x90,..." */
+		for (char *r = stack, *w = stack; ; ) {
+			if (r[0] == '[' && (p = strstr(r, "] ")))
+				r = p + 2;
+			if (!*r) {
+				*w = 0;
+				if (w > stack && w[-1] == ',')
+					w[-1] = 0;
+				break;
+			}
+			*w++ = *r == '\n' ? ',' : *r;
+			r++;
+		}
+		p = strrchr(stat, ')');
+		say("KSTALL thread tid=%s comm=%s state=%c syscall=%s kstack=%s", e->d_name, comm,
+		    p && p[1] && p[2] ? p[2] : '?', sys[0] ? sys : "-", stack[0] ? stack : "-");
+	}
+	if (d)
+		closedir(d);
+}
+
+/* the kernel's core of a stuck reproducer, piped to `init --core` */
+static void request_core(int pid)
+{
+	char self[256], pattern[300], path[64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	n = n > 0 ? n : 0;
+	self[n] = 0;
+	n = readlink(path, repro_exe, sizeof(repro_exe) - 1);
+	repro_exe[n > 0 ? n : 0] = 0;
+	report_threads(pid);
+	unlink(CORE_FILE);
+	snprintf(pattern, sizeof(pattern), "|%s --core %%p", self);
+	write_file("/proc/sys/kernel/core_pattern", pattern);
+	atomic_store(&core_requested, 1);
+	kill(pid, SIGABRT);
+}
+
+/* `init --core PID`: the kernel runs this with the core on stdin; the rename
+ * comes before exit, and the kernel waits for the helper to close its end
+ * before the dumped process is gone, so the agent finds a whole file */
+static int store_core(void)
+{
+	char buf[1 << 16];
+	int fd = open(CORE_FILE ".part", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	ssize_t n;
+
+	if (fd < 0)
+		return 1;
+	while ((n = read(STDIN_FILENO, buf, sizeof(buf))) > 0)
+		say_fd(fd, buf, n);
+	close(fd);
+	return rename(CORE_FILE ".part", CORE_FILE) ? 1 : 0;
+}
+
+/* after the reproducer is gone: the core to the host */
+static void send_core(void)
+{
+	unsigned long long t0 = mono_ns();
+	struct stat st;
+	char *buf = NULL;
+	int fd = -1;
+
+	/* bounded: a core the kernel could not write never appears */
+	for (int i = 0; i < 200 && stat(CORE_FILE, &st) < 0; i++)
+		usleep(50000);
+	fd = open(CORE_FILE, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !(buf = malloc(st.st_size ? st.st_size : 1)) ||
+	    read(fd, buf, st.st_size) != st.st_size) {
+		say("KSTALL core error=%s", fd < 0 ? "no-core-written" : strerror(errno));
+	} else if (send_blob("CORE", buf, st.st_size)) {
+		say("KSTALL core error=no-port");
+	} else {
+		say("KSTALL core bytes=%lld exe=%s ms=%llu", (long long)st.st_size, repro_exe,
+		    (mono_ns() - t0) / 1000000);
+	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	unlink(CORE_FILE);
 }
 
 /* read host commands a line at a time until `until` arrives (NULL: forever);
@@ -345,6 +484,8 @@ static void host_commands(const char *until)
 				return;
 			if (!strcmp(buf, "STOP") && atomic_load(&repro_pid) > 0)
 				kill(atomic_load(&repro_pid), SIGTERM);
+			if (!strcmp(buf, "CORE") && atomic_load(&repro_pid) > 0 && !atomic_load(&core_requested))
+				request_core(atomic_load(&repro_pid));
 			have -= nl + 1 - buf;
 			memmove(buf, nl + 1, have + 1);
 		}
@@ -441,13 +582,15 @@ static int run_repro(const char *name, char *args)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	char cmdline[4096] = "", repro[64] = "none", args[1024] = "", val[32], init_comm[32] = "";
 	struct utsname u;
 	pthread_t hb, cmd;
 	int fd, code = 0;
 
+	if (argc == 3 && !strcmp(argv[1], "--core"))
+		return store_core();
 	if (getpid() == 1)
 		mount_all();
 	find_base_dir();
@@ -496,6 +639,8 @@ int main(void)
 		pthread_create(&cmd, NULL, command_reader, NULL);
 	if (strcmp(repro, "none") != 0)
 		code = run_repro(repro, args);
+	if (atomic_load(&core_requested))
+		send_core();
 	say("KSTALL exit code=%d", code);
 	atomic_store(&hb_stop, 1);
 	pthread_join(hb, NULL);

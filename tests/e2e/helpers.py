@@ -22,7 +22,9 @@ def kstall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def verify_json(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
-    p = kstall("verify", *args, "--json", "--results", str(tmp_path))
+    """args may end with "--" and the reproducer's arguments"""
+    i = args.index("--") if "--" in args else len(args)
+    p = kstall("verify", *args[:i], "--json", "--results", str(tmp_path), *args[i:])
     doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
     return p.returncode, doc, p.stderr
 
@@ -38,7 +40,8 @@ def kstall_processes() -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if ("org.kstall.agent" in cmd and "qemu" in cmd) or ("kstall_gdb.py" in cmd and "gdb" in cmd):
+        if ("org.kstall.agent" in cmd and "qemu" in cmd) or \
+                (("kstall_gdb.py" in cmd or "kstall_threads.py" in cmd) and "gdb" in cmd):
             found.append(f"{pid}: {cmd[:120]}")
     return found
 

@@ -72,10 +72,16 @@ def test_report_html_in_chromium(default_runs):
         want = {c["id"]: c["verdict"].lower() for c in doc["cells"]}
         for td in grid:
             assert f"verdict-{want[td.get_attribute('data-cell')]}" in td.get_attribute("class").split()
-        vuln = next(td for td in grid if td.get_attribute("data-verdict") == "VULNERABLE")
+        vuln = next(td for td in grid if td.get_attribute("data-cell") == "debian:6.16.12/perf-refresh")
         vuln.click()
         detail = browser.find_element(By.ID, vuln.get_attribute("data-detail"))
         assert detail.is_displayed() and "hrtimer_cancel" in detail.text
+        # a process hang shows its thread table instead of vCPUs
+        user = next(td for td in grid if td.get_attribute("data-cell") == "debian:7.3.4/signal-malloc")
+        user.click()
+        detail = browser.find_element(By.ID, user.get_attribute("data-detail"))
+        assert detail.is_displayed() and "SIGPROF handler self-deadlock in malloc" in detail.text
+        assert "thread stacks" in detail.text and "on_sigprof" in detail.text
         assert browser.find_elements(By.CSS_SELECTOR, "#chart rect.bar")
         errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
         assert errors == []

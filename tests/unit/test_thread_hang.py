@@ -1,0 +1,93 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Process thread dumps (recorded from real signal-malloc runs in guests):
+futex groups, the lock owner, the hang class; /proc and agent-line parsing."""
+from __future__ import annotations
+
+import copy
+import json
+import socket
+
+from recorded import FIXTURES
+
+from harness import thread_hang, threads
+from harness.watch import BlobReader
+
+
+def recorded(name: str) -> tuple[threads.Dump, dict[int, threads.ProcThread]]:
+    d = FIXTURES / name
+    dump = threads.Dump.from_json(json.loads((d / "thread-dump.json").read_text()))
+    proc = {t.tid: t for line in (d / "agent.log").read_text().splitlines()
+            if (t := threads.from_agent_line(line)) is not None}
+    return dump, proc
+
+
+def test_glibc_owner_from_the_stacks():
+    dump, proc = recorded("signal-malloc-7.3.4-glibc")
+    a = thread_hang.analyse(dump, proc)
+    assert a.signature and a.signature.name == "signal_handler_malloc_self_deadlock"
+    assert a.group.owner_from == "stacks" and a.signal == "SIGPROF" and a.owner.handler() == "on_sigprof"
+    # the owner was interrupted in code that runs under the arena lock
+    _, tramp, interrupted = a.owner.split()
+    assert tramp["signal"] == 27 and interrupted[0]["func"] in ("_int_free", "_int_malloc", "brk", "sysmalloc")
+    assert len(a.queued) == 3 and a.owner.lwp not in a.queued
+    assert a.summary().startswith(f"SIGPROF handler self-deadlock in malloc (LWP {a.owner.lwp} holds {a.group.word:#x}")
+    # the guest's /proc and the core agree on the futex word
+    by_regs = threads.futex_words(dump, {})
+    assert by_regs == threads.futex_words(dump, proc) and set(by_regs.values()) == {a.group.word}
+
+
+def test_jemalloc_owner_from_the_mutex():
+    dump, proc = recorded("signal-malloc-7.3.4-jemalloc")
+    a = thread_hang.analyse(dump, proc)
+    assert a.signature is not None and a.group.owner_from == "__owner"
+    assert dump.lock_words[a.group.word]["owner"] == a.owner.lwp
+    assert any((f["func"] or "").startswith("je_") for f in a.owner.frames)
+
+
+def test_a_lost_thread_costs_only_its_stack():
+    dump, proc = recorded("signal-malloc-7.3.4-glibc")
+    want = thread_hang.analyse(dump, proc)
+    other = next(t for t in dump.threads if t["lwp"] not in (want.owner.lwp,))
+    lost = copy.deepcopy(dump)
+    t = next(t for t in lost.threads if t["lwp"] == other["lwp"])
+    t["frames"], t["error"], t["regs"] = [], "kstall-thread 1: gdb died (exit status signal 9)", {}
+    a = thread_hang.analyse(lost, proc)
+    assert (a.signature, a.owner.lwp, a.group.word) == (want.signature, want.owner.lwp, want.group.word)
+    assert "no stack" in next(x for x in a.threads if x.lwp == other["lwp"]).line()
+
+
+def test_without_the_owner_stack_nothing_is_claimed():
+    dump, proc = recorded("signal-malloc-7.3.4-glibc")
+    owner = thread_hang.analyse(dump, proc).owner.lwp
+    for t in dump.threads:
+        if t["lwp"] == owner:
+            t["frames"] = []
+    a = thread_hang.analyse(dump, proc)
+    assert a.signature is None and "no hang signature matched" in a.summary()
+
+
+def test_proc_formats():
+    assert threads.parse_syscall("202 0x4bf800 0x80 0x2 0x0 0x8 0x7f 0x7ffe 0x41c8b6\n")[0] == 202
+    assert threads.parse_syscall("running") == (None, ())
+    assert threads.parse_syscall("-1 0x7ffe 0x41c8b6") == (None, ())
+    assert threads.parse_kstack("[<0>] futex_do_wait+0x38/0x70\n[<0>] __futex_wait+0x91/0x100\n") == \
+        ["futex_do_wait+0x38/0x70", "__futex_wait+0x91/0x100"]
+    t = threads.from_agent_line("KSTALL thread tid=7 comm=worker-0 state=S syscall=202,0x4bf800,0x80 kstack=a+0x1/0x2,b")
+    assert (t.tid, t.comm, t.state, t.futex, t.kstack) == (7, "worker-0", "S", 0x4BF800, ["a+0x1/0x2", "b"])
+    assert threads.from_agent_line("KSTALL thread tid=x") is None
+
+
+def test_blobs_across_reads():
+    a, b = socket.socketpair()
+    try:
+        r = BlobReader(a)
+        a.setblocking(False)
+        b.sendall(b"KALLSYMS 5\nabc")
+        r.read()
+        b.sendall(b"deCORE 3\nxyzJUNK 999999999999\n")
+        for _ in range(3):
+            r.read()
+        assert r.blobs == {"KALLSYMS": b"abcde", "CORE": b"xyz"} and r.data == b"abcde"
+    finally:
+        a.close()
+        b.close()
