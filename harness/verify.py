@@ -148,11 +148,7 @@ class _Run:
         """GDB samples of every vCPU; whether they settle the run: a culprit
         (victims alone may be a stall that ends, which the reproducer's own
         measurement then reports), or no samples at all."""
-        since = (w.last_hb_at if outcome.kind == "freeze" else w.count_changed_at) or outcome.at
-        self.timings["detection_latency_s"] = round(outcome.at - since, 3)
-        if w.repro_started_at:
-            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
-        self.echo(f"{outcome.kind}: {outcome.detail}; reading every vCPU with gdb")
+        since = self.note_hang(w, outcome, "reading every vCPU with gdb")
         t = time.monotonic()
         self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.syms_path,
                                     self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
@@ -163,15 +159,19 @@ class _Run:
         self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
         return any(c.signature.role == "culprit" for c in self.classes) or not self.samples.dumps
 
+    def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
+        """Detection timings of a freeze or stuck run; the last sign of life."""
+        since = (w.last_hb_at if outcome.kind == "freeze" else w.count_changed_at) or outcome.at
+        self.timings["detection_latency_s"] = round(outcome.at - since, 3)
+        if w.repro_started_at:
+            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
+        self.echo(f"{outcome.kind}: {outcome.detail}; {next_step}")
+        return since
 
     def dump_process(self, w: Watch, outcome: Outcome) -> None:
         """A stuck user-space reproducer with a healthy kernel: its threads,
         through the kernel's core of it and GDB, then the hang class."""
-        since = w.count_changed_at or outcome.at
-        self.timings["detection_latency_s"] = round(outcome.at - since, 3)
-        if w.repro_started_at:
-            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
-        self.echo(f"{outcome.kind}: {outcome.detail}; dumping the reproducer's threads (core to the host, gdb)")
+        self.note_hang(w, outcome, "dumping the reproducer's threads (core to the host, gdb)")
         t = time.monotonic()
         core = w.take_core()
         self.timings["core_s"] = round(time.monotonic() - t, 2)

@@ -7,7 +7,8 @@ reads them as they come and stops with an Outcome:
   done          the agent reported the reproducer's exit and powered off
   freeze        heartbeats stopped for `freeze_after` seconds
   stuck         heartbeats go on but the reproducer's progress count has not
-                moved for `stuck_after` seconds: some CPUs are wedged
+                moved for `stuck_after` seconds: some CPUs are wedged, or (a
+                user-space reproducer, signal-malloc) the process is
   stall         the reproducer's own latency measurement passed its stall
                 threshold (bpf-ringbuf: a reserve slower than threshold_ms)
   panic, oops   a kernel report on the console (after a grace period that
