@@ -121,15 +121,22 @@ def test_threads_on_a_live_stuck_process_leaves_it_as_it_was(tmp_path):
         before = waits()
         assert len(before) == 4 and all(w.startswith("202 ") for w in before.values()), before
         t0 = time.monotonic()
-        p = kstall("threads", str(proc.pid), "--json", timeout=120)
+        p = kstall("threads", str(proc.pid), "--json", "--keep-core", str(tmp_path / "core"), timeout=120)
         took = time.monotonic() - t0
         assert p.returncode == 1, p.stderr
         doc = json.loads(p.stdout)
         assert doc["signature"] == "signal_handler_malloc_self_deadlock" and doc["signal"] == "SIGPROF"
-        assert doc["owner"] in doc["queued"] + [doc["owner"]] and len(doc["threads"]) == 5
+        assert doc["owner"] not in doc["queued"] and len(doc["threads"]) == 5
         assert {t["name"] for t in doc["threads"]} >= {"worker-0", "worker-3"}  # names from /proc
+        owner = next(t for t in doc["threads"] if t["lwp"] == doc["owner"])
+        assert owner["futex"] == doc["word"] and owner["kstack"]  # the kernel's view, from /proc
         time.sleep(0.2)
         assert proc.poll() is None and waits() == before  # same threads, same waits: left as it was
+        # the core it took, read again without /proc, names the same owner of the same word
+        c = kstall("threads", f"core:{tmp_path / 'core'}", "--exe", str(GUEST / "signal-malloc"), "--json")
+        assert c.returncode == 1, c.stderr
+        again = json.loads(c.stdout)
+        assert (again["owner"], again["word"], again["queued"]) == (doc["owner"], doc["word"], doc["queued"])
         print(f"kstall threads on a live process: {took:.2f}s")
     finally:
         proc.kill()
