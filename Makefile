@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # kstall — `make run` runs the default kernel matrix, `make test` the test suite.
 # Both install whatever Debian packages are missing first (ci/install-deps).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """GDB commands that dump every vCPU of a QEMU guest (load with `source`).
 
     kstall-symbols KALLSYMS          text symbols captured from the guest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Heuristic x86-64 kernel stack walking for kernels without frame pointers.
 
 Distro kernels unwind with ORC and carry no frame pointers, and kstall has no

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Kernel text symbols from a /proc/kallsyms capture: address -> name+offset.
 
 Shared by the GDB-side dumper and the host (which re-symbolizes recorded dumps

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """KVM when a boot proves it works, TCG otherwise, and a message saying which.
 
 /dev/kvm existing is not enough (on this project's machines it is a shim that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """`kstall bisect debian`: bisect over Debian's kernel package versions.
 
 No build: every candidate is a Debian package kstall can download. While one

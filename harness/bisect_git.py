@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """`kstall bisect git` and `kstall bisect-step`: bisect a kernel git tree.
 
 The driver verifies both ends (built from the tree), works out the direction,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """One bisection step: verify a kernel until its state is known.
 
 Shared by the Debian version bisect and `kstall bisect-step` (git bisect run).

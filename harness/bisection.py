@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The search behind `kstall bisect`: ordered candidates, old and new states.
 
 Like git's old/new terms, a bisection does not care which way the bug went:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """`kstall calibrate`: measure a reproducer on a kernel known to be affected.
 
 Runs verify several times and records, per run, how many passes over the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Names each vCPU's state from its stacks, using the signature data files.
 
 A dump (one GDB sample) holds every vCPU's frames; a CPU is classified per

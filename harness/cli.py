@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The `kstall` command line."""
 from __future__ import annotations
 

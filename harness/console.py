@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Recognises kernel console reports (panics, oopses, stalls) from the data in
 harness/console-patterns.toml, a line at a time."""
 from __future__ import annotations

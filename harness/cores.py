@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Host cores shared by the guests of one kstall process.
 
 Under TCG every running vCPU is a busy host thread, so guests running side by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Reads every vCPU's state from a stopped guest: GDB first, QMP as fallback.
 
 GDB runs interactively under pexpect against QEMU's gdbstub (a unix socket),

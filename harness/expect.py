@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """A matrix cell's status: its verdict judged against the expectation."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """`kstall matrix`: kernels x reproducers, each cell a verify run, judged
 against the expectation the matrix file states for it.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """NMIs for guests without a PMU: QMP inject-nmi at a steady rate.
 
 QEMU raises the NMI through LINT1, which Linux leaves unmasked only on the

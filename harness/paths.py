@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Where kstall keeps things: the repository, the cache, results, guest binaries."""
 from __future__ import annotations
 

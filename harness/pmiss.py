@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """P(miss): how likely a run that did not hang would have missed the bug.
 
 Calibration (repro/calibration/<reproducer>.toml, written by `kstall

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Before a kernel boots: has it what the guest agent and the reproducer need?
 
 The options are data (repro/agent.toml and each reproducer's [kernel] table),

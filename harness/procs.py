@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Child-process hygiene: children die with kstall and are always reaped."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """A minimal QMP client over a unix socket: every call has a deadline."""
 from __future__ import annotations
 

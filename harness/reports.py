@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Matrix reports: matrix.json, junit.xml, summary.md, report.html.
 
 Everything is generated from matrix.json alone (each cell carries its
@@ -349,9 +350,9 @@ def report_html(doc: dict) -> str:
             f'<title>{e(_headline(doc))}</title><style>{_CSS}</style></head><body>'
             f'<h1>{e(_headline(doc))}</h1>'
             f'<p class="meta">run {e(doc["id"])}, {e(doc["started"])} to {e(doc["finished"])}; host {doc["host"]["cores"]} '
-            f'cores, {doc["host"]["jobs"]} jobs. Click a cell for its per-CPU backtraces and console.</p>'
+            f'cores, {doc["host"]["jobs"]} jobs. Click a cell for its backtraces (per CPU, or per thread for a process hang) and console.</p>'
             + (f"<ul>{failing}</ul>" if failing else "")
-            + f'<table class="grid" id="grid"><thead><tr><th>kernel</th>'
+            + '<table class="grid" id="grid"><thead><tr><th>kernel</th>'
             + "".join(f"<th>{e(r)}</th>" for r in doc["reproducers"])
             + f'</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f'<section id="details">{"".join(_detail(i, c) for i, c in enumerate(doc["cells"]))}</section>'

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The reproducers kstall knows: repro/<name>.toml next to their C sources."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Run directories: one per run, written atomically, never overwritten.
 
 A run is assembled in results/.<id>.incomplete/ and renamed to results/<id>/

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Stall evidence from a reproducer's KTAP diagnostics, and its chart.
 
 bpf-ringbuf prints, per reserve path (sched_switch, nmi) and CPU:

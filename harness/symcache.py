@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Kernel text symbols captured from guests, cached by the kernel's hash."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """`kstall symbols`: boot a kernel once just to capture its text symbols."""
 from __future__ import annotations
 

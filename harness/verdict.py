@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Turns what a run observed into one verdict (the contract in DESIGN.md).
 
 VULNERABLE      a hang or stall whose stacks match a culprit signature

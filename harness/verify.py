@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """verify: one pass of the pipeline, kernel + reproducer -> verdict + run directory.
 
     kernel spec -> vmlinuz (+ cached symbols) -> QEMU -> watch -> (freeze or

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """One QEMU guest: its command line, its private run directory, its lifetime.
 
 Every channel is a unix socket in a private 0700 directory: QMP, the gdbstub,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Watches a running guest until something decides the run.
 
 Three streams arrive on unix sockets: the kernel console (UART), the agent

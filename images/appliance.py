@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The kernel libguestfs's appliance boots, and the environment that points
 libguestfs at it.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """verify --boot-image: boot a disk image's own initrd, init and userspace.
 
 The image is never written. kstall keeps one qcow2 layer per image and guest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """build:TREE[@REV] kernels: built from a kernel git tree, out of tree, cached.
 
 The user's tree is never written to. With a REV (or while the tree is being

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """deb:PATH[,PATH…] kernels: Debian or Ubuntu package files.
 
 A linux-image .deb alone where it holds everything (Debian up to 6.18), or

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """debian:VERSION kernels, fetched from Debian's suites with a private apt state.
 
 The suites are listed in images/debian-suites.list; apt's lists, the package

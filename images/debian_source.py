@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Upstream kernel source tarballs from Debian's deb-src suites.
 
 Debian's `linux` source package carries the upstream tree unchanged as

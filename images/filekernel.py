@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """file:PATH kernels: a bzImage the user built or copied, or an installed one.
 
 A kernel tree's arch/x86/boot/bzImage finds the tree's .config and vmlinux.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """libguestfs work for image: kernels, run in a child process so that kstall
 can bound it in time and kill it (images/image.py starts it):
 

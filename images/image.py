@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """image:PATH[#RELEASE] kernels: the kernel a VM or cloud disk image boots.
 
 libguestfs opens the image read-only (images/guestfs_child.py, in a child

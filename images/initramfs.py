@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Builds the guest's initramfs (newc cpio) from the static guest binaries.
 
 Written in Python rather than with cpio(1) so that device nodes (/dev/console)

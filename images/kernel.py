@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Kernel specs: what a user names ('debian:6.16.12', 'file:bzImage') and what
 kstall boots (a vmlinuz, its config, a content hash)."""
 from __future__ import annotations

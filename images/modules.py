@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The kernel modules a guest must load before anything else runs.
 
 Which ones is data: repro/agent.toml and each reproducer's [kernel] table

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """A bootable kernel out of distro package files: vmlinuz, config and the
 modules the guest needs (images/modules.py).
 

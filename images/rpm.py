@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """rpm:PATH[,PATH…] kernels: Fedora/RHEL-layout package files.
 
 kernel-core (lib/modules/<release>/vmlinuz with its config beside it) plus

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 */
 /* Layout of bpf-ringbuf's maps, shared by the BPF programs and the loader. */
 #ifndef KSTALL_BPF_RINGBUF_H
 #define KSTALL_BPF_RINGBUF_H

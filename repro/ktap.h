@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 */
 /* KTAP v1 output and the progress line shared by kstall's reproducers.
  *
  * Reproducers print KTAP (Documentation/dev-tools/ktap.rst) on stdout so that

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
 """`make check-bisect`: a git bisection over real kernel builds must name the
 commit that brought the perf REFRESH hrtimer deadlock back.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Test setup: import paths and markers.
 
 Unit tests run on recorded real outputs in tests/fixtures/ (GDB dumps,

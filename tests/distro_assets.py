@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Distro artefacts for the tests and benchmarks, made from Debian's packages
 (Fedora's and Ubuntu's own cannot be fetched on kstall's build machines):
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Recorded real outputs (tests/fixtures/): GDB dumps, consoles, agent logs."""
 import json
 from pathlib import Path

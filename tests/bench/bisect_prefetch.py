@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
 """Version-bisect speed: wall time per step with background prefetch against
 the same bisection with --no-prefetch, every kernel downloaded afresh.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
 """bpf-ringbuf: N runs of each acceptance case, their verdicts and times.
 
     tests/bench/bpf_ringbuf_speed.py [--runs N]

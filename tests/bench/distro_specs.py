@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
 """Speed figures for distro kernels as shipped (medians of several runs).
 
     tests/bench/distro_specs.py [--runs N]

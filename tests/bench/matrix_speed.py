@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
 """Matrix speed: the default matrix's wall time against the sum of the single
 `kstall verify` times of its cells (kernels and symbols cached first).
 

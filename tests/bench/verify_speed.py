@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
 """Speed figures for verify (medians of several runs; kernels cached first).
 
     tests/bench/verify_speed.py [--runs N]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Debian's Chromium, headless, driven through chromedriver (Selenium)."""
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Shared helpers for the end-to-end tests: run the real CLI, look for leftovers."""
 from __future__ import annotations
 

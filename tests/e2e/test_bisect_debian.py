@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Version bisect on real Debian kernels: interrupted after its first steps,
 resumed from its results directory, and still naming the boundary."""
 from __future__ import annotations

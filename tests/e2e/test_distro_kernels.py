@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Distro kernels as shipped, booted for real: bookworm's 6.1 (virtio as
 modules), .deb and Fedora-layout .rpm files, qcow2 disk images read by
 libguestfs (and booted with their own userspace), the kernel-config

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The matrix on real Debian kernels: the acceptance cases of the matrix issue."""
 from __future__ import annotations
 

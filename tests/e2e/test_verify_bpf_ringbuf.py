@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """bpf-ringbuf on real Debian kernels: an affected and a fixed kernel."""
 from __future__ import annotations
 

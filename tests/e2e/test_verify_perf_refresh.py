@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """verify on real Debian kernels under QEMU: the acceptance cases of the verify issue.
 
 These boot real kernels (TCG here) and can fail: a kernel that stops hanging,

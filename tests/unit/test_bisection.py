@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The bisection search, the git bisect glue and build: specs, without boots
 or builds (the search is driven by a table of states; git output is recorded)."""
 import subprocess

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Classification of recorded real dumps against the signature data files."""
 import pytest
 from recorded import load_samples

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Console report recognition and agent-channel parsing on recorded real output."""
 from recorded import FIXTURES
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """A freeze classified from recorded dumps becomes VULNERABLE; without a culprit it does not."""
 from recorded import load_samples
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Matrix files, cell selection and judgement, and the four reports, on a
 recorded real run (no guest boots here)."""
 import json

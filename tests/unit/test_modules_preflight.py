@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Distro kernels without booting: Debian's older ABI naming, module load
 order from a real modules.dep, preflight of a kernel config, the initramfs's
 module layout, grub's default entry."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """P(miss) statistics and the verdict rules."""
 import math
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Kernel spec parsing, version matching and the initramfs format."""
 import subprocess
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Stall evidence from recorded bpf-ringbuf agent logs, and the rqspinlock
 signatures on recorded GDB dumps of a stalled 6.16.12."""
 import re

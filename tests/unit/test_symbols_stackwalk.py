@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Symbolization and stack walking on recorded GDB dumps of a hung 6.16.12."""
 from recorded import FIXTURES, load_samples
 
