@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Matrix reports: matrix.json, junit.xml, summary.md, report.html.
+"""Matrix reports: matrix.json, junit.xml, summary.md, report.html, matrix.ktap.
 
 Everything is generated from matrix.json alone (each cell carries its
 classified CPUs, backtrace text and console excerpt), so shards run on
@@ -163,6 +163,34 @@ def junit_xml(doc: dict) -> str:
     suites.set("time", f"{doc['wall_s']:.2f}")
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+# -- KTAP ----------------------------------------------------------------------
+
+def _ktap_text(text: str) -> str:
+    """One line, no '#' (KTAP starts a directive at the first '#')."""
+    return " ".join(str(text or "").replace("#", "no.").split())
+
+
+def matrix_ktap(doc: dict) -> str:
+    """The matrix as KTAP v1 (Documentation/dev-tools/ktap.rst), one test per
+    cell, for LAVA- and tuxrun-style consumers: failing cells are `not ok`,
+    skipped and not-run cells `ok … # SKIP`, xfail cells `ok … # XFAIL`
+    (kselftest's directive); the verdict line follows as a diagnostic."""
+    out = ["KTAP version 1", f"1..{len(doc['cells'])}", f"# kstall matrix {doc['matrix']} ({doc['id']})"]
+    for i, c in enumerate(doc["cells"], 1):
+        st = c["status"]
+        name = _ktap_text(c["id"]).replace(" ", "_")
+        why = _ktap_text(c["reason"] or c.get("xfail") or st)
+        directive = {"skip": f" # SKIP {why}", "not-run": f" # SKIP not run: {why}",
+                     "xfail": f" # XFAIL {why}"}.get(st, "")
+        out.append(f"{'not ok' if st in FAILING else 'ok'} {i} {name}{directive}")
+        detail = c["line"] or c["reason"]
+        if detail:
+            out.append(f"# {_ktap_text(detail)} (expected {c['expect']}: {STATUS_TEXT.get(st, st)})")
+    t = doc["totals"]
+    out.append(f"# totals: {' '.join(f'{k}={n}' for k, n in sorted(t.items()))}")
+    return "\n".join(out) + "\n"
 
 
 # -- Markdown / text -------------------------------------------------------------
@@ -363,7 +391,7 @@ def report_html(doc: dict) -> str:
 def write_all(directory: Path, doc: dict) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     files = {"matrix.json": json.dumps(doc, indent=2) + "\n", "junit.xml": junit_xml(doc),
-             "summary.md": summary_md(doc), "report.html": report_html(doc)}
+             "summary.md": summary_md(doc), "report.html": report_html(doc), "matrix.ktap": matrix_ktap(doc)}
     for name, text in files.items():
         paths.write_atomic(directory / name, text)
 

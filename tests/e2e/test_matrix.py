@@ -44,7 +44,7 @@ def test_default_matrix_meets_its_expectations_and_writes_four_reports(default_r
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((d / "matrix.json").read_text())
     assert doc["failing"] == [] and all(c["status"] == "pass" for c in doc["cells"])
-    for f in ("matrix.json", "junit.xml", "summary.md", "report.html"):
+    for f in ("matrix.json", "junit.xml", "summary.md", "report.html", "matrix.ktap"):
         assert (d / f).stat().st_size > 0
     assert "kernel" in p.stdout and "debian:6.16.12" in p.stdout and "VULNERABLE" in p.stdout
     schema = etree.XMLSchema(etree.parse(str(FIXTURES / "junit.xsd")))

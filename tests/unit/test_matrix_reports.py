@@ -11,6 +11,7 @@ from recorded import FIXTURES
 
 from harness import matrix, reports
 from harness.expect import judge
+from harness.watch import Ktap
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,6 +95,15 @@ def test_a_regression_is_named_in_all_four_reports(tmp_path):
     assert 'class="cell verdict-vulnerable status-regression"' in html
     assert not re.search(r'(src|href)\s*=\s*"', html), "report.html must be self-contained"
     assert json.loads((tmp_path / "matrix.json").read_text())["failing"] == doc["failing"]
+    ktap = (tmp_path / "matrix.ktap").read_text().splitlines()
+    assert ktap[0] == "KTAP version 1" and "1..2" in ktap
+    assert "not ok 1 debian:6.16.12/perf-refresh" in ktap
+    assert "ok 2 debian:6.17.8/perf-refresh # SKIP not today" in ktap
+    # what kstall's own KTAP reader makes of it (the agent's reproducer output parser)
+    k = Ktap()
+    for line in ktap:
+        k.feed(line)
+    assert [(r["ok"], r["directive"]) for r in k.results] == [(False, ""), (True, "SKIP")]
 
 
 def test_passing_doc_exits_zero_and_merge_is_a_union():
