@@ -281,7 +281,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(reports.summary_text(doc))
-        print(f"\nreports: {path}/{{summary.md,report.html,junit.xml,matrix.json}}")
+        print(f"\nreports: {path}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap}}")
     return 130 if runner.interrupted else doc["exit_code"]
 
 
@@ -308,7 +308,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             raise
         target = out.finalize()
     print(reports.summary_text(doc))
-    print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json}}")
+    print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap}}")
     return doc["exit_code"]
 
 
