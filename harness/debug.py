@@ -45,25 +45,36 @@ class Samples:
     resumed: bool = False  # the guest was left running afterwards
 
 
+def spawn_gdb(args: list[str], log, timeout: float) -> pexpect.spawn:
+    """GDB under pexpect, quiet and unpaged, logging what it prints; it dies
+    with kstall. The caller closes it (child.close(force=True))."""
+    base = ["-nx", "-q", "-ex", "set pagination off", "-ex", "set confirm off", "-ex", "set width 0",
+            "-ex", "set style enabled off"]
+    try:
+        child = pexpect.spawn(GDB, base + args, encoding="utf-8", timeout=timeout, echo=False,
+                              env={**os.environ, "TERM": "dumb"}, preexec_fn=procs.die_with_parent)
+    except pexpect.ExceptionPexpect as e:
+        raise DebugError(f"cannot start {GDB}: {e}") from None
+    child.logfile_read = log
+    return child
+
+
 class GdbSession:
     """One interactive GDB attached to the guest; close() always reaps it."""
 
     def __init__(self, gdb_socket: Path, log_path: Path, symbols: Path | None, vmlinux: Path | None,
                  timeout: float = 20.0) -> None:
         self.timeout = timeout
-        args = ["-nx", "-q", "-ex", "set pagination off", "-ex", "set confirm off", "-ex", "set width 0",
-                "-ex", "set style enabled off", "-ex", "set architecture i386:x86-64"]
+        args = ["-ex", "set architecture i386:x86-64"]
         if vmlinux:
             args += ["-ex", f"file {vmlinux}"]
         args += ["-ex", f"source {GDB_SCRIPT}"]
         self.log = open(log_path, "a")
         try:
-            self.child = pexpect.spawn(GDB, args, encoding="utf-8", timeout=timeout, echo=False,
-                                       env={**os.environ, "TERM": "dumb"}, preexec_fn=procs.die_with_parent)
-        except pexpect.ExceptionPexpect as e:
+            self.child = spawn_gdb(args, self.log, timeout)
+        except DebugError:
             self.log.close()
-            raise DebugError(f"cannot start {GDB}: {e}") from None
-        self.child.logfile_read = self.log
+            raise
         self._expect_prompt()
         if symbols:
             self.run(f"kstall-symbols {symbols}")

@@ -19,7 +19,6 @@ live process on this machine they are read here.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +26,9 @@ from typing import Callable
 
 import pexpect
 
-from harness import paths, procs
+from harness import debug, paths, procs
+from harness.debug import GDB
 
-GDB = os.environ.get("KSTALL_GDB", "gdb")
 SCRIPT = paths.REPO / "gdbscripts" / "kstall_threads.py"
 PROMPT = "(kstall-gdb) "
 SYS_FUTEX = 202  # x86-64
@@ -137,15 +136,11 @@ CommandHook = Callable[[str, pexpect.spawn], None]
 
 class _Gdb:
     def __init__(self, exe: Path, core: Path, log, timeout: float) -> None:
-        args = ["-nx", "-q", "-iex", f"set prompt {PROMPT}", "-ex", "set pagination off", "-ex", "set width 0",
-                "-ex", "set confirm off", "-ex", "set style enabled off", "-ex", f"source {SCRIPT}",
-                str(exe), str(core)]
         try:
-            self.child = pexpect.spawn(GDB, args, encoding="utf-8", timeout=timeout, echo=False,
-                                       env={**os.environ, "TERM": "dumb"}, preexec_fn=procs.die_with_parent)
-        except pexpect.ExceptionPexpect as e:
-            raise DumpError(f"cannot start {GDB}: {e}") from None
-        self.child.logfile_read = log
+            self.child = debug.spawn_gdb(["-iex", f"set prompt {PROMPT}", "-ex", f"source {SCRIPT}",
+                                          str(exe), str(core)], log, timeout)
+        except debug.DebugError as e:
+            raise DumpError(str(e)) from None
         self.timeout = timeout
         self._prompt()
 
