@@ -142,7 +142,11 @@ class _Gdb:
         except debug.DebugError as e:
             raise DumpError(str(e)) from None
         self.timeout = timeout
-        self._prompt()
+        try:
+            self._prompt()
+        except DumpError:
+            self.close()  # a GDB that never answered is not left behind
+            raise
 
     def _prompt(self) -> str:
         try:
