@@ -10,7 +10,7 @@ GUEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -static
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 
-REPROS  := perf-refresh bpf-ringbuf signal-malloc signal-malloc-jemalloc
+REPROS  := perf-refresh bpf-ringbuf signal-malloc signal-malloc-jemalloc console-trigger
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect clean help
@@ -44,6 +44,9 @@ $(GUEST)/perf-refresh: repro/perf_refresh.c repro/ktap.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/signal-malloc: repro/signal_malloc.c repro/ktap.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+$(GUEST)/console-trigger: repro/console_trigger.c repro/ktap.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 # the same source on Debian's static jemalloc (libjemalloc-dev), which takes

@@ -126,6 +126,9 @@ def print_human(doc: dict) -> None:
                   f"{c['seen'].get(c['signature'], 0)}/{c['samples']} samples)")
     if doc["verdict"] == "NOT_REPRODUCED" and ev.get("p_miss"):
         print(f"  {ev['p_miss']['method']}")
+    if ev.get("console_titles"):
+        from harness.console import titles_text
+        print(f"  kernel reported: {titles_text(ev['console_titles'])}")
     if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED") and doc["summary"]:
         print(f"  reason: {doc['reason']}")
     t = doc.get("timings", {})

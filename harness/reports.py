@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import paths, stalls
+from harness import console, paths, stalls
 from harness.expect import FAILING, STATUS_TEXT
 
 if TYPE_CHECKING:  # the report command runs without the VM side (and pexpect)
@@ -56,6 +56,10 @@ def _threads_text(run_dir: Path | None) -> str:
     return p.read_text() if p is not None and p.is_file() else ""
 
 
+def _kernel_said(c: dict) -> str:
+    return f"kernel reported: {console.titles_text(c['console_titles'])}" if c.get("console_titles") else ""
+
+
 def cell_doc(r: CellResult, root: Path) -> dict:
     d = r.doc
     ev = d.get("evidence", {})
@@ -72,6 +76,7 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "backtraces": backtrace_text(d.get("cpus", [])) or _threads_text(r.run_dir),
         "process": d.get("process"),
         "console_excerpt": _console_excerpt(r.run_dir, d),
+        "console_titles": console.titles(ev.get("console_reports", [])),
         "timings": d.get("timings", {}),
         "seconds": round(r.seconds, 2), "kernel_wait_s": round(r.kernel_wait_s, 2),
         "run_dir": os.path.relpath(r.run_dir, root) if r.run_dir else None,
@@ -142,7 +147,7 @@ def junit_xml(doc: dict) -> str:
             if st in ("regression", "unexpected-pass", "mismatch"):
                 counts["failures"] += 1
                 el = ET.SubElement(case, "failure", type=st, message=f"{STATUS_TEXT[st]}: {expected}: {c['line']}")
-                el.text = "\n".join(filter(None, [c["line"], c["reason"], c["backtraces"]]))
+                el.text = "\n".join(filter(None, [c["line"], c["reason"], _kernel_said(c), c["backtraces"]]))
             elif st == "error":
                 counts["errors"] += 1
                 el = ET.SubElement(case, "error", type="error", message=f"{expected}: {c['reason']}")
@@ -188,6 +193,8 @@ def matrix_ktap(doc: dict) -> str:
         detail = c["line"] or c["reason"]
         if detail:
             out.append(f"# {_ktap_text(detail)} (expected {c['expect']}: {STATUS_TEXT.get(st, st)})")
+        if c.get("console_titles"):
+            out.append(f"# kernel reported: {_ktap_text(console.titles_text(c['console_titles']))}")
     t = doc["totals"]
     out.append(f"# totals: {' '.join(f'{k}={n}' for k, n in sorted(t.items()))}")
     return "\n".join(out) + "\n"
@@ -230,6 +237,10 @@ def summary_md(doc: dict) -> str:
         for c in failing:
             lines.append(f"- **{STATUS_TEXT[c['status']]}** `{c['id']}`: {c['line'] or c['reason']} "
                          f"(expected {c['expect']})")
+    said = [c for c in doc["cells"] if c.get("console_titles")]
+    if said:
+        lines += ["", "### What the kernels reported on their consoles", ""]
+        lines += [f"- `{c['id']}`: {console.titles_text(c['console_titles'])}" for c in said]
     lines += ["", "Details: `report.html`, `junit.xml`, `matrix.json` in the results directory.", ""]
     return "\n".join(lines)
 
@@ -331,6 +342,8 @@ def _detail(i: int, c: dict) -> str:
         facts.append(f"{c['count']} {e(c.get('count_name') or '')}" + (f"; {e(pm.get('text', ''))}" if pm else ""))
     if c.get("reason"):
         facts.append(f"reason: {e(c['reason'])}")
+    if c.get("console_titles"):
+        facts.append(f"kernel reported: {e(console.titles_text(c['console_titles']))}")
     if c.get("run_dir"):
         facts.append(f"results: <code>{e(c['run_dir'])}</code>")
     return (f'<article class="detail" id="detail-{i}" hidden><h2>{e(c["id"])}</h2>'

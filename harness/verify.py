@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import (accel, classify, debug, paths, pmiss, preflight, reproducers, results, stalls, symcache,
+from harness import (accel, classify, console, debug, paths, pmiss, preflight, reproducers, results, stalls, symcache,
                      thread_hang, threads)
 from harness.cores import Cancelled, CoreBudget, Gate
 from harness.nmi import NmiInjector
@@ -406,6 +406,7 @@ def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reprod
             "heartbeats": final.watch.get("heartbeats"),
             "max_heartbeat_gap_s": final.watch.get("max_heartbeat_gap_s"),
             "console_reports": final.watch.get("console_reports", []),
+            "console_titles": console.titles(final.watch.get("console_reports", [])),
             "debug_method": final.samples.method if final.samples else None,
             "debug_errors": final.samples.errors if final.samples else [],
         },

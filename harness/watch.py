@@ -37,6 +37,7 @@ from harness.vm import VM
 
 _HB = re.compile(r"^HB (\d+) (\d+) (\d+)$")
 _KV = re.compile(r"(\w+)=(\S+)")
+MAX_REPORTS = 100  # console reports kept per run; the rest are only counted
 
 
 @dataclass
@@ -150,7 +151,7 @@ class BlobReader:
 
 
 class Watch:
-    def __init__(self, vm: VM, limits: Limits, patterns: list[console.Pattern] | None = None,
+    def __init__(self, vm: VM, limits: Limits, patterns: console.Patterns | None = None,
                  echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None) -> None:
         self.vm = vm
         self.on_line = on_line  # callable(line) for every reproducer line
@@ -183,6 +184,8 @@ class Watch:
         self.progress: dict = {}  # fields of the reproducer's last progress line
         self.stall_at: float | None = None
         self.reports: list[console.Report] = []
+        self.reports_dropped = 0  # past MAX_REPORTS: a guest that repeats itself
+        self.open_reports: list[console.Report] = []  # still taking their lines
         self.pending_report: console.Report | None = None
         self.pending_since = 0.0
         self.console_tail: list[str] = []
@@ -252,17 +255,22 @@ class Watch:
 
     def _on_console(self, line: str, now: float) -> None:
         self.console_tail = (self.console_tail + [line])[-200:]
-        if self.pending_report is not None and len(self.pending_report.excerpt) < 60:
-            self.pending_report.excerpt.append(line)
+        # a report's lines (its RIP and trace name it) follow its first one
+        self.open_reports = [r for r in self.open_reports if len(r.excerpt) < console.TRACE_LINES]
+        for r in self.open_reports:
+            r.excerpt.append(line)
         r = console.match_line(line, self.patterns)
         if r is None:
             return
-        r.excerpt = [line]
+        if len(self.reports) >= MAX_REPORTS:
+            self.reports_dropped += 1
+            return
         self.reports.append(r)
+        self.open_reports.append(r)
         if r.kind in ("panic", "oops", "infra", "boot", "agent") and self.pending_report is None:
             self.pending_report, self.pending_since = r, now
         if r.kind in ("stall", "infra", "panic", "oops"):
-            self._say(f"console: {r.title}")
+            self._say(f"console: {r.message}")
 
     def _say(self, msg: str) -> None:
         if self.echo:
@@ -411,5 +419,6 @@ class Watch:
                 "heartbeats": self.hb_count, "max_heartbeat_gap_s": round(self.max_hb_gap, 3),
                 "last_heartbeat_guest_s": round(self.last_hb_guest_ns / 1e9, 3) if self.hb_count else None,
                 "count": self.count, "exit_code": self.exit_code, "syms": self.syms_info,
-                "console_reports": [r.to_json() for r in self.reports]}
+                "console_reports": [r.to_json() for r in self.reports],
+                "console_reports_dropped": self.reports_dropped}
 

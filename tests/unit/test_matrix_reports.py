@@ -9,7 +9,7 @@ import pytest
 from lxml import etree
 from recorded import FIXTURES
 
-from harness import matrix, reports
+from harness import console, matrix, reports
 from harness.expect import judge
 from harness.watch import Ktap
 
@@ -68,9 +68,13 @@ def test_judgement():
     assert judge("vulnerable", None) == "not-run"
 
 
-def recorded_doc(expect="not_reproduced"):
-    """A matrix document around the recorded 6.16.12 hang (a real run.json)."""
+def recorded_doc(expect="not_reproduced", console_log=None):
+    """A matrix document around the recorded 6.16.12 hang (a real run.json),
+    with the console reports of a recorded console if one is named."""
     run = json.loads((FIXTURES / "perf-refresh-6.16.12-4cpu" / "run.json").read_text())
+    if console_log:
+        text = (FIXTURES / "consoles" / console_log).read_text(errors="replace")
+        run["evidence"]["console_reports"] = [r.to_json() for r in console.scan(text)]
     cell = matrix.Cell("debian:6.16.12", "perf-refresh", expect=expect)
     other = matrix.Cell("debian:6.17.8", "perf-refresh", expect="not_reproduced", skip="not today")
     results = [matrix.CellResult(cell, matrix.judge(cell, run["verdict"]), run["verdict"], run, None, 7.5),
@@ -116,3 +120,16 @@ def test_passing_doc_exits_zero_and_merge_is_a_union():
     assert merged["shards"] == ["1/2", "2/2"] and merged["exit_code"] == 0
     assert "debian:6.16.12" in reports.summary_text(merged)
 
+
+
+def test_kernel_report_titles_reach_every_report(tmp_path):
+    doc = recorded_doc(console_log="6.16.12-2cpu-perf-freeze.log")
+    cell = doc["cells"][0]
+    assert cell["console_titles"][0] == {"title": "INFO: rcu detected stall in hrtimer_cancel", "kind": "stall",
+                                         "count": 2}
+    reports.write_all(tmp_path, doc)
+    said = "BUG: soft lockup in smp_call_function_many_cond (x5)"
+    assert said in (tmp_path / "summary.md").read_text()
+    assert said in (tmp_path / "report.html").read_text()
+    assert said in (tmp_path / "matrix.ktap").read_text()
+    assert said in etree.parse(str(tmp_path / "junit.xml")).find(".//failure").text

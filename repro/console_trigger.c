@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: GPL-2.0
+/* console-trigger: makes the kernel's own hang reporters speak, so that kstall
+ * records and titles their console reports (tests/fixtures/consoles/). It is
+ * no bug reproducer: it ends once the kernel has printed its report.
+ *
+ * Hung task: a writer faults on a userfaultfd page while it holds a pipe's
+ * mutex; a second writer sleeps on that mutex in D state until the hung-task
+ * detector reports it. Then the page is supplied and both writers finish.
+ * Works on any kernel with USERFAULTFD.
+ *
+ * The other reports of the corpus (soft lockups, RCU stalls, CSD lock and
+ * workqueue lockups) come from perf-refresh freezing an affected kernel.
+ *
+ * It watches /dev/kmsg for the report and prints KTAP: the count is the
+ * number of matching reports seen, --reports N of them ends the wait.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "ktap.h"
+
+#define PAGE 4096
+
+static int pipe_fds[2];
+static char *stalled_page;
+
+static void write_sysctl(const char *path, const char *value)
+{
+	int fd = open(path, O_WRONLY);
+
+	if (fd < 0 || write(fd, value, strlen(value)) < 0)
+		ktap_line("# cannot set %s: %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Waits up to wait_s for want_reports kernel messages containing needle;
+ * returns how many it saw. */
+static unsigned long long want_reports = 1;
+
+static unsigned long long await_kmsg(int kmsg, const char *needle, unsigned wait_s)
+{
+	unsigned long long start = mono_ns(), seen = 0, last = 0;
+	char rec[8192];
+
+	while (!atomic_load(&terminate) && mono_ns() - start < wait_s * 1000000000ull) {
+		struct pollfd p = { .fd = kmsg, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 200) > 0) {
+			n = read(kmsg, rec, sizeof(rec) - 1);
+			if (n > 0) {
+				rec[n] = 0;
+				if (strstr(rec, needle)) {
+					seen++;
+					ktap_line("# kernel: %.200s", strchr(rec, ';') ? strchr(rec, ';') + 1 : rec);
+				}
+			}
+		}
+		if (seen >= want_reports)
+			return seen;
+		if (mono_ns() - last > 1000000000ull) {
+			last = mono_ns();
+			ktap_progress(seen, (last - start) / 1000000);
+		}
+	}
+	return seen;
+}
+
+static int open_kmsg(void)
+{
+	int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
+
+	if (fd >= 0)
+		lseek(fd, 0, SEEK_END);	/* only what comes from now on */
+	return fd;
+}
+
+/* Holds the pipe's mutex while it waits, in handle_userfault, for a page. */
+static void *faulting_writer(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "uffd-writer");
+	if (write(pipe_fds[1], stalled_page, PAGE) < 0)
+		ktap_line("# faulting writer: %s", strerror(errno));
+	return NULL;
+}
+
+/* Sleeps in mutex_lock(&pipe->mutex): TASK_UNINTERRUPTIBLE, a hung task. */
+static void *blocked_writer(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "blocked-writer");
+	if (write(pipe_fds[1], "x", 1) < 0)
+		ktap_line("# blocked writer: %s", strerror(errno));
+	return NULL;
+}
+
+static int hung_task(unsigned timeout_s, unsigned wait_s)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	struct uffdio_copy copy = { 0 };
+	char timeout[16], *src, drain[PAGE + 1];
+	pthread_t a, b;
+	unsigned long long seen;
+	int uffd, kmsg;
+
+	snprintf(timeout, sizeof(timeout), "%u", timeout_s);
+	write_sysctl("/proc/sys/kernel/hung_task_timeout_secs", timeout);
+	kmsg = open_kmsg();
+	uffd = syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (kmsg < 0 || uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0 || pipe(pipe_fds) < 0) {
+		ktap_line("not ok 1 hung-task # SKIP no /dev/kmsg, userfaultfd or pipe: %s", strerror(errno));
+		return 4;
+	}
+	stalled_page = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	src = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	reg.range.start = (unsigned long)stalled_page;
+	reg.range.len = PAGE;
+	if (stalled_page == MAP_FAILED || src == MAP_FAILED || ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+		ktap_line("not ok 1 hung-task # SKIP userfaultfd register: %s", strerror(errno));
+		return 4;
+	}
+	pthread_create(&a, NULL, faulting_writer, NULL);
+	usleep(300000);	/* the first writer is in the fault, holding the mutex */
+	pthread_create(&b, NULL, blocked_writer, NULL);
+	ktap_line("# a writer sleeps on the pipe mutex; hung_task_timeout_secs=%u", timeout_s);
+	seen = await_kmsg(kmsg, "blocked for more than", wait_s);
+
+	memset(src, 'k', PAGE);
+	copy.dst = (unsigned long)stalled_page;
+	copy.src = (unsigned long)src;
+	copy.len = PAGE;
+	if (ioctl(uffd, UFFDIO_COPY, &copy) < 0)
+		ktap_line("# UFFDIO_COPY: %s", strerror(errno));
+	if (read(pipe_fds[0], drain, sizeof(drain)) < 0)
+		ktap_line("# drain: %s", strerror(errno));
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+	ktap_line("# result count=%llu", seen);
+	if (!seen) {
+		ktap_line("not ok 1 hung-task # no hung-task report within %us", wait_s);
+		return 1;
+	}
+	ktap_line("ok 1 hung-task");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "timeout", required_argument, NULL, 't' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "reports", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	unsigned timeout_s = 2, wait_s = 40;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 't': timeout_s = strtoul(optarg, NULL, 0); break;
+		case 'w': wait_s = strtoul(optarg, NULL, 0); break;
+		case 'r': want_reports = strtoull(optarg, NULL, 0) ?: 1; break;
+		default:
+			dprintf(STDERR_FILENO, "usage: %s [--timeout S] [--wait S] [--reports N]\n"
+				"  --timeout S  hung_task_timeout_secs for hung-task (default 2)\n"
+				"  --wait S     how long to wait for the kernel's report (default 40)\n"
+				"  --reports N  end the wait after N reports (default 1)\n", argv[0]);
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	ktap_handle_term();
+	ktap_header(1);
+	return hung_task(timeout_s, wait_s);
+}
