@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Matrix reports: matrix.json, junit.xml, summary.md, report.html, matrix.ktap.
+"""Matrix reports: matrix.json, junit.xml, summary.md, report.html, matrix.ktap,
+kcidb.json.
 
 Everything is generated from matrix.json alone (each cell carries its
 classified CPUs, backtrace text and console excerpt), so shards run on
@@ -17,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import console, paths, stalls
+from harness import console, kcidb, paths, stalls
 from harness.expect import FAILING, STATUS_TEXT
 
 if TYPE_CHECKING:  # the report command runs without the VM side (and pexpect)
@@ -70,6 +71,8 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "verdict": r.verdict, "line": d.get("line"), "reason": d.get("reason") or r.cell.skip,
         "signature": d.get("signature"), "confidence": d.get("confidence"),
         "kernel_canonical": d.get("kernel", {}).get("canonical"),
+        "kernel_sha256": d.get("kernel", {}).get("sha256"), "kernel_origin": d.get("kernel", {}).get("origin"),
+        "started": d.get("started"), "vm": d.get("vm"),
         "count": ev.get("count"), "count_name": ev.get("count_name"), "p_miss": ev.get("p_miss"),
         "stalls": ev.get("stalls"), "latency": ev.get("latency"),
         "cpus": d.get("cpus", []),
@@ -404,7 +407,8 @@ def report_html(doc: dict) -> str:
 def write_all(directory: Path, doc: dict) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     files = {"matrix.json": json.dumps(doc, indent=2) + "\n", "junit.xml": junit_xml(doc),
-             "summary.md": summary_md(doc), "report.html": report_html(doc), "matrix.ktap": matrix_ktap(doc)}
+             "summary.md": summary_md(doc), "report.html": report_html(doc), "matrix.ktap": matrix_ktap(doc),
+             "kcidb.json": json.dumps(kcidb.from_matrix(doc), indent=2) + "\n"}
     for name, text in files.items():
         paths.write_atomic(directory / name, text)
 

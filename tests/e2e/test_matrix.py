@@ -14,9 +14,11 @@ from selenium.webdriver.common.by import By
 
 from browser import chromium
 from helpers import KSTALL, REPO, interruptible, kstall, kstall_processes
+from recorded import kcidb_validator
 
 pytestmark = pytest.mark.e2e
 FIXTURES = REPO / "tests" / "fixtures"
+
 
 
 def matrix_dirs(root: Path) -> list[Path]:
@@ -39,16 +41,21 @@ def default_runs(tmp_path_factory):
     return {"whole": (whole, matrix_dirs(root / "whole")[0]), "merged": (merged, matrix_dirs(root / "merged")[0])}
 
 
-def test_default_matrix_meets_its_expectations_and_writes_four_reports(default_runs):
+def test_default_matrix_meets_its_expectations_and_writes_its_reports(default_runs):
     p, d = default_runs["whole"]
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((d / "matrix.json").read_text())
     assert doc["failing"] == [] and all(c["status"] == "pass" for c in doc["cells"])
-    for f in ("matrix.json", "junit.xml", "summary.md", "report.html", "matrix.ktap"):
+    for f in ("matrix.json", "junit.xml", "summary.md", "report.html", "matrix.ktap", "kcidb.json"):
         assert (d / f).stat().st_size > 0
     assert "kernel" in p.stdout and "debian:6.16.12" in p.stdout and "VULNERABLE" in p.stdout
     schema = etree.XMLSchema(etree.parse(str(FIXTURES / "junit.xsd")))
     assert schema.validate(etree.parse(str(d / "junit.xml"))), schema.error_log
+    kcidb = json.loads((d / "kcidb.json").read_text())
+    assert [e.message for e in kcidb_validator().iter_errors(kcidb)] == []
+    want = {"VULNERABLE": "FAIL", "NOT_REPRODUCED": "PASS"}
+    assert sorted(t["status"] for t in kcidb["tests"]) == sorted(want[c["verdict"]] for c in doc["cells"])
+    assert len(kcidb["builds"]) == len(doc["kernels"])
     assert kstall_processes() == []
 
 

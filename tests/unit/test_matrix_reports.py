@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from lxml import etree
-from recorded import FIXTURES
+from recorded import FIXTURES, kcidb_validator
 
 from harness import console, matrix, reports
 from harness.expect import judge
@@ -133,3 +133,49 @@ def test_kernel_report_titles_reach_every_report(tmp_path):
     assert said in (tmp_path / "report.html").read_text()
     assert said in (tmp_path / "matrix.ktap").read_text()
     assert said in etree.parse(str(tmp_path / "junit.xml")).find(".//failure").text
+
+
+
+def test_kcidb_json_validates_and_maps_verdicts(tmp_path):
+    doc = recorded_doc(console_log="6.16.12-2cpu-perf-freeze.log")
+    reports.write_all(tmp_path, doc)
+    data = json.loads((tmp_path / "kcidb.json").read_text())
+    errors = [e.message for e in kcidb_validator().iter_errors(data)]
+    assert errors == []
+    assert data["version"] == {"major": 4, "minor": 5}
+    by_status = {t["misc"]["matrix_status"]: t for t in data["tests"]}
+    hung = by_status["regression"]
+    assert hung["status"] == "FAIL" and hung["path"] == "kstall.perf-refresh"
+    assert hung["misc"]["signature"] == doc["cells"][0]["signature"] and hung["misc"]["count"] == 0
+    assert hung["misc"]["console_titles"][0]["title"] == "INFO: rcu detected stall in hrtimer_cancel"
+    assert "hrtimer_cancel" in hung["log_excerpt"] and hung["environment"]["misc"]["cpus"] == 4
+    assert by_status["skip"]["status"] == "SKIP"
+    assert {b["id"] for b in data["builds"]} == {t["build_id"] for t in data["tests"]}
+    assert {c["id"] for c in data["checkouts"]} == {b["checkout_id"] for b in data["builds"]}
+
+
+@pytest.mark.parametrize("verdict,reason,want", [
+    ("VULNERABLE", "", "FAIL"), ("CRASHED", "", "FAIL"), ("NOT_REPRODUCED", "", "PASS"), ("ERROR", "boot", "MISS"),
+    ("INCONCLUSIVE", "the kernel's config lacks CONFIG_PERF_EVENTS", "SKIP"),
+    ("INCONCLUSIVE", "stuck: no CPU matched a culprit signature", "ERROR"), (None, "", "MISS")])
+def test_kcidb_status_mapping(verdict, reason, want):
+    from harness import kcidb
+    assert kcidb.status({"status": "pass", "verdict": verdict, "reason": reason}) == want
+
+
+def test_a_wrong_kcidb_document_fails_the_schema():
+    from harness import kcidb
+    good = kcidb.from_matrix(recorded_doc())
+    v = kcidb_validator()
+    assert v.is_valid(good)
+    wrong = [
+        {**good, "version": {"major": 3, "minor": 0}},
+        {**good, "tests": [{**good["tests"][0], "status": "VULNERABLE"}]},
+        {**good, "tests": [{**good["tests"][0], "id": "no-origin-prefix"}]},
+        {**good, "builds": [{k: v for k, v in good["builds"][0].items() if k != "checkout_id"}]},
+        {**good, "tests": [{**good["tests"][0], "log_excerpt": "x" * 16385}]},
+        {**good, "tests": [{**good["tests"][0], "misc": None}]},
+        {**good, "extra": []},
+    ]
+    for doc in wrong:
+        assert not v.is_valid(doc)
