@@ -6,14 +6,15 @@ PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
 GUEST   := $(BUILD)/guest
 CC      ?= gcc
-GUEST_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -static
+KSELFTEST := $(BUILD)/kselftest
+GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -static -I$(KSELFTEST)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 
 REPROS  := perf-refresh bpf-ringbuf signal-malloc signal-malloc-jemalloc console-trigger
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench check-bisect clean help
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
 
 all: guest
 
@@ -24,6 +25,7 @@ help:
 	@echo "make guest   build the static guest binaries into $(GUEST)/"
 	@echo "make bench   print speed figures (medians over several runs)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (~15 min cold)"
+	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
 # supermin (libguestfs's appliance builder) copies the host's /lib/modules,
 # which a host without an installed kernel lacks: an empty one will do
@@ -37,21 +39,28 @@ guest: $(GUEST)/init $(addprefix $(GUEST)/,$(REPROS))
 $(GUEST):
 	@mkdir -p $@
 
-$(GUEST)/init: repro/agent.c repro/ktap.h | $(GUEST)
+# the kernel's kselftest.h, from Debian's linux orig tarball (repro/kselftest.toml
+# pins the version and the hashes; the tarball is downloaded once into the cache)
+KSELFTEST_H := $(KSELFTEST)/kselftest.h
+$(KSELFTEST_H): repro/kselftest.toml images/kselftest.py
+	$(PYTHON) -m images.kselftest headers $(KSELFTEST)
+REPRO_H := repro/repro.h $(KSELFTEST_H)
+
+$(GUEST)/init: repro/agent.c | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
-$(GUEST)/perf-refresh: repro/perf_refresh.c repro/ktap.h | $(GUEST)
+$(GUEST)/perf-refresh: repro/perf_refresh.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
-$(GUEST)/signal-malloc: repro/signal_malloc.c repro/ktap.h | $(GUEST)
+$(GUEST)/signal-malloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
-$(GUEST)/console-trigger: repro/console_trigger.c repro/ktap.h | $(GUEST)
+$(GUEST)/console-trigger: repro/console_trigger.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 # the same source on Debian's static jemalloc (libjemalloc-dev), which takes
 # over malloc in a static link
-$(GUEST)/signal-malloc-jemalloc: repro/signal_malloc.c repro/ktap.h | $(GUEST)
+$(GUEST)/signal-malloc-jemalloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -DKSTALL_JEMALLOC -o $@ $< -l:libjemalloc.a -lpthread -lm -ldl
 
 # BPF object -> libbpf skeleton -> static loader (objects stay out of the initramfs)
@@ -62,7 +71,7 @@ $(GUEST)/obj/bpf_ringbuf.bpf.o: repro/bpf_ringbuf.bpf.c repro/bpf_ringbuf.h
 $(GUEST)/obj/bpf_ringbuf.skel.h: $(GUEST)/obj/bpf_ringbuf.bpf.o
 	bpftool gen skeleton $< name bpf_ringbuf > $@.tmp && mv $@.tmp $@
 
-$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/ktap.h $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
+$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 run: deps
@@ -91,6 +100,11 @@ check-bisect: deps
 	@ci/install-deps ci/debian-packages-build.txt
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_bisect.py $(CHECK_BISECT_ARGS)
+
+# also run by `make test` (tests/e2e/test_selftest.py)
+check-selftest: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/check_selftest.py
 
 clean:
 	rm -rf $(BUILD)

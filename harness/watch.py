@@ -64,13 +64,33 @@ class Ktap:
     result_fields: dict = field(default_factory=dict)  # "# result k=v ..."
 
     def feed(self, line: str) -> None:
+        line = unnest(line)
         self.lines.append(line)
-        m = re.match(r"^(not ok|ok) (\d+) (\S+)(?:\s+#\s*(\w+)\s*(.*))?$", line)
+        m = _RESULT.match(line)
         if m:
-            self.results.append({"ok": m.group(1) == "ok", "number": int(m.group(2)), "name": m.group(3),
-                                 "directive": (m.group(4) or "").upper(), "reason": (m.group(5) or "").strip()})
+            self.results.append({"ok": m.group(1) == "ok", "number": int(m.group(2)),
+                                 "name": (m.group(3) or "").strip(), "directive": (m.group(4) or "").upper(),
+                                 "reason": (m.group(5) or "").strip()})
         elif line.startswith("# result "):
             self.result_fields = dict(_KV.findall(line))
+
+
+# "ok 1 name", "not ok 2 name # SKIP why", kselftest's "ok 1 # SKIP why", the
+# runner's "ok 1 selftests: kstall: perf-refresh"
+_RESULT = re.compile(r"^(not ok|ok) (\d+)(?: ([^#]*))?(?:#\s*(\w+)\s*(.*))?$")
+# kstall's own diagnostics, wherever the kselftest runner nests them ("# # ...")
+_KSTALL_DIAG = ("# progress ", "# result ", "# first-stall ", "# stats ", "# hist ", "# nmi-source: ")
+
+
+def unnest(line: str) -> str:
+    """A reproducer's diagnostic as it printed it, out of the kselftest
+    runner's "# " nesting; any other line as it is."""
+    inner = line
+    while inner.startswith("# # "):
+        inner = inner[2:]
+        if inner.startswith(_KSTALL_DIAG):
+            return inner
+    return line
 
 
 class LineReader:
@@ -235,6 +255,7 @@ class Watch:
                 self.repro_started_at = self.count_changed_at = now
                 if self.last_hb_at is not None:
                     self.last_hb_at = now
+        line = unnest(line)
         if line.startswith("# progress "):
             f = dict(_KV.findall(line))
             self.progress = f

@@ -28,10 +28,14 @@ def _entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 
     return out
 
 
-def newc_archive(files: dict[str, bytes]) -> bytes:
+class Symlink(str):
+    """An archive entry that is a symbolic link to this target."""
+
+
+def newc_archive(files: dict[str, bytes | Symlink]) -> bytes:
     """A newc archive holding the standard directories, /dev/console and files
-    (archive path -> contents, all executable), with their parent directories
-    (the kernel's unpacker creates none)."""
+    (archive path -> contents, all executable, or a Symlink), with their parent
+    directories (the kernel's unpacker creates none)."""
     parts = []
     ino = 1
     parents = {"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
@@ -42,15 +46,21 @@ def newc_archive(files: dict[str, bytes]) -> bytes:
     parts.append(_entry("dev/console", stat.S_IFCHR | 0o600, rdev=(5, 1), ino=ino))
     ino += 1
     for name in sorted(files):
-        parts.append(_entry(name, stat.S_IFREG | 0o755, files[name], ino=ino))
+        data = files[name]
+        if isinstance(data, Symlink):
+            parts.append(_entry(name, stat.S_IFLNK | 0o777, data.encode(), ino=ino))
+        else:
+            parts.append(_entry(name, stat.S_IFREG | 0o755, data, ino=ino))
         ino += 1
     parts.append(_entry("TRAILER!!!", 0))
     blob = b"".join(parts)
     return blob + b"\0" * (-len(blob) % 512)
 
 
-def guest_files(guest: Path | None = None) -> dict[str, bytes]:
-    """/init plus every reproducer binary in the guest build directory."""
+def guest_files(guest: Path | None = None) -> dict[str, bytes | Symlink]:
+    """/init plus every reproducer binary in the guest build directory, and
+    the tree under its rootfs/ as it is (files and symbolic links), for a
+    guest that needs more than kstall's own binaries (a shell, a test suite)."""
     guest = guest or paths.guest_dir()
     init = guest / "init"
     if not init.is_file():
@@ -59,6 +69,13 @@ def guest_files(guest: Path | None = None) -> dict[str, bytes]:
     for p in sorted(guest.iterdir()):
         if p.is_file() and p.name != "init" and os.access(p, os.X_OK):
             files[f"bin/{p.name}"] = p.read_bytes()
+    root = guest / "rootfs"
+    for p in sorted(root.rglob("*")) if root.is_dir() else []:
+        name = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            files[name] = Symlink(os.readlink(p))
+        elif p.is_file():
+            files[name] = p.read_bytes()
     return files
 
 

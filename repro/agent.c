@@ -3,7 +3,7 @@
  *
  * Prepares a bare guest for the reproducers (mounts, perf_event_paranoid=-1,
  * kptr_restrict=0), sends /proc/kallsyms to the host when asked, runs the
- * reproducer named on the kernel command line and forwards its KTAP output,
+ * reproducer named on the kernel command line and forwards its TAP output,
  * and heartbeats with guest CLOCK_MONOTONIC so the host can tell the moment
  * the guest freezes. Everything goes over virtio-serial ports; the UART stays
  * for the kernel's own console.
@@ -40,7 +40,7 @@
  * core in /tmp) and sends SIGABRT; once the reproducer is gone the core goes
  * to the host on the syms port, as "CORE <bytes>" and the bytes.
  *
- * Agent channel lines (host parses these; anything else is reproducer KTAP):
+ * Agent channel lines (host parses these; anything else is reproducer TAP):
  *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
  *                                          image's own init under --boot-image)
  *   KSTALL syms bytes=B lines=L ms=T
@@ -68,7 +68,18 @@
 #include <sys/utsname.h>
 #include <sys/wait.h>
 
-#include "ktap.h"
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static unsigned long long mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
 
 #define AGENT_PORT "org.kstall.agent"
 #define SYMS_PORT "org.kstall.syms"
@@ -545,7 +556,7 @@ static int run_repro(const char *name, char *args)
 		dup2(pfd[1], STDOUT_FILENO);
 		dup2(pfd[1], STDERR_FILENO);
 		execv(path, argv);
-		ktap_line("# kstall-agent: exec %s: %s", path, strerror(errno));
+		dprintf(STDOUT_FILENO, "# kstall-agent: exec %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
 	close(pfd[1]);
@@ -563,9 +574,14 @@ static int run_repro(const char *name, char *args)
 		have += n;
 		linebuf[have] = 0;
 		while ((nl = memchr(start, '\n', have - (start - linebuf)))) {
+			const char *line = start;
+
 			*nl = 0;
-			if (strncmp(start, "# progress count=", 17) == 0)
-				atomic_store(&progress_count, strtoull(start + 17, NULL, 10));
+			/* the kselftest runner nests a test's output under "# " */
+			while (strncmp(line, "# # ", 4) == 0)
+				line += 2;
+			if (strncmp(line, "# progress count=", 17) == 0)
+				atomic_store(&progress_count, strtoull(line + 17, NULL, 10));
 			say("%s", start);
 			start = nl + 1;
 		}

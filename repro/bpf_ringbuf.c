@@ -27,7 +27,7 @@
 
 #include "bpf_ringbuf.h"
 #include "bpf_ringbuf.skel.h"
-#include "ktap.h"
+#include "repro.h"
 
 static const char *const path_names[RB_PATHS] = { "sched_switch", "nmi" };
 static const char *const stat_names[RB_STATS] = { "reserves", "nulls", "max_ns", "over", "sum_ns" };
@@ -48,7 +48,7 @@ static atomic_int stop;
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
-	/* one KTAP diagnostic per line: a failed load's verifier log is multi-line */
+	/* one TAP diagnostic per line: a failed load's verifier log is multi-line */
 	char buf[8192], *line, *save = NULL;
 	int n = 0;
 
@@ -56,7 +56,7 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 		return 0;
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	for (line = strtok_r(buf, "\n", &save); line && n < 60; line = strtok_r(NULL, "\n", &save), n++)
-		ktap_line("# libbpf: %s", line);
+		ksft_print_msg("libbpf: %s\n", line);
 	return 0;
 }
 
@@ -164,17 +164,17 @@ static void print_final(struct bpf_ringbuf *skel, int ncpus, unsigned long long 
 
 			if (!s[RB_RESERVES])
 				continue;
-			w += sprintf(w, "# stats path=%s cpu=%d", path_names[p], c);
+			w += sprintf(w, "stats path=%s cpu=%d", path_names[p], c);
 			for (int st = 0; st < RB_STATS; st++)
 				w += sprintf(w, " %s=%llu", stat_names[st], s[st]);
-			ktap_line("%s", line);
+			ksft_print_msg("%s\n", line);
 		}
 		/* hist: per CPU, nonzero log2 buckets as bucket=count */
 		for (int c = 0; c < ncpus; c++) {
 			char line[1024], *w = line;
 			int any = 0;
 
-			w += sprintf(w, "# hist path=%s cpu=%d", path_names[p], c);
+			w += sprintf(w, "hist path=%s cpu=%d", path_names[p], c);
 			for (__u32 b = 0; b < RB_BUCKETS; b++) {
 				__u32 key = p * RB_BUCKETS + b;
 
@@ -186,9 +186,37 @@ static void print_final(struct bpf_ringbuf *skel, int ncpus, unsigned long long 
 				}
 			}
 			if (any)
-				ktap_line("%s", line);
+				ksft_print_msg("%s\n", line);
 		}
 	}
+}
+
+/* what the main loop's step reads and keeps between progress lines */
+static struct {
+	struct bpf_ringbuf *skel;
+	int ncpus;
+	unsigned long long tot[RB_PATHS][RB_STATS];
+	unsigned long long first_over;	/* NMI reserves at the first stall, +1; 0: none yet */
+} loop;
+
+static int step(unsigned long long elapsed_ms, unsigned long long *count)
+{
+	unsigned long long (*tot)[RB_STATS] = loop.tot;
+
+	if (read_stats(bpf_map__fd(loop.skel->maps.stats), loop.ncpus, tot, NULL))
+		return 1;
+	*count = tot[RB_PATH_NMI][RB_RESERVES];
+	ksft_print_msg("progress count=%llu elapsed_ms=%llu switch=%llu nmi_nulls=%llu switch_nulls=%llu "
+		       "nmi_max_ns=%llu switch_max_ns=%llu nmi_over=%llu switch_over=%llu over=%llu\n",
+		       tot[RB_PATH_NMI][RB_RESERVES], elapsed_ms, tot[RB_PATH_SWITCH][RB_RESERVES],
+		       tot[RB_PATH_NMI][RB_NULLS], tot[RB_PATH_SWITCH][RB_NULLS], tot[RB_PATH_NMI][RB_MAX_NS],
+		       tot[RB_PATH_SWITCH][RB_MAX_NS], tot[RB_PATH_NMI][RB_OVER], tot[RB_PATH_SWITCH][RB_OVER],
+		       tot[RB_PATH_NMI][RB_OVER] + tot[RB_PATH_SWITCH][RB_OVER]);
+	if (!loop.first_over && tot[RB_PATH_NMI][RB_OVER] + tot[RB_PATH_SWITCH][RB_OVER]) {
+		loop.first_over = tot[RB_PATH_NMI][RB_RESERVES] + 1;
+		ksft_print_msg("first-stall count=%llu elapsed_ms=%llu\n", loop.first_over - 1, elapsed_ms);
+	}
+	return 0;
 }
 
 static int perf_nmi_fds(int ncpus, unsigned freq, int *fds)
@@ -268,10 +296,9 @@ static int parse(int argc, char **argv, struct options *o, int ncpus)
 int main(int argc, char **argv)
 {
 	int ncpus = libbpf_num_possible_cpus(), online = sysconf(_SC_NPROCESSORS_ONLN), inject = 0, err;
-	unsigned long long tot[RB_PATHS][RB_STATS], start, elapsed_ms = 0, first_over = 0;
+	unsigned long long elapsed_ms;
 	struct bpf_ringbuf *skel;
 	struct options o;
-	struct timespec tick;
 	int perf_fds[ncpus > 0 ? ncpus : 1];
 	struct bpf_link *perf_links[ncpus > 0 ? ncpus : 1];
 	struct pair *pairs;
@@ -281,65 +308,50 @@ int main(int argc, char **argv)
 
 	if (ncpus < 1 || parse(argc, argv, &o, online))
 		return 2;
-	ktap_header(1);
-	ktap_line("# bpf-ringbuf: reserves=%u ringbuf_mb=%u stall_ms=%.1f nmi_stall_ms=%.1f duration_s=%.1f count=%llu "
-		  "pairs=%d", o.reserves, o.ringbuf_mb, o.stall_ns[RB_PATH_SWITCH] / 1e6, o.stall_ns[RB_PATH_NMI] / 1e6,
-		  o.duration_s, o.count, o.pairs);
+	repro_start();
+	ksft_print_msg("bpf-ringbuf: reserves=%u ringbuf_mb=%u stall_ms=%.1f nmi_stall_ms=%.1f duration_s=%.1f "
+		       "count=%llu pairs=%d\n", o.reserves, o.ringbuf_mb, o.stall_ns[RB_PATH_SWITCH] / 1e6,
+		       o.stall_ns[RB_PATH_NMI] / 1e6, o.duration_s, o.count, o.pairs);
 	libbpf_set_print(libbpf_print);
-	ktap_handle_term();
 
 	/* NMI source: a PMU's cycles event in NMI context, else host injection */
 	if (strcmp(o.nmi_source, "inject")) {
 		err = perf_nmi_fds(ncpus, o.perf_freq, perf_fds);
-		if (err && !strcmp(o.nmi_source, "perf")) {
-			ktap_line("ok 1 bpf-ringbuf # SKIP no hardware perf_event: %s", strerror(-err));
-			return 4;
-		}
+		if (err && !strcmp(o.nmi_source, "perf"))
+			ksft_exit_skip("bpf-ringbuf: no hardware perf_event: %s\n", strerror(-err));
 		inject = err != 0;
 	} else {
 		inject = 1;
 	}
 
 	skel = bpf_ringbuf__open();
-	if (!skel) {
-		ktap_line("ok 1 bpf-ringbuf # SKIP open: %s", strerror(errno));
-		return 4;
-	}
+	if (!skel)
+		ksft_exit_skip("bpf-ringbuf: open: %s\n", strerror(errno));
 	skel->rodata->reserves_per_switch = o.reserves;
 	memcpy(skel->rodata->stall_ns, o.stall_ns, sizeof(o.stall_ns));
 	bpf_map__set_max_entries(skel->maps.rb, o.ringbuf_mb << 20);
 	bpf_program__set_autoload(inject ? skel->progs.on_perf_nmi : skel->progs.on_nmi_handler, false);
 	err = bpf_ringbuf__load(skel);
-	if (err) {
-		ktap_line("ok 1 bpf-ringbuf # SKIP BPF load: %s", strerror(-err));
-		return 4;
-	}
+	if (err)
+		ksft_exit_skip("bpf-ringbuf: BPF load: %s\n", strerror(-err));
 	skel->links.on_switch = bpf_program__attach(skel->progs.on_switch);
-	if (!skel->links.on_switch) {
-		ktap_line("ok 1 bpf-ringbuf # SKIP attach tp_btf/sched_switch: %s", strerror(errno));
-		return 4;
-	}
+	if (!skel->links.on_switch)
+		ksft_exit_skip("bpf-ringbuf: attach tp_btf/sched_switch: %s\n", strerror(errno));
 	if (inject) {
 		skel->links.on_nmi_handler = bpf_program__attach(skel->progs.on_nmi_handler);
-		if (!skel->links.on_nmi_handler) {
-			ktap_line("ok 1 bpf-ringbuf # SKIP attach tp_btf/nmi_handler: %s", strerror(errno));
-			return 4;
-		}
+		if (!skel->links.on_nmi_handler)
+			ksft_exit_skip("bpf-ringbuf: attach tp_btf/nmi_handler: %s\n", strerror(errno));
 	} else {
 		for (int c = 0; c < ncpus; c++)
-			if (!(perf_links[c] = bpf_program__attach_perf_event(skel->progs.on_perf_nmi, perf_fds[c]))) {
-				ktap_line("ok 1 bpf-ringbuf # SKIP attach perf_event on CPU%d: %s", c, strerror(errno));
-				return 4;
-			}
+			if (!(perf_links[c] = bpf_program__attach_perf_event(skel->progs.on_perf_nmi, perf_fds[c])))
+				ksft_exit_skip("bpf-ringbuf: attach perf_event on CPU%d: %s\n", c, strerror(errno));
 	}
 	ring = ring_buffer__new(bpf_map__fd(skel->maps.rb), on_record, NULL, NULL);
-	if (!ring) {
-		ktap_line("ok 1 bpf-ringbuf # SKIP ring_buffer__new: %s", strerror(errno));
-		return 4;
-	}
+	if (!ring)
+		ksft_exit_skip("bpf-ringbuf: ring_buffer__new: %s\n", strerror(errno));
 	pthread_create(&consumer_thread, NULL, consumer, ring);
 	/* the host starts injecting when it reads this */
-	ktap_line("# nmi-source: %s", inject ? "inject" : "perf");
+	ksft_print_msg("nmi-source: %s\n", inject ? "inject" : "perf");
 
 	pairs = calloc(o.pairs ? o.pairs : 1, sizeof(*pairs));
 	threads = calloc(2 * (o.pairs ? o.pairs : 1), sizeof(*threads));
@@ -351,29 +363,9 @@ int main(int argc, char **argv)
 		pthread_create(&threads[nthreads++], NULL, ping, &pairs[i]);
 	}
 
-	start = mono_ns();
-	tick.tv_sec = o.progress_ms / 1000;
-	tick.tv_nsec = (o.progress_ms % 1000) * 1000000L;
-	for (;;) {
-		nanosleep(&tick, NULL);
-		elapsed_ms = (mono_ns() - start) / 1000000;
-		if (read_stats(bpf_map__fd(skel->maps.stats), ncpus, tot, NULL))
-			break;
-		ktap_line("# progress count=%llu elapsed_ms=%llu switch=%llu nmi_nulls=%llu switch_nulls=%llu "
-			  "nmi_max_ns=%llu switch_max_ns=%llu nmi_over=%llu switch_over=%llu over=%llu",
-			  tot[RB_PATH_NMI][RB_RESERVES], elapsed_ms, tot[RB_PATH_SWITCH][RB_RESERVES],
-			  tot[RB_PATH_NMI][RB_NULLS], tot[RB_PATH_SWITCH][RB_NULLS], tot[RB_PATH_NMI][RB_MAX_NS],
-			  tot[RB_PATH_SWITCH][RB_MAX_NS], tot[RB_PATH_NMI][RB_OVER], tot[RB_PATH_SWITCH][RB_OVER],
-			  tot[RB_PATH_NMI][RB_OVER] + tot[RB_PATH_SWITCH][RB_OVER]);
-		if (!first_over && tot[RB_PATH_NMI][RB_OVER] + tot[RB_PATH_SWITCH][RB_OVER]) {
-			first_over = tot[RB_PATH_NMI][RB_RESERVES] + 1;	/* +1: never 0 */
-			ktap_line("# first-stall count=%llu elapsed_ms=%llu", first_over - 1, elapsed_ms);
-		}
-		if (elapsed_ms >= o.duration_s * 1000 || (o.count && tot[RB_PATH_NMI][RB_RESERVES] >= o.count))
-			break;
-		if (atomic_load(&terminate))
-			break;
-	}
+	loop.skel = skel;
+	loop.ncpus = ncpus;
+	elapsed_ms = repro_loop(o.progress_ms, (unsigned long long)(o.duration_s * 1000), o.count, step);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(threads[i], NULL);
@@ -383,15 +375,14 @@ int main(int argc, char **argv)
 		for (int c = 0; c < ncpus; c++)
 			bpf_link__destroy(perf_links[c]);
 	bpf_ringbuf__detach(skel);
-	print_final(skel, ncpus, tot);
-	ktap_line("# result count=%llu elapsed_ms=%llu switch=%llu", tot[RB_PATH_NMI][RB_RESERVES], elapsed_ms,
-		  tot[RB_PATH_SWITCH][RB_RESERVES]);
+	print_final(skel, ncpus, loop.tot);
+	ksft_print_msg("result count=%llu elapsed_ms=%llu switch=%llu\n", loop.tot[RB_PATH_NMI][RB_RESERVES],
+		       elapsed_ms, loop.tot[RB_PATH_SWITCH][RB_RESERVES]);
 	ring_buffer__free(ring);
 	bpf_ringbuf__destroy(skel);
-	if (!tot[RB_PATH_NMI][RB_RESERVES]) {
-		ktap_line("ok 1 bpf-ringbuf # SKIP no NMI reached the NMI-context program");
-		return 4;
-	}
-	ktap_line("ok 1 bpf-ringbuf");
-	return 0;
+	if (loop.tot[RB_PATH_NMI][RB_RESERVES])
+		ksft_test_result_pass("bpf-ringbuf\n");
+	else
+		ksft_test_result_skip("bpf-ringbuf: no NMI reached the NMI-context program\n");
+	ksft_finished();
 }

@@ -11,7 +11,7 @@
  * The other reports of the corpus (soft lockups, RCU stalls, CSD lock and
  * workqueue lockups) come from perf-refresh freezing an affected kernel.
  *
- * It watches /dev/kmsg for the report and prints KTAP: the count is the
+ * It watches /dev/kmsg for the report and prints TAP 13: the count is the
  * number of matching reports seen, --reports N of them ends the wait.
  */
 #define _GNU_SOURCE
@@ -26,7 +26,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
-#include "ktap.h"
+#include "repro.h"
 
 #define PAGE 4096
 
@@ -38,7 +38,7 @@ static void write_sysctl(const char *path, const char *value)
 	int fd = open(path, O_WRONLY);
 
 	if (fd < 0 || write(fd, value, strlen(value)) < 0)
-		ktap_line("# cannot set %s: %s", path, strerror(errno));
+		ksft_print_msg("cannot set %s: %s\n", path, strerror(errno));
 	if (fd >= 0)
 		close(fd);
 }
@@ -62,7 +62,7 @@ static unsigned long long await_kmsg(int kmsg, const char *needle, unsigned wait
 				rec[n] = 0;
 				if (strstr(rec, needle)) {
 					seen++;
-					ktap_line("# kernel: %.200s", strchr(rec, ';') ? strchr(rec, ';') + 1 : rec);
+					ksft_print_msg("kernel: %.200s\n", strchr(rec, ';') ? strchr(rec, ';') + 1 : rec);
 				}
 			}
 		}
@@ -70,7 +70,7 @@ static unsigned long long await_kmsg(int kmsg, const char *needle, unsigned wait
 			return seen;
 		if (mono_ns() - last > 1000000000ull) {
 			last = mono_ns();
-			ktap_progress(seen, (last - start) / 1000000);
+			ksft_print_msg("progress count=%llu elapsed_ms=%llu\n", seen, (last - start) / 1000000);
 		}
 	}
 	return seen;
@@ -91,7 +91,7 @@ static void *faulting_writer(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "uffd-writer");
 	if (write(pipe_fds[1], stalled_page, PAGE) < 0)
-		ktap_line("# faulting writer: %s", strerror(errno));
+		ksft_print_msg("faulting writer: %s\n", strerror(errno));
 	return NULL;
 }
 
@@ -101,11 +101,11 @@ static void *blocked_writer(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "blocked-writer");
 	if (write(pipe_fds[1], "x", 1) < 0)
-		ktap_line("# blocked writer: %s", strerror(errno));
+		ksft_print_msg("blocked writer: %s\n", strerror(errno));
 	return NULL;
 }
 
-static int hung_task(unsigned timeout_s, unsigned wait_s)
+static void hung_task(unsigned timeout_s, unsigned wait_s)
 {
 	struct uffdio_api api = { .api = UFFD_API };
 	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
@@ -120,21 +120,19 @@ static int hung_task(unsigned timeout_s, unsigned wait_s)
 	kmsg = open_kmsg();
 	uffd = syscall(SYS_userfaultfd, O_CLOEXEC);
 	if (kmsg < 0 || uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0 || pipe(pipe_fds) < 0) {
-		ktap_line("not ok 1 hung-task # SKIP no /dev/kmsg, userfaultfd or pipe: %s", strerror(errno));
-		return 4;
+		ksft_exit_skip("hung-task: no /dev/kmsg, userfaultfd or pipe: %s\n", strerror(errno));
 	}
 	stalled_page = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	src = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	reg.range.start = (unsigned long)stalled_page;
 	reg.range.len = PAGE;
 	if (stalled_page == MAP_FAILED || src == MAP_FAILED || ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
-		ktap_line("not ok 1 hung-task # SKIP userfaultfd register: %s", strerror(errno));
-		return 4;
+		ksft_exit_skip("hung-task: userfaultfd register: %s\n", strerror(errno));
 	}
 	pthread_create(&a, NULL, faulting_writer, NULL);
 	usleep(300000);	/* the first writer is in the fault, holding the mutex */
 	pthread_create(&b, NULL, blocked_writer, NULL);
-	ktap_line("# a writer sleeps on the pipe mutex; hung_task_timeout_secs=%u", timeout_s);
+	ksft_print_msg("a writer sleeps on the pipe mutex; hung_task_timeout_secs=%u\n", timeout_s);
 	seen = await_kmsg(kmsg, "blocked for more than", wait_s);
 
 	memset(src, 'k', PAGE);
@@ -142,18 +140,17 @@ static int hung_task(unsigned timeout_s, unsigned wait_s)
 	copy.src = (unsigned long)src;
 	copy.len = PAGE;
 	if (ioctl(uffd, UFFDIO_COPY, &copy) < 0)
-		ktap_line("# UFFDIO_COPY: %s", strerror(errno));
+		ksft_print_msg("UFFDIO_COPY: %s\n", strerror(errno));
 	if (read(pipe_fds[0], drain, sizeof(drain)) < 0)
-		ktap_line("# drain: %s", strerror(errno));
+		ksft_print_msg("drain: %s\n", strerror(errno));
 	pthread_join(a, NULL);
 	pthread_join(b, NULL);
-	ktap_line("# result count=%llu", seen);
-	if (!seen) {
-		ktap_line("not ok 1 hung-task # no hung-task report within %us", wait_s);
-		return 1;
-	}
-	ktap_line("ok 1 hung-task");
-	return 0;
+	ksft_print_msg("result count=%llu\n", seen);
+	if (seen)
+		ksft_test_result_pass("hung-task\n");
+	else
+		ksft_test_result_fail("hung-task: no hung-task report within %us\n", wait_s);
+	ksft_finished();
 }
 
 int main(int argc, char **argv)
@@ -181,7 +178,7 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	ktap_handle_term();
-	ktap_header(1);
-	return hung_task(timeout_s, wait_s);
+	repro_start();
+	hung_task(timeout_s, wait_s);
+	return 0;	/* not reached: hung_task() exits through kselftest */
 }

@@ -27,7 +27,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
-#include "ktap.h"
+#include "repro.h"
 
 struct options {
 	int threads;
@@ -181,57 +181,46 @@ static int parse(int argc, char **argv, struct options *o)
 	return 0;
 }
 
+static int step(unsigned long long elapsed_ms, unsigned long long *count)
+{
+	*count = atomic_load(&hup_signals);
+	ksft_print_msg("progress count=%llu elapsed_ms=%llu\n", *count, elapsed_ms);
+	return atomic_load(&failed_errno);
+}
+
 int main(int argc, char **argv)
 {
 	struct sigaction sa = { .sa_sigaction = on_overflow, .sa_flags = SA_SIGINFO | SA_RESTART };
-	struct timespec tick;
 	struct options o;
 	pthread_t tids[257];
-	unsigned long long start, elapsed_ms = 0, count = 0;
+	unsigned long long elapsed_ms;
 	int n = 0, err;
 
 	if (parse(argc, argv, &o))
 		return 2;
-	ktap_header(1);
-	ktap_line("# perf-refresh: threads=%d bystander=%d period_ns=%llu duration_ms=%llu target=%llu",
-		  o.threads, o.bystander, o.period_ns, o.duration_ms, o.target);
+	repro_start();
+	ksft_print_msg("perf-refresh: threads=%d bystander=%d period_ns=%llu duration_ms=%llu target=%llu\n",
+		       o.threads, o.bystander, o.period_ns, o.duration_ms, o.target);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPROF, &sa, NULL);
-	ktap_handle_term();
 
-	start = mono_ns();
 	for (int i = 0; i < o.threads; i++)
 		if (pthread_create(&tids[n], NULL, worker, &o) == 0)
 			n++;
 	if (o.bystander && pthread_create(&tids[n], NULL, bystander, NULL) == 0)
 		n++;
-
-	tick.tv_sec = o.progress_ms / 1000;
-	tick.tv_nsec = (o.progress_ms % 1000) * 1000000;
-	for (;;) {
-		nanosleep(&tick, NULL);
-		count = atomic_load(&hup_signals);
-		elapsed_ms = (mono_ns() - start) / 1000000;
-		ktap_progress(count, elapsed_ms);
-		if (atomic_load(&failed_errno) || elapsed_ms >= o.duration_ms ||
-		    (o.target && count >= o.target))
-			break;
-		if (atomic_load(&terminate))
-			break;
-	}
+	elapsed_ms = repro_loop(o.progress_ms, o.duration_ms, o.target, step);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < n; i++)
 		pthread_join(tids[i], NULL);
 
-	count = atomic_load(&hup_signals);
-	ktap_line("# result count=%llu elapsed_ms=%llu other_signals=%llu bystander_unmaps=%llu",
-		  count, elapsed_ms, (unsigned long long)atomic_load(&other_signals),
-		  (unsigned long long)atomic_load(&unmaps));
+	ksft_print_msg("result count=%llu elapsed_ms=%llu other_signals=%llu bystander_unmaps=%llu\n",
+		       (unsigned long long)atomic_load(&hup_signals), elapsed_ms,
+		       (unsigned long long)atomic_load(&other_signals), (unsigned long long)atomic_load(&unmaps));
 	err = atomic_load(&failed_errno);
-	if (err) {
-		ktap_line("ok 1 perf-refresh # SKIP perf_event_open: %s", strerror(err));
-		return 4;
-	}
-	ktap_line("ok 1 perf-refresh");
-	return 0;
+	if (err)
+		ksft_test_result_skip("perf-refresh: perf_event_open: %s\n", strerror(err));
+	else
+		ksft_test_result_pass("perf-refresh\n");
+	ksft_finished();
 }

@@ -62,7 +62,7 @@ const char *malloc_conf = "narenas:1,tcache:false";
 #define OTHER_BINARY "signal-malloc-jemalloc"
 #endif
 
-#include "ktap.h"
+#include "repro.h"
 
 #ifndef sigev_notify_thread_id	/* glibc before 2.35 names it only in the union */
 #define sigev_notify_thread_id _sigev_un._tid
@@ -244,20 +244,27 @@ static void exec_other_allocator(char **argv)
 		strcpy(slash ? slash + 1 : exe, OTHER_BINARY);
 		execv(exe, argv);
 	}
-	ktap_header(1);
-	ktap_line("ok 1 signal-malloc # SKIP allocator %s: no %s beside this binary (%s)", OTHER_ALLOCATOR,
-		  OTHER_BINARY, strerror(errno));
-	exit(4);
+	repro_start();
+	ksft_exit_skip("signal-malloc: allocator %s: no %s beside this binary (%s)\n", OTHER_ALLOCATOR,
+		       OTHER_BINARY, strerror(errno));
+}
+
+static int step(unsigned long long elapsed_ms, unsigned long long *count)
+{
+	*count = atomic_load(&allocs);
+	ksft_print_msg("progress count=%llu elapsed_ms=%llu samples=%llu in_alloc_samples=%llu\n", *count,
+		       elapsed_ms, (unsigned long long)atomic_load(&samples),
+		       (unsigned long long)atomic_load(&in_alloc_samples));
+	return atomic_load(&failed_errno);
 }
 
 int main(int argc, char **argv)
 {
 	struct sigaction sa = { .sa_sigaction = on_sigprof, .sa_flags = SA_SIGINFO | SA_RESTART };
 	struct rlimit core = { RLIM_INFINITY, RLIM_INFINITY };
-	struct timespec tick;
 	pthread_attr_t attr;
 	pthread_t tids[MAX_THREADS];
-	unsigned long long start, elapsed_ms = 0, count;
+	unsigned long long elapsed_ms;
 	int n = 0, err;
 
 	if (parse(argc, argv))
@@ -270,13 +277,13 @@ int main(int argc, char **argv)
 #ifndef KSTALL_JEMALLOC
 	mallopt(M_ARENA_MAX, 1);
 #endif
-	ktap_header(1);
-	ktap_line("# signal-malloc: allocator=%s threads=%d hz=%u sample_bytes=%zu safe=%d duration_ms=%llu "
-		  "target=%llu pid=%d", ALLOCATOR, opt.threads, opt.hz, opt.sample_bytes, opt.safe,
-		  opt.duration_ms, opt.target, getpid());
+	/* the first line allocates stdout's buffer: before any timer runs */
+	repro_start();
+	ksft_print_msg("signal-malloc: allocator=%s threads=%d hz=%u sample_bytes=%zu safe=%d duration_ms=%llu "
+		       "target=%llu pid=%d\n", ALLOCATOR, opt.threads, opt.hz, opt.sample_bytes, opt.safe,
+		       opt.duration_ms, opt.target, getpid());
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPROF, &sa, NULL);
-	ktap_handle_term();
 
 	/* small stacks keep the core small (the kernel writes untouched stack
 	 * pages into a piped core as zeros) */
@@ -287,35 +294,19 @@ int main(int argc, char **argv)
 			n++;
 	/* from here on the main thread never allocates: its progress lines must
 	 * not queue on the allocator they report on */
-	start = mono_ns();
 	atomic_store(&started, 1);
-	tick.tv_sec = opt.progress_ms / 1000;
-	tick.tv_nsec = (opt.progress_ms % 1000) * 1000000;
-	for (;;) {
-		nanosleep(&tick, NULL);
-		count = atomic_load(&allocs);
-		elapsed_ms = (mono_ns() - start) / 1000000;
-		ktap_line("# progress count=%llu elapsed_ms=%llu samples=%llu in_alloc_samples=%llu", count,
-			  elapsed_ms, (unsigned long long)atomic_load(&samples),
-			  (unsigned long long)atomic_load(&in_alloc_samples));
-		if (atomic_load(&failed_errno) || elapsed_ms >= opt.duration_ms || (opt.target && count >= opt.target))
-			break;
-		if (atomic_load(&terminate))
-			break;
-	}
+	elapsed_ms = repro_loop(opt.progress_ms, opt.duration_ms, opt.target, step);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < n; i++)
 		pthread_join(tids[i], NULL);
-	count = atomic_load(&allocs);
-	ktap_line("# result count=%llu elapsed_ms=%llu samples=%llu in_alloc_samples=%llu core_limit=%s", count,
-		  elapsed_ms, (unsigned long long)atomic_load(&samples),
-		  (unsigned long long)atomic_load(&in_alloc_samples),
-		  core.rlim_cur == RLIM_INFINITY ? "unlimited" : "limited");
+	ksft_print_msg("result count=%llu elapsed_ms=%llu samples=%llu in_alloc_samples=%llu core_limit=%s\n",
+		       (unsigned long long)atomic_load(&allocs), elapsed_ms, (unsigned long long)atomic_load(&samples),
+		       (unsigned long long)atomic_load(&in_alloc_samples),
+		       core.rlim_cur == RLIM_INFINITY ? "unlimited" : "limited");
 	err = atomic_load(&failed_errno);
-	if (err) {
-		ktap_line("ok 1 signal-malloc # SKIP profiling timer: %s", strerror(err));
-		return 4;
-	}
-	ktap_line("ok 1 signal-malloc");
-	return 0;
+	if (err)
+		ksft_test_result_skip("signal-malloc: profiling timer: %s\n", strerror(err));
+	else
+		ksft_test_result_pass("signal-malloc\n");
+	ksft_finished();
 }

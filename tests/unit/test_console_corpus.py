@@ -29,7 +29,7 @@ def test_the_corpus_is_real_and_large_enough():
     assert len(reports) >= 12
     assert all(g["recorded"].startswith("kstall ") for g in GOLDEN)
     kinds = {r[1] for r in reports}
-    assert {"hung-task", "soft-lockup", "rcu-stall"} <= kinds
+    assert {"hung-task", "soft-lockup", "rcu-stall", "csd-lock-timeout", "hard-lockup", "workqueue-lockup"} <= kinds
 
 
 def _hung_task_lines():

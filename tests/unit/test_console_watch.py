@@ -74,3 +74,21 @@ def test_a_trailing_heartbeat_does_not_undo_the_final_count():
                  "# result count=947 elapsed_ms=20100", "HB 2 6 946", "ok 1 bpf-ringbuf"]:
         w._on_agent(line, 1.0)
     assert w.count == 947
+
+
+def test_kselftest_output_and_the_runners_nesting():
+    # kselftest.h's own lines, and kstall's diagnostics nested by the
+    # kselftest runner (recorded from `make check-selftest` on 6.17.8)
+    k = Ktap()
+    for line in ["TAP version 13", "1..1", "# timeout set to 60", "# selftests: kstall: perf-refresh",
+                 "# TAP version 13", "# 1..1", "# # progress count=171 elapsed_ms=103",
+                 "# # result count=10017 elapsed_ms=5433 other_signals=0 bystander_unmaps=12029",
+                 "# ok 1 perf-refresh", "# # Totals: pass:1 fail:0 xfail:0 xpass:0 skip:0 error:0",
+                 "ok 1 selftests: kstall: perf-refresh"]:
+        k.feed(line)
+    assert k.result_fields["count"] == "10017"
+    assert k.results == [{"ok": True, "number": 1, "name": "selftests: kstall: perf-refresh", "directive": "",
+                          "reason": ""}]
+    skip = Ktap()
+    skip.feed("ok 1 # SKIP perf-refresh: perf_event_open: No such file or directory")
+    assert skip.results[0]["directive"] == "SKIP" and skip.results[0]["reason"].startswith("perf-refresh:")
