@@ -39,10 +39,10 @@ guest: $(GUEST)/init $(addprefix $(GUEST)/,$(REPROS))
 $(GUEST):
 	@mkdir -p $@
 
-# the kernel's kselftest.h, from Debian's linux orig tarball (repro/kselftest.toml
+# the kernel's kselftest.h, from Debian's linux orig tarball (repro/selftest/kselftest.toml
 # pins the version and the hashes; the tarball is downloaded once into the cache)
 KSELFTEST_H := $(KSELFTEST)/kselftest.h
-$(KSELFTEST_H): repro/kselftest.toml images/kselftest.py
+$(KSELFTEST_H): repro/selftest/kselftest.toml images/kselftest.py
 	$(PYTHON) -m images.kselftest headers $(KSELFTEST)
 REPRO_H := repro/repro.h $(KSELFTEST_H)
 

@@ -15,7 +15,9 @@ import html
 import math
 import re
 
-_KV = re.compile(r"(\w+)=(\d+)")
+from harness.untrusted import num
+
+_KV = re.compile(r"(\w{1,32})=(\d{1,20})\b")  # bounded: guest text, no quadratic scans
 PROGRESS_KEYS = {"nmi": "nmi", "sched_switch": "switch"}  # progress field prefixes
 PATH_TITLES = {"nmi": "NMI reserve", "sched_switch": "sched_switch reserve"}
 
@@ -23,7 +25,7 @@ PATH_TITLES = {"nmi": "NMI reserve", "sched_switch": "sched_switch reserve"}
 def parse(lines: list[str], progress: dict | None = None) -> dict:
     paths: dict[str, dict] = {}
     for line in lines:
-        m = re.match(r"^# (stats|hist) path=(\w+) cpu=(\d+)(.*)$", line)
+        m = re.match(r"^# (stats|hist) path=(\w+) cpu=(\d{1,6})(.*)$", line)
         if not m:
             continue
         kind, path, cpu = m.group(1), m.group(2), int(m.group(3))
@@ -33,7 +35,7 @@ def parse(lines: list[str], progress: dict | None = None) -> dict:
         if kind == "stats":
             c.update(fields)
         else:
-            c["hist"] = {int(k): int(v) for k, v in re.findall(r"(\d+)=(\d+)", m.group(4))}
+            c["hist"] = {int(k): int(v) for k, v in re.findall(r"\b(\d{1,3})=(\d{1,20})\b", m.group(4))}
     complete = bool(paths)
     for path, p in paths.items():
         cpus = sorted(p["per_cpu"].values(), key=lambda c: c["cpu"])
@@ -50,10 +52,10 @@ def parse(lines: list[str], progress: dict | None = None) -> dict:
     if not complete and progress:
         for path, key in PROGRESS_KEYS.items():
             if f"{key}_max_ns" in progress:
-                paths[path] = {"max_ns": int(progress[f"{key}_max_ns"]), "over": int(progress.get(f"{key}_over", 0)),
-                               "nulls": int(progress.get(f"{key}_nulls", 0)), "per_cpu": [], "hist": {},
+                paths[path] = {"max_ns": num(progress[f"{key}_max_ns"], 0), "over": num(progress.get(f"{key}_over"), 0),
+                               "nulls": num(progress.get(f"{key}_nulls"), 0), "per_cpu": [], "hist": {},
                                "from_progress": True}
-    first = next((int(m.group(1)) for l in lines if (m := re.match(r"^# first-stall count=(\d+)", l))), None)
+    first = next((int(m.group(1)) for l in lines if (m := re.match(r"^# first-stall count=(\d{1,20})\b", l))), None)
     return {"complete": complete, "paths": paths, "first_stall_count": first}
 
 

@@ -28,6 +28,7 @@ import pexpect
 
 from harness import debug, paths, procs
 from harness.debug import GDB
+from harness.untrusted import hexnum, num
 
 SCRIPT = paths.REPO / "gdbscripts" / "kstall_threads.py"
 PROMPT = "(kstall-gdb) "
@@ -60,12 +61,11 @@ class ProcThread:
 def parse_syscall(text: str) -> tuple[int | None, tuple[int, ...]]:
     """/proc/.../syscall: 'NR arg0 .. arg5 sp pc', 'running' or '-1 sp pc'."""
     words = text.replace(",", " ").split()
-    if not words or not re.fullmatch(r"-?\d+", words[0]) or int(words[0]) < 0:
+    nr = num(words[0]) if words else None
+    if nr is None or nr < 0:
         return None, ()
-    try:
-        return int(words[0]), tuple(int(w, 16) for w in words[1:7])
-    except ValueError:
-        return int(words[0]), ()
+    args = tuple(hexnum(w) for w in words[1:7])
+    return nr, (() if None in args else args)
 
 
 def parse_kstack(text: str) -> list[str]:
@@ -83,11 +83,12 @@ def from_agent_line(line: str) -> ProcThread | None:
     """'KSTALL thread tid=N comm=C state=S syscall=202,0x4bf800,... kstack=a,b'"""
     if not line.startswith("KSTALL thread "):
         return None
-    f = dict(re.findall(r"(\w+)=(\S*)", line))
-    if not f.get("tid", "").isdigit():
+    f = dict(re.findall(r"(\w{1,32})=(\S*)", line))  # bounded: guest text, no quadratic scans
+    tid = num(f.get("tid"))
+    if tid is None or tid < 0:
         return None
     nr, args = parse_syscall(f.get("syscall", ""))
-    return ProcThread(int(f["tid"]), f.get("comm", ""), f.get("state", ""), nr, args,
+    return ProcThread(tid, f.get("comm", ""), f.get("state", ""), nr, args,
                       parse_kstack(f.get("kstack", "")))
 
 

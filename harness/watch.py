@@ -33,10 +33,11 @@ import time
 from dataclasses import dataclass, field
 
 from harness import console, threads
+from harness.untrusted import num
 from harness.vm import VM
 
-_HB = re.compile(r"^HB (\d+) (\d+) (\d+)$")
-_KV = re.compile(r"(\w+)=(\S+)")
+_HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
+_KV = re.compile(r"(\w{1,32})=(\S+)")  # bounded: guest text, no quadratic scans
 MAX_REPORTS = 100  # console reports kept per run; the rest are only counted
 
 
@@ -59,16 +60,24 @@ class Outcome:
 
 @dataclass
 class Ktap:
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # all but progress lines, up to MAX_CHARS
     results: list[dict] = field(default_factory=list)
     result_fields: dict = field(default_factory=dict)  # "# result k=v ..."
+    kept_chars: int = 0
+    dropped: int = 0  # lines past MAX_CHARS: a guest that does not stop talking
+    MAX_CHARS = 4 << 20  # up to 4 bytes each in memory; a real run prints a few KB
+    MAX_RESULTS = 1000
 
     def feed(self, line: str) -> None:
         line = unnest(line)
-        self.lines.append(line)
+        if self.kept_chars + len(line) > self.MAX_CHARS:
+            self.dropped += 1
+        else:
+            self.lines.append(line)
+            self.kept_chars += len(line) + 1
         m = _RESULT.match(line)
-        if m:
-            self.results.append({"ok": m.group(1) == "ok", "number": int(m.group(2)),
+        if m and len(self.results) < self.MAX_RESULTS:
+            self.results.append({"ok": m.group(1) == "ok", "number": num(m.group(2), 0),
                                  "name": (m.group(3) or "").strip(), "directive": (m.group(4) or "").upper(),
                                  "reason": (m.group(5) or "").strip()})
         elif line.startswith("# result "):
@@ -94,10 +103,15 @@ def unnest(line: str) -> str:
 
 
 class LineReader:
-    def __init__(self, sock: socket.socket | None) -> None:
+    """Lines from a guest's stream. The guest is not trusted: a line longer
+    than max_line is cut there (the rest comes as further lines), so an
+    endless line costs neither memory nor time."""
+
+    def __init__(self, sock: socket.socket | None, max_line: int = 16384) -> None:
         self.sock = sock
         self.buf = b""
         self.eof = sock is None
+        self.max_line = max_line
 
     def read(self) -> list[str]:
         if self.sock is None or self.eof:
@@ -111,14 +125,23 @@ class LineReader:
         if not data:
             self.eof = True
             return []
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        return [l.decode(errors="replace").rstrip("\r") for l in lines]
+        return self.feed(data)
+
+    def feed(self, data: bytes) -> list[str]:
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        out = []
+        for raw in lines:
+            out += [raw[i:i + self.max_line] for i in range(0, max(len(raw), 1), self.max_line)]
+        while len(self.buf) >= self.max_line:
+            out.append(self.buf[:self.max_line])
+            self.buf = self.buf[self.max_line:]
+        return [l.decode(errors="replace").rstrip("\r") for l in out]
 
 
 class BlobReader:
     """The syms port: blobs as 'TAG <n>\\n' then n bytes (KALLSYMS, CORE)."""
     MAX_BYTES = 256 << 20  # guest data is not trusted: a bigger blob is dropped
+    TAGS = ("KALLSYMS", "CORE")  # and so is one kstall did not ask for
 
     def __init__(self, sock: socket.socket | None) -> None:
         self.sock = sock
@@ -148,6 +171,9 @@ class BlobReader:
         if not chunk:
             self.eof = True
             return
+        self.feed(chunk)
+
+    def feed(self, chunk: bytes) -> None:
         self.buf += chunk
         while True:
             if self.head is None:
@@ -158,10 +184,11 @@ class BlobReader:
                     return
                 m = re.match(rb"([A-Z]+) (\d+)$", bytes(self.buf[:nl]))
                 del self.buf[:nl + 1]
-                if not m or int(m.group(2)) > self.MAX_BYTES:
+                size = num(m.group(2).decode()) if m else None
+                if size is None or size > self.MAX_BYTES or m.group(1).decode() not in self.TAGS:
                     self.buf.clear()
                     return
-                self.head = (m.group(1).decode(), int(m.group(2)))
+                self.head = (m.group(1).decode(), size)
             tag, n = self.head
             if len(self.buf) < n:
                 return
@@ -183,7 +210,7 @@ class Watch:
         self.limits = limits
         self.patterns = patterns or console.load_patterns()
         self.echo = echo  # callable(str) for progress output, or None
-        self.console = LineReader(vm.console)
+        self.console = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self.agent = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
         self.t0 = vm.started_at or time.monotonic()
@@ -237,7 +264,7 @@ class Watch:
             elif words[1] == "ready":
                 self.ready_at = now
             elif words[1] == "exit":
-                self.exit_code = int(fields.get("code", "-1"))
+                self.exit_code = num(fields.get("code"), -1)
             elif words[1] == "poweroff":
                 self.poweroff = True
             elif words[1] == "thread" and (t := threads.from_agent_line(line)) is not None:
@@ -259,13 +286,13 @@ class Watch:
         if line.startswith("# progress "):
             f = dict(_KV.findall(line))
             self.progress = f
-            self._set_count(int(f.get("count", self.count)), now)
-            if self.limits.stalls and int(f.get("over", 0)) >= self.limits.stalls and self.stall_at is None:
+            self._set_count(num(f.get("count"), self.count), now)
+            if self.limits.stalls and num(f.get("over"), 0) >= self.limits.stalls and self.stall_at is None:
                 self.stall_at = now
             return
         self.ktap.feed(line)
-        if line.startswith("# result ") and "count" in self.ktap.result_fields:
-            self.count = int(self.ktap.result_fields["count"])  # the final word on the count
+        if line.startswith("# result ") and num(self.ktap.result_fields.get("count")) is not None:
+            self.count = num(self.ktap.result_fields["count"])  # the final word on the count
         if self.on_line:
             self.on_line(line)
 
@@ -398,8 +425,14 @@ class Watch:
 
         def arrived() -> bool:  # the blob comes before the agent's line about it
             return bool(self.core_info) and ("bytes" not in self.core_info or "CORE" in self.syms.blobs)
-        while not arrived() and time.monotonic() < deadline:
-            if not self.vm.alive():  # the agent powers off right after: take what it sent
+        acked = False
+        while time.monotonic() < deadline:
+            if "CORE" in self.syms.blobs and not acked:  # the agent powers off once it hears this
+                self._send(b"CORE-OK\n")
+                acked = True
+            if arrived():
+                break
+            if not self.vm.alive():  # take what it sent
                 self._drain()
                 break
             self._pump(0.05)

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The kernel's kselftest headers and selftests tree, from Debian's orig tarball.
 
-kstall's reproducers print through the real kselftest.h (repro/kselftest.toml
+kstall's reproducers print through the real kselftest.h (repro/selftest/kselftest.toml
 pins the upstream version and the headers' hashes). `headers` extracts just
 the two headers, once, into the cache; `selftests_tree` extracts the parts of
 the source tree an in-tree selftest build needs (tools/, scripts/, the
@@ -22,7 +22,7 @@ from pathlib import Path
 from harness import paths
 from images.kernel import Progress, SpecError
 
-PIN = paths.data_file("repro", "kselftest.toml")
+PIN = paths.data_file("repro", "selftest", "kselftest.toml")
 TREE_PARTS = ("tools", "scripts", "Makefile")
 
 
@@ -56,7 +56,7 @@ def _extract(members: list[str], dest: Path, progress: Progress | None) -> None:
             raise SpecError(f"kselftest: tar on {tarball} failed: {r.stderr.strip()[-300:]}")
         bad = _mismatches(Path(tmp), p["sha256"])
         if bad:
-            raise SpecError(f"kselftest: {', '.join(bad)} in {tarball.name} do not match repro/kselftest.toml")
+            raise SpecError(f"kselftest: {', '.join(bad)} in {tarball.name} do not match repro/selftest/kselftest.toml")
         shutil.rmtree(dest, ignore_errors=True)
         Path(tmp).rename(dest)
         Path(tmp).mkdir()  # for TemporaryDirectory's cleanup

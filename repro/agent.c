@@ -38,7 +38,8 @@
  * reports every thread's state, syscall and kernel stack from /proc, points
  * the kernel's core_pattern at itself (`init --core`, which stores the piped
  * core in /tmp) and sends SIGABRT; once the reproducer is gone the core goes
- * to the host on the syms port, as "CORE <bytes>" and the bytes.
+ * to the host on the syms port, as "CORE <bytes>" and the bytes, and the
+ * agent waits (bounded) for the host's "CORE-OK" before it powers off.
  *
  * Agent channel lines (host parses these; anything else is reproducer TAP):
  *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
@@ -91,6 +92,7 @@ static atomic_ullong progress_count;
 static atomic_int hb_stop;
 static atomic_int repro_pid;
 static atomic_int core_requested;
+static atomic_int core_acked;	/* the host has the whole core ("CORE-OK") */
 static char repro_exe[256];
 static unsigned hb_ms = 50;
 static char base_dir[256] = "";	/* where the agent's executable is: "" for / */
@@ -465,6 +467,11 @@ static void send_core(void)
 	} else {
 		say("KSTALL core bytes=%lld exe=%s ms=%llu", (long long)st.st_size, repro_exe,
 		    (mono_ns() - t0) / 1000000);
+		/* a write to the port returns once the data is queued, not once the
+		 * host has it: powering off now could lose the core's tail. The host
+		 * says "CORE-OK" when every byte is in (bounded: an old host never does). */
+		for (int i = 0; i < 2000 && !atomic_load(&core_acked); i++)
+			usleep(10000);
 	}
 	free(buf);
 	if (fd >= 0)
@@ -497,6 +504,8 @@ static void host_commands(const char *until)
 				kill(atomic_load(&repro_pid), SIGTERM);
 			if (!strcmp(buf, "CORE") && atomic_load(&repro_pid) > 0 && !atomic_load(&core_requested))
 				request_core(atomic_load(&repro_pid));
+			if (!strcmp(buf, "CORE-OK"))
+				atomic_store(&core_acked, 1);
 			have -= nl + 1 - buf;
 			memmove(buf, nl + 1, have + 1);
 		}

@@ -69,3 +69,11 @@ def test_initramfs_is_a_valid_newc_archive_with_a_console_node(tmp_path):
     assert "dev/console" in out and "init" in out and "bin/perf-refresh" in out
     assert any(l.startswith("crw") and "5,   1" in l for l in out.splitlines())
     assert initramfs.newc_archive({"init": b"a"}) == initramfs.newc_archive({"init": b"a"})
+
+
+def test_every_reproducer_data_file_loads():
+    from harness import reproducers
+    names = reproducers.names()
+    assert {"perf-refresh", "bpf-ringbuf", "signal-malloc", "console-trigger"} <= set(names)
+    for n in names:
+        assert reproducers.load(n).name == n

@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Every host parser of guest data against hostile input: random bytes, real
+recorded lines mutated, numbers too long for int(), endless lines, a 100 MB
+stream. None may raise, and memory and time stay bounded.
+
+The seed is fixed: a failure reproduces. FUZZ_INPUTS (default 10000) is the
+number of inputs per parser."""
+from __future__ import annotations
+
+import os
+import random
+import time
+import tracemalloc
+from types import SimpleNamespace
+
+import pytest
+from recorded import FIXTURES
+
+from harness import console, stalls, threads
+from harness.watch import BlobReader, Ktap, LineReader, Limits, Watch
+from symbols import Kallsyms
+
+N = int(os.environ.get("FUZZ_INPUTS", "10000"))
+SEED = 20261123
+# each parser's whole run; generous for a loaded 2-core CI runner
+TIME_BOUND_S = 60
+MEMORY_BOUND = 64 << 20  # peak Python allocation while 100 MB go through a reader
+
+REAL = [l for f in [*(FIXTURES / "consoles").glob("*.log"), *(FIXTURES / "agent-logs").glob("*.log"),
+                    FIXTURES / "signal-malloc-7.3.4-glibc" / "agent.log"]
+        for l in f.read_text(errors="replace").splitlines()[:400]]
+TOKENS = ["KSTALL thread ", "KSTALL hello ", "HB ", "# progress count=", "# result count=", "# stats path=nmi cpu=",
+          "# hist path=nmi cpu=", "# first-stall count=", "ok ", "not ok ", "# SKIP ", "# # ", "tid=", "syscall=",
+          "kstack=", "RIP: 0010:", "Call Trace:", "</TASK>", " ? ", "+0x1f/0x40", "[<ffffffff81000000>] ",
+          "[    1.000000] ", "INFO: task ", " blocked for more than ", "BUG: soft lockup - CPU#", "rcu: INFO: ",
+          "csd: Detected non-responsive CSD lock (#", "{func}", "%s", "\x00", "\x1b[0m", "\ufffd", "9" * 5000,
+          "-" + "1" * 4400, "f" * 300, "=" * 50, ","]
+
+
+def lines(rng: random.Random) -> list[str]:
+    """N inputs: real lines, mutated real lines, token soup, random bytes."""
+    out = []
+    for i in range(N):
+        kind = i % 4
+        if kind == 0:
+            out.append(rng.choice(REAL))
+        elif kind == 1:
+            s = list(rng.choice(REAL))
+            for _ in range(rng.randint(1, 6)):
+                pos = rng.randint(0, len(s))
+                s[pos:pos + rng.randint(0, 5)] = rng.choice(TOKENS)
+            out.append("".join(s))
+        elif kind == 2:
+            out.append("".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 12))))
+        else:
+            out.append(rng.randbytes(rng.randint(0, 300)).decode(errors="replace"))
+    return out
+
+
+def watch() -> Watch:
+    return Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0), Limits(stalls=1), patterns=None)
+
+
+def run_bounded(fn, inputs) -> None:
+    t0 = time.monotonic()
+    for x in inputs:
+        fn(x)
+    assert time.monotonic() - t0 < TIME_BOUND_S
+
+
+PARSERS = {
+    "console.match_line": lambda pats: (lambda l: console.match_line(l, pats)),
+    "console.scan": lambda pats: (lambda l: [r.to_json() for r in console.scan(l + "\n" + l, pats)]),
+    "console.report_function": lambda pats: (lambda l: console.report_function(
+        ["x", *l.split("\x00")] * 3, "rip", pats.skip)),
+    "watch.Ktap": lambda pats: Ktap().feed,
+    "watch.agent_line": lambda pats: (lambda w: lambda l: w._on_agent(l, 1.0))(watch()),
+    "watch.console_line": lambda pats: (lambda w: lambda l: (w._on_console(l, 1.0), w.summary()))(watch()),
+    "stalls.parse": lambda pats: (lambda l: stalls.parse([l, l.replace("hist", "stats")], {"nmi_max_ns": l[:20]})),
+    "threads.from_agent_line": lambda pats: (lambda l: threads.from_agent_line("KSTALL thread " + l)),
+    "threads.parse_syscall": lambda pats: threads.parse_syscall,
+    "threads.parse_kstack": lambda pats: threads.parse_kstack,
+    "symbols.Kallsyms": lambda pats: (lambda l: Kallsyms.parse(l + "\n" + l).lookup(0xffffffff81000000)),
+    "watch.LineReader": lambda pats: (lambda r: lambda l: r.feed(l.encode(errors="replace")))(LineReader(None, 4096)),
+    "watch.BlobReader": lambda pats: (lambda r: lambda l: r.feed(l.encode(errors="replace")))(BlobReader(None)),
+}
+
+
+@pytest.mark.parametrize("name", list(PARSERS))
+def test_parser_survives_hostile_input(name):
+    pats = console.load_patterns()
+    fn = PARSERS[name](pats)
+    run_bounded(fn, lines(random.Random(f"{SEED}-{name}")))
+
+
+@pytest.mark.parametrize("reader", ["line", "blob", "watch"])
+def test_100_mb_endless_stream_stays_bounded(reader):
+    """100 MB in 64 KiB chunks, without a newline or with one every 10 MB;
+    peak memory stays under MEMORY_BOUND and the time under TIME_BOUND_S."""
+    chunk = bytes(random.Random(SEED).randbytes(1 << 16)).replace(b"\n", b"x")
+    w = watch()
+    r = LineReader(None, 4096) if reader != "blob" else BlobReader(None)
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        for i in range(1600):  # 1600 x 64 KiB = 100 MiB
+            data = chunk if i % 160 else b"\n" + chunk
+            if reader == "watch":
+                for line in r.feed(data):
+                    w._on_agent(line, 1.0)
+                    w._on_console(line, 1.0)
+            else:
+                r.feed(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    print(f"{reader}: peak {peak / (1 << 20):.1f} MiB for 100 MiB in")
+    assert peak < MEMORY_BOUND, f"peak {peak >> 20} MiB"
+    assert time.monotonic() - t0 < TIME_BOUND_S
