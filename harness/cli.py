@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import procs, reproducers
+from harness import leftovers, paths, procs, reproducers
 from harness.verdict import EXIT_CODES
 from images.kernel import SpecError
 
@@ -576,6 +576,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     procs.raise_on_termination()
     a = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if a.func in (cmd_verify, cmd_matrix, cmd_bisect_debian, cmd_bisect_git, cmd_bisect_step, cmd_symbols):
+        root = Path(getattr(a, "results", None) or paths.results_dir())
+        gone = leftovers.sweep(root)
+        if gone:
+            echo_stderr(f"removed {len(gone)} leftover(s) of killed kstall runs: "
+                        + ", ".join(p.name for p in gone[:5]) + (" ..." if len(gone) > 5 else ""))
     try:
         return a.func(a)
     except KeyboardInterrupt:

@@ -75,6 +75,14 @@ class GdbSession:
         except DebugError:
             self.log.close()
             raise
+        try:
+            self._attach(gdb_socket, symbols)
+        except DebugError:  # a GDB that died or hung on the way in is reaped here
+            self.child.close(force=True)
+            self.log.close()
+            raise
+
+    def _attach(self, gdb_socket: Path, symbols: Path | None) -> None:
         self._expect_prompt()
         if symbols:
             self.run(f"kstall-symbols {symbols}")

@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harness import paths
+from harness import leftovers, paths
 
 SCHEMA = "kstall.run/1"
 
@@ -33,6 +33,7 @@ class RunDir:
         self.id = f"{stamp}-{slug(label)}-{secrets.token_hex(2)}"
         self.work = self.root / f".{self.id}.incomplete"
         self.work.mkdir()
+        leftovers.mark(self.work)  # a later run removes it if this one is killed
         self.final = self.root / self.id
 
     def attempt(self, n: int) -> Path:
@@ -53,6 +54,7 @@ class RunDir:
         (self.work / name).write_text(text)
 
     def finalize(self) -> Path:
+        (self.work / leftovers.OWNER).unlink(missing_ok=True)
         if self.final.exists():  # never overwrite: ids are unique, this is paranoia
             self.final = self.root / f"{self.id}-{secrets.token_hex(2)}"
         os.replace(self.work, self.final)

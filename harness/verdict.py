@@ -108,7 +108,7 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
         if stall and stall["stalled"]:
             return from_stalls(outcome, stall)
         return Verdict("INCONCLUSIVE", f"{outcome.detail}, but its counters do not confirm it")
-    if kind == "qemu-exit":
+    if kind in ("qemu-exit", "qemu-stopped"):
         return Verdict("ERROR", outcome.detail)
     if kind == "timeout":
         return Verdict("ERROR", f"{outcome.detail} without a verdict")

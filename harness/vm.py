@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import procs
+from harness import leftovers, procs
 from harness.qmp import QMP, QMPError
 
 QEMU = os.environ.get("KSTALL_QEMU", "qemu-system-x86_64")
@@ -60,6 +60,7 @@ class VM:
         self.cfg = cfg
         self.run_dir = Path(tempfile.mkdtemp(prefix="kstall-"))
         os.chmod(self.run_dir, 0o700)
+        leftovers.mark(self.run_dir)
         self.proc: subprocess.Popen | None = None
         self.qmp = QMP(self.sock("qmp"))
         self.console: socket.socket | None = None
@@ -144,6 +145,15 @@ class VM:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def stopped(self) -> bool:
+        """QEMU itself is stopped (SIGSTOP, SIGTSTP from outside): its guest
+        is silent, but not frozen."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except (OSError, AttributeError):
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
     def qemu_log_tail(self, n: int = 5) -> str:
         try:

@@ -19,6 +19,7 @@ reads them as they come and stops with an Outcome:
   agent-error   the guest agent said on the console why it cannot run (a module
                 that does not load, no virtio port)
   qemu-exit     QEMU went away before the agent said it was done
+  qemu-stopped  QEMU itself was stopped (SIGSTOP/SIGTSTP from outside kstall)
   timeout       the run took longer than `run_timeout`
 
 Every wait is bounded by the deadlines above; watch() can be called again
@@ -356,6 +357,9 @@ class Watch:
             self._drain()
         if self.cancel is not None and self.cancel.is_set():
             return Outcome("interrupted", "interrupted (the matrix run was stopped)", now)
+        if self.vm.alive() and getattr(self.vm, "stopped", lambda: False)():
+            return Outcome("qemu-stopped", "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
+                           "the guest's silence is no freeze", now)
         r = self.pending_report
         if r is not None and (now - self.pending_since >= L.report_grace
                               or not self.vm.alive()):

@@ -35,7 +35,7 @@ from typing import Iterator
 
 from harness import paths
 from images import packages
-from images.kernel import Kernel, Progress, SpecError, load_meta, write_meta
+from images.kernel import Kernel, Progress, SpecError, damage, load_meta, write_meta
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
@@ -291,6 +291,14 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     archive = Archive()
     k = find(archive.kernels(progress), text)
     d = kernel_dir(k)
+    why = (d / "kernel.json").exists() and damage(d)
+    if why:
+        if progress:
+            progress(f"cached {k.package} is damaged ({why}): fetching it again")
+        with open(d / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if damage(d):  # another kstall may have fetched it meanwhile
+                (d / "kernel.json").unlink(missing_ok=True)
     if not (d / "kernel.json").exists():
         if not fetch:
             raise SpecError(f"{spec} ({k.package}) is not downloaded yet")

@@ -62,6 +62,20 @@ def write_meta(directory: Path, kernel: Kernel) -> None:
     write_atomic(directory / "kernel.json", json.dumps(kernel.to_json(), indent=2) + "\n")
 
 
+def damage(d: Path) -> str | None:
+    """Why the kernel cached in d cannot be used as it is (a truncated or
+    changed vmlinuz, unreadable metadata); None when it is intact."""
+    try:
+        k = load_meta(d, "")
+    except (OSError, ValueError, KeyError) as e:
+        return f"kernel.json unreadable ({e})"
+    if not k.vmlinuz or not k.vmlinuz.is_file():
+        return "vmlinuz missing"
+    if sha256_file(k.vmlinuz) != k.sha256:
+        return f"vmlinuz sha256 mismatch ({k.vmlinuz.stat().st_size} bytes)"
+    return None
+
+
 def load_meta(d: Path, spec: str) -> Kernel:
     """The Kernel write_meta stored in d, named as the user named it."""
     meta = json.loads((d / "kernel.json").read_text())

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What a killed kstall leaves behind, and its removal by a later run.
+
+QEMU and GDB die with kstall whatever kills it (procs.die_with_parent), but a
+SIGKILL leaves its socket directory (/tmp/kstall-*) and its half-assembled
+results directory (results/.<id>.incomplete). Each of those carries an
+.owner file (pid and process start time); a later kstall removes the ones
+whose owner is gone. A directory without an owner file is left alone unless
+it is a day old.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+OWNER = ".owner"
+UNOWNED_AGE_S = 24 * 3600
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, after the command name
+
+
+def mark(directory: Path) -> None:
+    """Record this process as the directory's owner."""
+    (directory / OWNER).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+
+
+def _abandoned(directory: Path, now: float) -> bool:
+    try:
+        pid, start = (directory / OWNER).read_text().split()
+    except (OSError, ValueError):
+        try:
+            return now - directory.stat().st_mtime > UNOWNED_AGE_S
+        except OSError:
+            return False
+    return not pid.isdigit() or _start_time(int(pid)) != start
+
+
+def candidates(results_root: Path | None) -> list[Path]:
+    tmp = Path(tempfile.gettempdir())
+    out = [p for p in tmp.glob("kstall-*") if p.is_dir() and not p.is_symlink() and p.stat().st_uid == os.getuid()]
+    if results_root is not None and results_root.is_dir():
+        out += [p for p in results_root.glob(".*.incomplete") if p.is_dir() and not p.is_symlink()]
+    return out
+
+
+def sweep(results_root: Path | None) -> list[Path]:
+    """Remove the leftovers of kstall processes that are gone; what was removed."""
+    now = time.time()
+    gone = [p for p in candidates(results_root) if _abandoned(p, now)]
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    return gone

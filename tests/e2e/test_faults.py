@@ -1,0 +1,195 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Unhappy paths on real guests: kstall killed outright, GDB killed during a
+real freeze, a shared cache started cold by two runs at once and then damaged,
+and an ordinary user."""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import KSTALL, REPO, kstall_processes, verify_json
+
+pytestmark = pytest.mark.e2e
+
+
+def qemu_and_gdb_pids() -> set[int]:
+    return {int(p.split(":")[0]) for p in kstall_processes()}
+
+
+def wait_for(cond, timeout: float, step: float = 0.01):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+def verify_with_fault(results: Path, args: list[str], fault) -> tuple[int, dict, str]:
+    """kstall verify ARGS --json, with fault(proc) done to it while it runs."""
+    proc = subprocess.Popen([*KSTALL, "verify", *args, "--json", "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        fault(proc)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, (json.loads(out) if out.strip().startswith("{") else {}), err
+
+
+def test_sigkill_of_kstall_takes_qemu_with_it_and_a_later_run_sweeps_up(tmp_path):
+    proc = subprocess.Popen([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--count", "100000000",
+                             "--results", str(tmp_path)], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "guest up" in line:
+                break
+        pids = wait_for(qemu_and_gdb_pids, 30)
+        assert pids, "a guest should be running"
+        sockets = [p for p in Path(tempfile.gettempdir()).glob("kstall-*")
+                   if (p / ".owner").exists() and (p / ".owner").read_text().split()[0] == str(proc.pid)]
+        assert len(sockets) == 1 and list(tmp_path.glob(".*.incomplete"))
+        t0 = time.monotonic()
+        proc.kill()
+        proc.wait(10)
+        gone = wait_for(lambda: not (pids & qemu_and_gdb_pids()), 10)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(f"SIGKILL of kstall to its last child gone: {took:.3f}s")
+    assert gone and took < 5
+    assert sockets[0].exists() and list(tmp_path.glob(".*.incomplete"))  # what SIGKILL leaves
+    p = subprocess.run([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--results", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "removed 2 leftover(s) of killed kstall runs" in p.stderr
+    assert not sockets[0].exists() and not list(tmp_path.glob(".*.incomplete"))
+
+
+def test_gdb_killed_during_a_real_freeze_falls_back_to_qmp_with_the_same_classes(tmp_path):
+    rc, with_gdb, err = verify_json(tmp_path / "gdb", "debian:6.16.12", "perf-refresh")
+    assert rc == 1 and with_gdb["evidence"]["debug_method"] == "gdb", err[-2000:]
+    def kill_gdb(proc):
+        def gdb_pid():
+            return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
+        pids = wait_for(gdb_pid, 120, step=0.005)
+        assert pids, "kstall never started gdb"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    rc, doc, err = verify_with_fault(tmp_path / "qmp", ["debian:6.16.12", "perf-refresh"], kill_gdb)
+    ev = doc["evidence"]
+    assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
+    assert ev["debug_method"] == "qmp" and any(e.startswith("gdb:") for e in ev["debug_errors"])
+
+    def classes(d):
+        return {c["class"] for c in d["cpus"] if c["role"] != "benign"}
+    assert classes(doc) == classes(with_gdb)
+    assert doc["signature"] == with_gdb["signature"]
+    print(f"classification: gdb {with_gdb['timings'].get('debug_s')}s, qmp {doc['timings'].get('debug_s')}s")
+
+
+def _cold_env(cache: Path) -> dict:
+    return dict(os.environ, KSTALL_CACHE=str(cache))
+
+
+def test_two_runs_on_a_cold_cache_download_the_kernel_once_and_a_damaged_one_is_fetched_again(tmp_path):
+    cache = tmp_path / "cache"
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[[reproducer]]\nname = "perf-refresh"\n\n[[kernel]]\nspec = "debian:6.17.8"\n'
+                      'expect = { perf-refresh = "not_reproduced" }\n')
+    runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_cold_env(cache))
+            for cmd in ([*KSTALL, "matrix", str(matrix), "--results", str(tmp_path / "m")],
+                        [*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--results", str(tmp_path / "v")])]
+    outs = [p.communicate(timeout=900) for p in runs]
+    for p, (out, err) in zip(runs, outs):
+        assert p.returncode == 0, out[-1500:] + err[-1500:]
+    said = "".join(err for _, err in outs)
+    assert said.count("linux-image-6.17.8+deb13-amd64: 100% of") == 1, said[-3000:]
+    kdir = next((cache / "kernels" / "debian").glob("6.17.8*"))
+    vmlinuz = kdir / "vmlinuz"
+    vmlinuz.write_bytes(vmlinuz.read_bytes()[:1_000_000])
+    p = subprocess.run([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--results", str(tmp_path / "v")],
+                       capture_output=True, text=True, env=_cold_env(cache), timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "is damaged (vmlinuz sha256 mismatch (1000000 bytes)): fetching it again" in p.stderr
+    assert "linux-image-6.17.8+deb13-amd64: 100% of" in p.stderr
+
+
+USER = "kstall-user"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates an ordinary user")
+def test_verify_as_an_ordinary_user_with_a_fresh_cache():
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    top = Path(tempfile.mkdtemp(prefix="kstall-user-test-"))
+    try:
+        top.chmod(0o755)
+        repo = top / "repo"
+        files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+        for f in files.splitlines():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / f, repo / f)
+        for d in ("guest", "kselftest"):  # as `make guest` left them: the user cannot write build/
+            shutil.copytree(REPO / "build" / d, repo / "build" / d)
+        work = top / "work"
+        work.mkdir()
+        uid = pwd.getpwnam(USER).pw_uid
+        os.chown(work, uid, uid)
+        subprocess.run(["chmod", "-R", "a+rX", str(repo)], check=True)
+        p = subprocess.run(["runuser", "-u", USER, "--", "env", f"KSTALL_CACHE={work / 'cache'}", "HOME=" + str(work),
+                            sys.executable, str(repo / "harness" / "kstall"), "verify", "debian:6.16.12",
+                            "perf-refresh", "--json", "--results", str(work / "results")],
+                           capture_output=True, text=True, timeout=900)
+        doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
+        assert p.returncode == 1 and doc.get("verdict") == "VULNERABLE", p.stderr[-3000:]
+        assert all(f.stat().st_uid == uid for f in (work / "results").iterdir())
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    assert kstall_processes() == []
+
+
+def _qemu_of(proc: subprocess.Popen) -> int:
+    """The QEMU of a kstall verify started by the test (its child)."""
+    def find():
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    stat = (p / "stat").read_text()
+                    cmd = (p / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"qemu-system" in cmd and int(stat.rsplit(")", 1)[1].split()[1]) == proc.pid:
+                    return int(p.name)
+        return None
+    return wait_for(find, 120)
+
+
+@pytest.mark.parametrize("sig,words", [(signal.SIGKILL, "QEMU exited unexpectedly"),
+                                       (signal.SIGSTOP, "QEMU was stopped from outside kstall")])
+def test_qemu_killed_or_stopped_mid_run_is_an_error_naming_it(tmp_path, sig, words):
+    def fault(proc):
+        qemu = _qemu_of(proc)
+        assert qemu
+        time.sleep(7)  # booted and running the reproducer
+        os.kill(qemu, sig)
+    rc, doc, err = verify_with_fault(tmp_path, ["debian:6.17.8", "perf-refresh", "--count", "100000000"], fault)
+    assert rc == 4 and doc["verdict"] == "ERROR" and words in doc["reason"], err[-2000:]
+    assert wait_for(lambda: not kstall_processes(), 10) is not None
