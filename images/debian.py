@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from harness import paths
+from harness import paths, procs
 from images import packages
 from images.kernel import Kernel, Progress, SpecError, damage, load_meta, write_meta
 
@@ -112,8 +112,8 @@ class Archive:
                 f.unlink()
 
     def _run(self, tool: str, args: list[str], timeout: float) -> str:
-        try:
-            p = subprocess.run([tool, *self.opts(), *args], capture_output=True, text=True, timeout=timeout)
+        try:  # dies with kstall, even a SIGKILLed one
+            p = procs.run_bounded([tool, *self.opts(), *args], timeout=timeout)
         except subprocess.TimeoutExpired:
             raise SpecError(f"{tool} {' '.join(args)} took longer than {timeout:.0f}s (network?)") from None
         if p.returncode != 0:
@@ -129,7 +129,15 @@ class Archive:
                 return
             if progress:
                 progress("updating Debian package lists (private apt state)")
-            self._run("apt-get", ["update", "-q"], timeout=300)
+            try:
+                self._run("apt-get", ["update", "-q"], timeout=300)
+            except SpecError as e:
+                # an apt-get killed mid-update (kstall was) leaves lists apt cannot read again
+                if progress:
+                    progress(f"the private apt lists are damaged ({str(e)[-120:]}): fetching them afresh")
+                shutil.rmtree(self.lists, ignore_errors=True)
+                self._prepare()
+                self._run("apt-get", ["update", "-q"], timeout=300)
             for s in self.lists.glob("*_InRelease"):
                 s.touch()
             self._write_index()

@@ -193,3 +193,90 @@ def test_qemu_killed_or_stopped_mid_run_is_an_error_naming_it(tmp_path, sig, wor
     rc, doc, err = verify_with_fault(tmp_path, ["debian:6.17.8", "perf-refresh", "--count", "100000000"], fault)
     assert rc == 4 and doc["verdict"] == "ERROR" and words in doc["reason"], err[-2000:]
     assert wait_for(lambda: not kstall_processes(), 10) is not None
+
+
+# (stage, kernel, the progress line that says the stage has begun, what a whole run says)
+STAGES = [
+    ("index", "debian:6.17.8", "updating Debian package lists", "NOT_REPRODUCED"),
+    ("download", "debian:6.17.8", "linux-image-6.17.8+deb13-amd64: ", "NOT_REPRODUCED"),
+    # a kernel without cached symbols exports them right after its agent's hello
+    ("symbols", "debian:6.17.8", "guest up in", "NOT_REPRODUCED"),
+    ("boot", "debian:6.17.8", "booting debian:6.17.8", "NOT_REPRODUCED"),
+    ("sampling", "debian:6.16.12", "reading every vCPU with gdb", "VULNERABLE"),
+]
+EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -9}
+
+
+def _stage_cache(tmp_path: Path, stage: str) -> Path:
+    """A private cache at the right point: cold for the index, with the apt
+    lists for the download, with the kernel but no symbols for their capture,
+    a copy of the whole kernel entry otherwise."""
+    from harness import paths, symcache
+    cache = tmp_path / "cache"
+    if stage == "index":
+        return cache
+    shutil.copytree(paths.cache_dir() / "apt", cache / "apt", symlinks=True)
+    if stage != "download":
+        for k in ("6.17.8", "6.16.12"):
+            src = next((paths.cache_dir() / "kernels" / "debian").glob(f"{k}+*"))
+            shutil.copytree(src, cache / "kernels" / "debian" / src.name, ignore=shutil.ignore_patterns("lock"))
+            if stage in ("boot", "sampling"):
+                syms = symcache.path_for(json.loads((src / "kernel.json").read_text())["sha256"])
+                dest = cache / syms.relative_to(paths.cache_dir())
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(syms, dest)
+    return cache
+
+
+def _children_using(cache: Path) -> list[str]:
+    """Processes (apt-get, qemu, gdb, make) still working for a kstall that used cache."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+            except OSError:
+                continue
+            if str(cache) in cmd and "pytest" not in cmd:
+                out.append(f"{p.name}: {cmd[:100]}")
+    return out + kstall_processes()
+
+
+@pytest.mark.parametrize("stage,kernel,cue,whole", STAGES, ids=[s[0] for s in STAGES])
+def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cache(tmp_path, stage, kernel, cue,
+                                                                                   whole):
+    cache = _stage_cache(tmp_path, stage)
+    env = dict(os.environ, KSTALL_CACHE=str(cache))
+    results = tmp_path / "results"
+    for sig, rc in EXIT.items():
+        if stage in ("index", "download", "symbols"):  # the stage has to come again
+            shutil.rmtree(cache, ignore_errors=True)
+            cache = _stage_cache(tmp_path, stage)
+        proc = subprocess.Popen([*KSTALL, "verify", kernel, "perf-refresh", "--results", str(results)],
+                                stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        seen = []
+        try:
+            for line in proc.stderr:
+                seen.append(line)
+                if cue in line:
+                    break
+            assert any(cue in l for l in seen), "".join(seen)[-1500:]
+            proc.send_signal(sig)
+            proc.stderr.read()
+            assert proc.wait(60) == rc, f"{sig.name}: " + "".join(seen)[-1500:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert wait_for(lambda: not _children_using(cache), 10), (sig.name, _children_using(cache))
+        for run in (p for p in results.glob("*") if not p.name.startswith(".")):
+            doc = json.loads((run / "run.json").read_text())
+            assert doc["verdict"] == "ERROR" and ("interrupt" in doc["reason"] or "terminated" in doc["reason"]), doc
+        if sig != signal.SIGKILL:
+            assert not list(results.glob(".*.incomplete")), f"{sig.name} left a half-written run"
+    # the cache is usable, and what SIGKILL left is swept
+    p = subprocess.run([*KSTALL, "verify", kernel, "perf-refresh", "--json", "--results", str(results)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert json.loads(p.stdout)["verdict"] == whole, p.stderr[-2000:]
+    assert not list(results.glob(".*.incomplete"))
