@@ -407,6 +407,7 @@ def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reprod
             "max_heartbeat_gap_s": final.watch.get("max_heartbeat_gap_s"),
             "console_reports": final.watch.get("console_reports", []),
             "console_titles": console.titles(final.watch.get("console_reports", [])),
+            "console_reports_dropped": final.watch.get("console_reports_dropped", 0),
             "debug_method": final.samples.method if final.samples else None,
             "debug_errors": final.samples.errors if final.samples else [],
         },
