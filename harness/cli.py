@@ -284,7 +284,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(reports.summary_text(doc))
-        print(f"\nreports: {path}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap}}")
+        print(f"\nreports: {path}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap,kcidb.json}}")
     return 130 if runner.interrupted else doc["exit_code"]
 
 
@@ -311,7 +311,7 @@ def cmd_report(a: argparse.Namespace) -> int:
             raise
         target = out.finalize()
     print(reports.summary_text(doc))
-    print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap}}")
+    print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap,kcidb.json}}")
     return doc["exit_code"]
 
 
