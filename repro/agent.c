@@ -230,6 +230,12 @@ static void mount_all(void)
 	mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, NULL);
 	mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
 	mount("bpf", "/sys/fs/bpf", "bpf", 0, NULL);
+	/* what udev would add and devtmpfs lacks: shell tools in the guest (the
+	 * kselftest runner logs to /dev/stdout) expect them */
+	symlink("/proc/self/fd", "/dev/fd");
+	symlink("/proc/self/fd/0", "/dev/stdin");
+	symlink("/proc/self/fd/1", "/dev/stdout");
+	symlink("/proc/self/fd/2", "/dev/stderr");
 }
 
 /* value of key=... in /proc/cmdline, copied into out; 0 if absent */
