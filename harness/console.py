@@ -175,8 +175,7 @@ def match_line(line: str, patterns: Patterns) -> Report | None:
         if m:
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             message = groups.pop("title", None) or m.group(0)
-            return Report(p.kind, p.name, message.strip(), ts, line, groups, p.reason, [line], p,
-                          getattr(patterns, "skip", None))
+            return Report(p.kind, p.name, message.strip(), ts, line, groups, p.reason, [line], p, patterns.skip)
     return None
 
 

@@ -16,16 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import procs
+
 OWNER = ".owner"
 UNOWNED_AGE_S = 24 * 3600
 
 
 def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, after the command name
+    fields = procs.stat_fields(f"/proc/{pid}/stat")
+    return fields[19] if len(fields) > 19 else None
 
 
 def mark(directory: Path) -> None:

@@ -7,9 +7,21 @@ import os
 import signal
 import subprocess
 import threading
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def stat_fields(stat_file: str | Path) -> list[str]:
+    """The fields of a /proc/<pid>[/task/<tid>]/stat after the command name
+    (which may hold spaces and parentheses): [0] state, [1] ppid, [19]
+    start time. [] when the process is gone."""
+    try:
+        text = Path(stat_file).read_text(errors="replace")
+    except OSError:
+        return []
+    return text.rsplit(")", 1)[1].split() if ")" in text else []
 
 
 def die_with_parent() -> None:

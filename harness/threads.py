@@ -101,8 +101,7 @@ def read_proc(pid: int) -> dict[int, ProcThread]:
                 return (task / name).read_text(errors="replace")
             except OSError:
                 return ""
-        stat = read("stat")
-        state = stat.rsplit(")", 1)[1].split()[0] if ")" in stat else ""
+        state = (procs.stat_fields(task / "stat") or [""])[0]
         nr, args = parse_syscall(read("syscall"))
         out[int(task.name)] = ProcThread(int(task.name), read("comm").strip(), state, nr, args,
                                          parse_kstack(read("stack")))

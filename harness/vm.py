@@ -149,11 +149,8 @@ class VM:
     def stopped(self) -> bool:
         """QEMU itself is stopped (SIGSTOP, SIGTSTP from outside): its guest
         is silent, but not frozen."""
-        try:
-            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        except (OSError, AttributeError):
-            return False
-        return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+        fields = procs.stat_fields(f"/proc/{self.proc.pid}/stat") if self.proc else []
+        return bool(fields) and fields[0] in ("T", "t")
 
     def qemu_log_tail(self, n: int = 5) -> str:
         try:

@@ -357,7 +357,7 @@ class Watch:
             self._drain()
         if self.cancel is not None and self.cancel.is_set():
             return Outcome("interrupted", "interrupted (the matrix run was stopped)", now)
-        if self.vm.alive() and getattr(self.vm, "stopped", lambda: False)():
+        if self.vm.alive() and self.vm.stopped():
             return Outcome("qemu-stopped", "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
                            "the guest's silence is no freeze", now)
         r = self.pending_report

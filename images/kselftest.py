@@ -49,17 +49,19 @@ def _extract(members: list[str], dest: Path, progress: Progress | None) -> None:
     if progress:
         progress(f"kselftest: extracting {', '.join(members)} from {tarball.name}")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.", dir=dest.parent) as tmp:
-        r = subprocess.run(["tar", "-xJf", str(tarball), "-C", tmp, "--strip-components=1",
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        r = subprocess.run(["tar", "-xJf", str(tarball), "-C", str(tmp), "--strip-components=1",
                             *[f"{top}/{m}" for m in members]], capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise SpecError(f"kselftest: tar on {tarball} failed: {r.stderr.strip()[-300:]}")
-        bad = _mismatches(Path(tmp), p["sha256"])
+        bad = _mismatches(tmp, p["sha256"])
         if bad:
             raise SpecError(f"kselftest: {', '.join(bad)} in {tarball.name} do not match repro/selftest/kselftest.toml")
         shutil.rmtree(dest, ignore_errors=True)
-        Path(tmp).rename(dest)
-        Path(tmp).mkdir()  # for TemporaryDirectory's cleanup
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already unless something failed
 
 
 def headers(progress: Progress | None = None) -> Path:

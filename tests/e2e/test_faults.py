@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import procs
 from helpers import KSTALL, REPO, kstall_processes, verify_json
 
 pytestmark = pytest.mark.e2e
@@ -172,11 +173,10 @@ def _qemu_of(proc: subprocess.Popen) -> int:
         for p in Path("/proc").iterdir():
             if p.name.isdigit():
                 try:
-                    stat = (p / "stat").read_text()
                     cmd = (p / "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"qemu-system" in cmd and int(stat.rsplit(")", 1)[1].split()[1]) == proc.pid:
+                if b"qemu-system" in cmd and procs.stat_fields(p / "stat")[1:2] == [str(proc.pid)]:
                     return int(p.name)
         return None
     return wait_for(find, 120)
