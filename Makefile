@@ -80,7 +80,7 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory guest
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS) tests
+	$(PYTHON) -m pytest -q --durations=25 $(PYTEST_ARGS) tests
 
 unit: deps
 	@$(MAKE) --no-print-directory guest
@@ -94,6 +94,7 @@ bench: deps
 	$(PYTHON) tests/bench/bisect_prefetch.py
 	$(PYTHON) tests/bench/distro_specs.py
 	$(PYTHON) tests/bench/signal_malloc_speed.py
+	$(PYTHON) tests/bench/fault_speed.py
 
 # Not part of `make test`: a cold run builds a kernel (about 8 minutes on 2 cores)
 check-bisect: deps

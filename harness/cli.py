@@ -135,7 +135,7 @@ def print_human(doc: dict) -> None:
     boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"
     counted = f"{ev.get('count')} {ev.get('count_name')}; " if ev.get("count") is not None else ""
     print(f"  {counted}{boot}, verdict after {doc.get('wall_s')}s; "
-          f"results: {doc.get('results_dir')}")
+          f"results: {doc.get('results_dir') or 'not kept'}")
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
@@ -278,8 +278,9 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     res = runner.run()
     doc = reports.matrix_doc(m, res, out.work, out.id, a.shard, started, jobs, runner.budget.cores,
                              interrupted=runner.interrupted is not None)
-    reports.write_all(out.work, doc)
-    path = out.finalize()
+    with procs.signals_deferred():  # the reports are written whole, then a Ctrl-C acts
+        reports.write_all(out.work, doc)
+        path = out.finalize()
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -320,6 +321,8 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
     from harness.bisect_steps import StepPolicy
     from harness.bisection import REPRODUCES
     resumed = None
+    if a.resume and not a.resume.exists() and a.resume.name.endswith(".incomplete"):
+        a.resume = a.resume.with_name(a.resume.name[1:-len(".incomplete")])  # a killed one, kept by the sweep
     try:
         if a.resume:
             resumed = bisect_debian.load_steps(a.resume)
@@ -578,10 +581,12 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(list(sys.argv[1:] if argv is None else argv))
     if a.func in (cmd_verify, cmd_matrix, cmd_bisect_debian, cmd_bisect_git, cmd_bisect_step, cmd_symbols):
         root = Path(getattr(a, "results", None) or paths.results_dir())
-        gone = leftovers.sweep(root)
+        gone, kept = leftovers.sweep(root)
         if gone:
             echo_stderr(f"removed {len(gone)} leftover(s) of killed kstall runs: "
                         + ", ".join(p.name for p in gone[:5]) + (" ..." if len(gone) > 5 else ""))
+        for p in kept:
+            echo_stderr(f"kept the killed bisection {p}: resume it with --resume {p}")
     try:
         return a.func(a)
     except KeyboardInterrupt:
@@ -590,3 +595,6 @@ def main(argv: list[str] | None = None) -> int:
     except procs.Interrupted as e:
         echo_stderr(f"terminated ({e})")
         return 143
+    except OSError as e:  # the host's fault (a full disk, a vanished directory), not a verdict
+        echo_stderr(f"error: {e}")
+        return EXIT_ERROR

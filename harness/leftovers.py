@@ -6,17 +6,19 @@ SIGKILL leaves its socket directory (/tmp/kstall-*) and its half-assembled
 results directory (results/.<id>.incomplete). Each of those carries an
 .owner file (pid and process start time); a later kstall removes the ones
 whose owner is gone. A directory without an owner file is left alone unless
-it is a day old.
+it is a day old. A killed bisection is the exception: its steps took long to
+run, so its directory is kept, marked "killed", for `--resume`.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from harness import procs
+from harness import paths, procs
 
 OWNER = ".owner"
 UNOWNED_AGE_S = 24 * 3600
@@ -51,10 +53,36 @@ def candidates(results_root: Path | None) -> list[Path]:
     return out
 
 
-def sweep(results_root: Path | None) -> list[Path]:
-    """Remove the leftovers of kstall processes that are gone; what was removed."""
+def keep_bisection(directory: Path) -> Path | None:
+    """A killed bisection's directory, made whole for --resume; None if it is
+    not a bisection."""
+    state = directory / "bisect.json"
+    try:
+        doc = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return None
+    doc["status"] = "killed"
+    paths.write_atomic(state, json.dumps(doc, indent=2) + "\n")
+    for step in (directory / "runs").glob(".*.incomplete"):  # the step it was killed in
+        shutil.rmtree(step, ignore_errors=True)
+    (directory / OWNER).unlink(missing_ok=True)
+    final = directory.with_name(directory.name[1:-len(".incomplete")])
+    os.replace(directory, final)
+    return final
+
+
+def sweep(results_root: Path | None) -> tuple[list[Path], list[Path]]:
+    """Remove the leftovers of kstall processes that are gone, keeping killed
+    bisections: (what was removed, the bisections kept)."""
     now = time.time()
-    gone = [p for p in candidates(results_root) if _abandoned(p, now)]
-    for p in gone:
-        shutil.rmtree(p, ignore_errors=True)
-    return gone
+    removed, kept = [], []
+    for p in candidates(results_root):
+        if not _abandoned(p, now):
+            continue
+        done = keep_bisection(p) if p.name.endswith(".incomplete") else None
+        if done:
+            kept.append(done)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed, kept

@@ -8,6 +8,7 @@ run still ends up as a whole directory (with verdict ERROR, reason
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -19,6 +20,10 @@ from pathlib import Path
 from harness import leftovers, paths
 
 SCHEMA = "kstall.run/1"
+
+
+def out_of_space(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def slug(text: str) -> str:

@@ -5,7 +5,7 @@ VULNERABLE      a hang or stall whose stacks match a culprit signature
 CRASHED         a kernel panic or oops (with its title), not an emulator fault
 NOT_REPRODUCED  the reproducer exercised the path at least min_count times
 INCONCLUSIVE    the path was not exercised, or a hang matched no culprit
-ERROR           boot failure, QEMU died, emulator fault, bad input
+ERROR           boot failure, QEMU died or stopped answering, emulator fault, bad input
 A boot failure is never VULNERABLE.
 """
 from __future__ import annotations
@@ -49,6 +49,9 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
     if not classes:
         if stalled:
             return from_stalls(outcome, stall)
+        if any(e.startswith("qmp:") for e in debug_errors):  # QEMU answered neither its gdbstub nor QMP
+            return Verdict("ERROR", f"{outcome.kind}: {outcome.detail}; QEMU did not answer GDB or QMP, "
+                           f"so no vCPU could be read ({'; '.join(debug_errors)})")
         return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; CPU state could not be read "
                        f"({'; '.join(debug_errors) or 'no samples'})")
     summary = classify.summarize(classes)

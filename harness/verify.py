@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import (accel, classify, console, debug, paths, pmiss, preflight, reproducers, results, stalls, symcache,
-                     thread_hang, threads)
+from harness import (accel, classify, console, debug, paths, pmiss, preflight, procs, reproducers, results, stalls,
+                     symcache, thread_hang, threads)
 from harness.cores import Cancelled, CoreBudget, Gate
 from harness.nmi import NmiInjector
 from harness.procs import Interrupted
@@ -323,6 +323,7 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     run = results.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
     attempts: list[tuple[int, Attempt]] = []
     interrupted: BaseException | None = None
+    tb = ""
 
     def failed(kind: str, detail: str, verdict: str = "ERROR") -> None:
         attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
@@ -348,8 +349,11 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     except Cancelled as e:
         failed("interrupted", f"interrupted ({e})")
     except Exception as e:  # noqa: BLE001 - a kstall bug still ends as a complete run directory
-        failed("error", f"internal error: {type(e).__name__}: {e}")
-        run.write_text("traceback.txt", traceback.format_exc())
+        if results.out_of_space(e):
+            failed("error", f"no space left for the results: {e}")
+        else:
+            failed("error", f"internal error: {type(e).__name__}: {e}")
+            tb = traceback.format_exc()
     finally:
         if disk:
             disk.remove()
@@ -358,18 +362,40 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     if adir.exists():
         run.promote(adir)
     doc = build_run_json(run, spec, kernel, repro, opts, accel_kind, final, attempts, t_start)
+    with procs.signals_deferred():
+        try:
+            path = _write_run(run, final, doc, tb)
+        except OSError as e:
+            if not results.out_of_space(e):
+                raise
+            # a half-written run is worse than none: the verdict goes to stdout and stderr only
+            run.abandon()
+            path = None
+    if path is None:
+        v = Verdict("ERROR", f"no space left for the results in {run.root}: the run was not kept; "
+                             f"it said {final.verdict.line()}")
+        doc.update(verdict=v.verdict, exit_code=v.exit_code, line=v.line(), reason=v.reason, results_dir=None)
+        echo(v.reason)
+        if interrupted is not None:
+            raise interrupted
+        return Result(v, None, doc)
+    doc["results_dir"] = str(path)
+    if interrupted is not None:
+        echo(f"interrupted; partial results kept in {path}")
+        raise interrupted
+    return Result(final.verdict, path, doc)
+
+
+def _write_run(run: results.RunDir, final: Attempt, doc: dict, tb: str) -> Path:
+    if tb:
+        run.write_text("traceback.txt", tb)
     run.write_json("run.json", doc)
     if final.classes:
         run.write_json("cpus.json", {"cpus": [c.to_json() for c in final.classes],
                                      "samples": [f"sample-{i}.json" for i in range(len(final.samples.dumps))]
                                      if final.samples else []})
         run.write_text("backtraces.txt", results.backtraces_text(final.classes))
-    path = run.finalize()
-    doc["results_dir"] = str(path)
-    if interrupted is not None:
-        echo(f"interrupted; partial results kept in {path}")
-        raise interrupted
-    return Result(final.verdict, path, doc)
+    return run.finalize()
 
 
 def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reproducers.Reproducer, opts: Options,

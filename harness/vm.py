@@ -148,9 +148,11 @@ class VM:
 
     def stopped(self) -> bool:
         """QEMU itself is stopped (SIGSTOP, SIGTSTP from outside): its guest
-        is silent, but not frozen."""
+        is silent, but not frozen. A tracer's stop ("t": strace or gdb on
+        QEMU) comes and goes with each traced call; a main loop held that way
+        shows as QMP and the gdbstub not answering."""
         fields = procs.stat_fields(f"/proc/{self.proc.pid}/stat") if self.proc else []
-        return bool(fields) and fields[0] in ("T", "t")
+        return bool(fields) and fields[0] == "T"
 
     def qemu_log_tail(self, n: int = 5) -> str:
         try:

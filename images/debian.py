@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import http.client
 import json
 import re
 import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -41,6 +43,8 @@ SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
 _NAME = re.compile(r"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?amd64)$")
 # bookworm's stock kernel: linux-image-6.1.0-56-amd64, upstream version in Version
+# apt-get update's warning for a suite it could not reach
+FETCH_FAILED = re.compile(r"^W: Failed to fetch (\S+)\s+(.*)$", re.M)
 _OLD_NAME = re.compile(r"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?amd64)$")
 
 
@@ -112,13 +116,20 @@ class Archive:
                 f.unlink()
 
     def _run(self, tool: str, args: list[str], timeout: float) -> str:
+        return self._exec(tool, args, timeout).stdout
+
+    def _exec(self, tool: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
         try:  # dies with kstall, even a SIGKILLed one
             p = procs.run_bounded([tool, *self.opts(), *args], timeout=timeout)
         except subprocess.TimeoutExpired:
             raise SpecError(f"{tool} {' '.join(args)} took longer than {timeout:.0f}s (network?)") from None
         if p.returncode != 0:
             raise SpecError(f"{tool} {' '.join(args)} failed: {p.stderr.strip()[-500:]}")
-        return p.stdout
+        return p
+
+    def _apt_update(self) -> list[str]:
+        """apt-get update; the suites it could not fetch (apt warns and exits 0)."""
+        return FETCH_FAILED.findall(self._exec("apt-get", ["update", "-q"], timeout=300).stderr)
 
     def update(self, force: bool = False, progress: Progress | None = None) -> None:
         with self.locked():
@@ -130,16 +141,25 @@ class Archive:
             if progress:
                 progress("updating Debian package lists (private apt state)")
             try:
-                self._run("apt-get", ["update", "-q"], timeout=300)
+                failed = self._apt_update()
             except SpecError as e:
                 # an apt-get killed mid-update (kstall was) leaves lists apt cannot read again
                 if progress:
                     progress(f"the private apt lists are damaged ({str(e)[-120:]}): fetching them afresh")
                 shutil.rmtree(self.lists, ignore_errors=True)
                 self._prepare()
-                self._run("apt-get", ["update", "-q"], timeout=300)
-            for s in self.lists.glob("*_InRelease"):
-                s.touch()
+                failed = self._apt_update()
+            if failed:
+                url, why = failed[0]
+                if not any(self.lists.glob("*_Packages*")):
+                    raise SpecError(f"cannot reach Debian's suites ({len(failed)} failed; {url}: {why.strip()}): "
+                                    "check the network, or http_proxy")
+                if progress:  # old lists still name the kernels; the stamps stay old, so the next run retries
+                    progress(f"could not refresh {len(failed)} Debian suite(s) ({url}: {why.strip()}): "
+                             "using the package lists kstall already has")
+            else:
+                for s in self.lists.glob("*_InRelease"):
+                    s.touch()
             self._write_index()
 
     def _write_index(self) -> None:
@@ -233,32 +253,58 @@ def kernel_dir(k: DebKernel) -> Path:
     return paths.cache_dir() / "kernels" / "debian" / f"{k.release}_{k.version}"
 
 
+def _why(e: BaseException) -> str:
+    return str(getattr(e, "reason", None) or getattr(e, "strerror", None) or e or type(e).__name__)
+
+
 def _download(url: str, dest: Path, size: int, sha256: str, label: str, progress: Progress | None) -> None:
+    """Fetch url into dest, checked against size and sha256. A network or disk
+    failure is a SpecError that says which of the two it was."""
     h = hashlib.sha256()
     done = 0
     last = 0.0
     t0 = time.monotonic()
     tty = sys.stderr.isatty()
-    with urllib.request.urlopen(url, timeout=60) as r, open(dest, "wb") as f:
-        while True:
-            chunk = r.read(1 << 20)
-            if not chunk:
-                break
-            f.write(chunk)
-            h.update(chunk)
-            done += len(chunk)
-            now = time.monotonic()
-            if progress and (now - last > (0.5 if tty else 10) or done == size):
-                last = now
-                rate = done / max(now - t0, 1e-3) / 1e6
-                pct = 100 * done // max(size, 1)
-                bar = "#" * (pct // 5) + "-" * (20 - pct // 5)
-                progress(f"\r[{bar}] {pct:3d}% {done / 1e6:.0f}/{size / 1e6:.0f} MB {rate:.0f} MB/s {label}"
-                         if tty else f"{label}: {pct}% of {size / 1e6:.0f} MB ({rate:.0f} MB/s)")
+    host = urllib.parse.urlsplit(url).netloc
+    try:
+        r = urllib.request.urlopen(url, timeout=60)
+    except (OSError, http.client.HTTPException) as e:
+        raise SpecError(f"cannot download {label} from {host}: {_why(e)}") from None
+    with r:
+        try:
+            f = open(dest, "wb")
+        except OSError as e:
+            raise SpecError(f"cannot store {label} in {dest.parent}: {_why(e)}") from None
+        with f:
+            while True:
+                try:
+                    chunk = r.read(1 << 20)
+                except (OSError, http.client.HTTPException) as e:
+                    raise SpecError(f"download of {label} from {host} broke off after {done} of {size} bytes: "
+                                    f"{_why(e)}") from None
+                if not chunk:
+                    break
+                try:
+                    f.write(chunk)
+                    f.flush()
+                except OSError as e:
+                    raise SpecError(f"cannot store {label} in {dest.parent}: {_why(e)}") from None
+                h.update(chunk)
+                done += len(chunk)
+                now = time.monotonic()
+                if progress and (now - last > (0.5 if tty else 10) or done == size):
+                    last = now
+                    rate = done / max(now - t0, 1e-3) / 1e6
+                    pct = 100 * done // max(size, 1)
+                    bar = "#" * (pct // 5) + "-" * (20 - pct // 5)
+                    progress(f"\r[{bar}] {pct:3d}% {done / 1e6:.0f}/{size / 1e6:.0f} MB {rate:.0f} MB/s {label}"
+                             if tty else f"{label}: {pct}% of {size / 1e6:.0f} MB ({rate:.0f} MB/s)")
     if progress and tty:
         progress("\n")
+    if done < size:  # the server closed the connection early
+        raise SpecError(f"download of {label} from {host} broke off after {done} of {size} bytes")
     if done != size or h.hexdigest() != sha256:
-        raise SpecError(f"download of {label} is corrupt ({done} of {size} bytes, sha256 mismatch)")
+        raise SpecError(f"download of {label} from {host} is corrupt ({done} of {size} bytes, sha256 mismatch)")
 
 
 def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -> Path:
@@ -290,6 +336,15 @@ def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -
                                           {"package": k.package, "image_package": k.image_package,
                                            "version": k.version, "suite": k.suite})
             write_meta(d, kernel)
+        except (SpecError, OSError) as e:
+            for p in d.iterdir():  # no half-unpacked kernel holding the space a full disk needs
+                if p.is_dir():
+                    shutil.rmtree(p)
+                elif p.name != "lock":
+                    p.unlink()
+            if isinstance(e, OSError):
+                raise SpecError(f"cannot unpack {k.package} into {d}: {_why(e)}") from None
+            raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return d

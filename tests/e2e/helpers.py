@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +29,30 @@ def verify_json(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
     p = kstall("verify", *args[:i], "--json", "--results", str(tmp_path), *args[i:])
     doc = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
     return p.returncode, doc, p.stderr
+
+
+def wait_for(cond, timeout: float, step: float = 0.01):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+def verify_with_fault(results: Path, args: list[str], fault) -> tuple[int, dict, str]:
+    """kstall verify ARGS --json, with fault(proc) done to it while it runs."""
+    proc = subprocess.Popen([*KSTALL, "verify", *args, "--json", "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        fault(proc)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, (json.loads(out) if out.strip().startswith("{") else {}), err
 
 
 def kstall_processes() -> list[str]:

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Version bisect on real Debian kernels: interrupted after its first steps,
-resumed from its results directory, and still naming the boundary."""
+"""Version bisect on real Debian kernels: interrupted (SIGINT, SIGTERM) and
+killed (SIGKILL) between its steps, resumed from its results directory each
+time, and still naming the boundary without running a step twice."""
 from __future__ import annotations
 
 import json
@@ -26,35 +27,56 @@ def recorded_steps(root: Path) -> list[dict]:
     return []
 
 
-def test_interrupted_bisection_resumes_without_running_its_steps_again(tmp_path):
-    res = tmp_path / "r"
-    proc = subprocess.Popen([*KSTALL, "bisect", "debian", "--old", "6.12.107", "--new", "6.16.12", "perf-refresh",
-                             "--results", str(res)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=interruptible)
+def run_until(args: list[str], res: Path, steps: int, sig: signal.Signals) -> subprocess.Popen:
+    """A bisection, sent sig once it has recorded `steps` steps."""
+    proc = subprocess.Popen([*KSTALL, "bisect", "debian", *args, "--results", str(res)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline and len(recorded_steps(res)) < 2:
+        while proc.poll() is None and time.monotonic() < deadline and len(recorded_steps(res)) < steps:
             time.sleep(0.5)
         assert proc.poll() is None, "the bisection ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130
-    assert kstall_processes() == []
-    first = next(res.glob("*-bisect-debian-*"))
-    done = json.loads((first / "bisect.json").read_text())
-    assert done["status"] == "interrupted" and len(done["steps"]) >= 2
-    before = {s["candidate"] for s in done["steps"]}
+    return proc
 
-    p = kstall("bisect", "debian", "--resume", str(first), "--results", str(res), timeout=900)
+
+def newest(res: Path) -> Path:
+    return max((d for d in res.glob("*-bisect-debian-*") if not d.name.startswith(".")),
+               key=lambda d: d.stat().st_mtime)
+
+
+def test_a_bisection_interrupted_killed_and_resumed_never_runs_a_step_twice(tmp_path):
+    res = tmp_path / "r"
+    args = ["--old", "6.12.107", "--new", "6.16.12", "perf-refresh"]
+    before: set[str] = set()
+    for n, (sig, rc) in enumerate(((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGKILL, -9)), 1):
+        proc = run_until(args, res, n, sig)
+        assert proc.returncode == rc, (sig.name, proc.returncode)
+        assert kstall_processes() == []
+        if sig == signal.SIGKILL:  # its directory is still .incomplete: the next kstall keeps it
+            killed = next(res.glob(".*-bisect-debian-*.incomplete"))
+            last = killed.with_name(killed.name[1:-len(".incomplete")])
+            state = "running"
+        else:
+            last, state = newest(res), "interrupted"
+        done = json.loads(((killed if sig == signal.SIGKILL else last) / "bisect.json").read_text())
+        assert done["status"] == state and len(done["steps"]) >= n, (sig.name, done["status"], len(done["steps"]))
+        now = {s["candidate"] for s in done["steps"]}
+        assert before <= now, f"{sig.name}: steps were lost"
+        before = now
+        args = ["--resume", str(last)]
+
+    p = kstall("bisect", "debian", *args, "--results", str(res), timeout=900)
     assert p.returncode == 0, p.stderr[-2000:]
+    assert f"kept the killed bisection {last}" in p.stderr, p.stderr[-2000:]
     again = [c for c in before if f": debian:{c} ...\n" in p.stderr]
     assert again == [], f"recorded steps ran again: {again}"
-    resumed = max(res.glob("*-bisect-debian-*"), key=lambda d: d.stat().st_mtime)
-    doc = json.loads((resumed / "bisect.json").read_text())
+    doc = json.loads((newest(res) / "bisect.json").read_text())
     assert doc["direction"] == "regression" and doc["status"] == "done"
     states = {s["candidate"]: s["state"] for s in doc["steps"]}
     assert states[doc["last_old"]] == "clean" and states[doc["first_new"]] == "reproduces"

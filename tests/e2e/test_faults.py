@@ -18,37 +18,13 @@ from pathlib import Path
 import pytest
 
 from harness import procs
-from helpers import KSTALL, REPO, kstall_processes, verify_json
+from helpers import KSTALL, REPO, interruptible, kstall_processes, verify_json, verify_with_fault, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
 def qemu_and_gdb_pids() -> set[int]:
     return {int(p.split(":")[0]) for p in kstall_processes()}
-
-
-def wait_for(cond, timeout: float, step: float = 0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return None
-
-
-def verify_with_fault(results: Path, args: list[str], fault) -> tuple[int, dict, str]:
-    """kstall verify ARGS --json, with fault(proc) done to it while it runs."""
-    proc = subprocess.Popen([*KSTALL, "verify", *args, "--json", "--results", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        fault(proc)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, (json.loads(out) if out.strip().startswith("{") else {}), err
 
 
 def test_sigkill_of_kstall_takes_qemu_with_it_and_a_later_run_sweeps_up(tmp_path):
@@ -102,6 +78,59 @@ def test_gdb_killed_during_a_real_freeze_falls_back_to_qmp_with_the_same_classes
     assert classes(doc) == classes(with_gdb)
     assert doc["signature"] == with_gdb["signature"]
     print(f"classification: gdb {with_gdb['timings'].get('debug_s')}s, qmp {doc['timings'].get('debug_s')}s")
+
+
+def _gdb_pids() -> list[int]:
+    return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
+
+
+def test_gdb_hung_during_a_real_freeze_is_given_up_on_and_qmp_reads_the_same_classes(tmp_path):
+    stopped = []
+
+    def hang_gdb(proc):
+        pids = wait_for(_gdb_pids, 120, step=0.005)
+        assert pids, "kstall never started gdb"
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)  # alive, holding its terminal and the gdbstub, answering nothing
+        stopped.extend(pids)
+    t0 = time.monotonic()
+    rc, doc, err = verify_with_fault(tmp_path, ["debian:6.16.12", "perf-refresh"], hang_gdb)
+    ev = doc["evidence"]
+    assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
+    assert ev["debug_method"] == "qmp" and any("gdb stopped answering" in e for e in ev["debug_errors"]), ev
+    assert {c["class"] for c in doc["cpus"] if c["role"] == "culprit"} == {"hrtimer_cancel self-deadlock"}
+    assert not any(Path(f"/proc/{pid}").exists() for pid in stopped), "the hung gdb was not reaped"
+    print(f"verdict with a hung gdb after {time.monotonic() - t0:.1f}s")
+
+
+def _main_thread_held(pid: int) -> subprocess.Popen:
+    """strace holds QEMU's main loop thread (only that one) at its next
+    ppoll for 10 minutes: QMP and the gdbstub go unanswered while the vCPU
+    threads run on. strace ends when QEMU does."""
+    return subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-p", str(pid), "-e", "trace=ppoll",
+                             "-e", "inject=ppoll:delay_enter=600000000"], stdin=subprocess.DEVNULL)
+
+
+def test_qmp_not_answering_is_an_error_naming_it_never_a_verdict_about_the_kernel(tmp_path):
+    tracer = []
+
+    def hold_main_loop(proc):
+        qemu = _qemu_of(proc)
+        assert qemu
+        time.sleep(7)  # booted and running the reproducer
+        tracer.append(_main_thread_held(qemu))
+    try:
+        t0 = time.monotonic()
+        rc, doc, err = verify_with_fault(tmp_path, ["debian:6.17.8", "perf-refresh", "--count", "100000000"],
+                                         hold_main_loop)
+        took = time.monotonic() - t0
+    finally:
+        for t in tracer:
+            procs.reap(t)
+    assert rc == 4 and doc["verdict"] == "ERROR", err[-2000:]
+    assert "did not answer GDB or QMP" in doc["reason"] and "QMP timed out" in doc["reason"], doc["reason"]
+    assert wait_for(lambda: not kstall_processes(), 10) is not None
+    print(f"ERROR after {took:.1f}s: {doc['reason']}")
 
 
 def _cold_env(cache: Path) -> dict:
@@ -202,6 +231,7 @@ STAGES = [
     # a kernel without cached symbols exports them right after its agent's hello
     ("symbols", "debian:6.17.8", "guest up in", "NOT_REPRODUCED"),
     ("boot", "debian:6.17.8", "booting debian:6.17.8", "NOT_REPRODUCED"),
+    ("running", "debian:6.17.8", "guest up in", "NOT_REPRODUCED"),  # and 3 s more
     ("sampling", "debian:6.16.12", "reading every vCPU with gdb", "VULNERABLE"),
 ]
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -9}
@@ -220,7 +250,7 @@ def _stage_cache(tmp_path: Path, stage: str) -> Path:
         for k in ("6.17.8", "6.16.12"):
             src = next((paths.cache_dir() / "kernels" / "debian").glob(f"{k}+*"))
             shutil.copytree(src, cache / "kernels" / "debian" / src.name, ignore=shutil.ignore_patterns("lock"))
-            if stage in ("boot", "sampling"):
+            if stage in ("boot", "running", "sampling"):
                 syms = symcache.path_for(json.loads((src / "kernel.json").read_text())["sha256"])
                 dest = cache / syms.relative_to(paths.cache_dir())
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -253,8 +283,7 @@ def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cac
             shutil.rmtree(cache, ignore_errors=True)
             cache = _stage_cache(tmp_path, stage)
         proc = subprocess.Popen([*KSTALL, "verify", kernel, "perf-refresh", "--results", str(results)],
-                                stderr=subprocess.PIPE, text=True, env=env,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                stderr=subprocess.PIPE, text=True, env=env, preexec_fn=interruptible)
         seen = []
         try:
             for line in proc.stderr:
@@ -262,6 +291,8 @@ def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cac
                 if cue in line:
                     break
             assert any(cue in l for l in seen), "".join(seen)[-1500:]
+            if stage == "running":
+                time.sleep(3)
             proc.send_signal(sig)
             proc.stderr.read()
             assert proc.wait(60) == rc, f"{sig.name}: " + "".join(seen)[-1500:]
@@ -280,3 +311,59 @@ def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cac
                        capture_output=True, text=True, env=env, timeout=600)
     assert json.loads(p.stdout)["verdict"] == whole, p.stderr[-2000:]
     assert not list(results.glob(".*.incomplete"))
+
+
+SIGNAL_AT = Path(__file__).with_name("signal_at.py")
+# stages over in milliseconds, hit on entry by tests/e2e/signal_at.py:
+# (stage, function, kstall arguments, the verdict of a whole run, how a run interrupted there ends)
+POINTS = [
+    ("classification", "harness.classify.classify_samples", ["verify", "debian:6.16.12", "perf-refresh"],
+     "VULNERABLE", "interrupted"),
+    ("results", "harness.verify._write_run", ["verify", "debian:6.17.8", "perf-refresh"],
+     "NOT_REPRODUCED", "whole"),  # the run is written whole first
+    ("report-merge", "harness.reports.write_all", ["matrix", "MATRIX"], "NOT_REPRODUCED", "whole"),
+]
+
+
+def _verdicts(results: Path) -> list[str]:
+    """The verdicts of the finished runs (or matrices) under results."""
+    out = []
+    for d in sorted(p for p in results.glob("*") if not p.name.startswith(".")):
+        doc = json.loads((d / "run.json").read_text()) if (d / "run.json").exists() else \
+            json.loads((d / "matrix.json").read_text())
+        if "cells" in doc:  # a matrix must also have written every report
+            assert {"summary.md", "report.html", "junit.xml", "matrix.ktap", "kcidb.json"} <= \
+                {p.name for p in d.iterdir()}, d
+            out += [c["verdict"] for c in doc["cells"]]
+        else:
+            out.append("interrupted" if "interrupt" in doc["reason"] or "terminated" in doc["reason"]
+                       else doc["verdict"])
+    return out
+
+
+@pytest.mark.parametrize("stage,function,args,whole,interrupted", POINTS, ids=[p[0] for p in POINTS])
+def test_signals_at_short_stages_end_in_a_whole_run_or_a_clearly_interrupted_one(tmp_path, stage, function, args,
+                                                                                  whole, interrupted):
+    results = tmp_path / "results"
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[[reproducer]]\nname = "perf-refresh"\n\n[[kernel]]\nspec = "debian:6.17.8"\n'
+                      'expect = { perf-refresh = "not_reproduced" }\n')
+    args = [str(matrix) if a == "MATRIX" else a for a in args] + ["--results", str(results)]
+    # SIGKILL first: each later run must find the cache usable and sweep what the killed one left
+    for sig, rc in ((signal.SIGKILL, -9), (signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        before = _verdicts(results)
+        p = subprocess.run([sys.executable, str(SIGNAL_AT), function, sig.name[3:], *args], capture_output=True,
+                           text=True, timeout=600, preexec_fn=interruptible)
+        assert f"signal_at: {sig.name} at {function}" in p.stderr, p.stderr[-2000:]
+        assert p.returncode == rc, f"{sig.name}: {p.returncode}: {p.stderr[-2000:]}"
+        assert wait_for(lambda: not kstall_processes(), 10) is not None, kstall_processes()
+        new = _verdicts(results)[len(before):]
+        if sig == signal.SIGKILL:
+            assert new == [] and list(results.glob(".*.incomplete")), "SIGKILL leaves only an .incomplete run"
+        else:
+            assert "removed" in p.stderr or sig != signal.SIGINT, "the killed run's leftovers were not swept"
+            assert not list(results.glob(".*.incomplete")), f"{sig.name} left a half-written run"
+            assert new == [whole if interrupted == "whole" else "interrupted"], new
+    if interrupted != "whole":  # the cache still serves a whole run
+        p = subprocess.run([*KSTALL, *args], capture_output=True, text=True, timeout=600)
+        assert _verdicts(results)[-1] == whole, p.stderr[-2000:]

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """Leftovers of killed runs: removed when their owner is gone, never while it lives."""
+import json
 import os
 import subprocess
 import sys
@@ -23,8 +24,23 @@ def test_only_dead_owners_leftovers_are_swept(tmp_path, monkeypatch):
     pid = int(child.stdout)
     (dead / leftovers.OWNER).write_text(f"{pid} 1\n")
     (half / leftovers.OWNER).write_text(f"{os.getpid()} 0\n")  # pid reused by someone else: start time differs
-    gone = leftovers.sweep(results)
-    assert sorted(gone) == sorted([dead, half])
+    gone, kept = leftovers.sweep(results)
+    assert sorted(gone) == sorted([dead, half]) and kept == []
     assert live.exists() and unowned.exists() and not dead.exists() and not half.exists()
     os.utime(unowned, (0, 0))  # a day old and ownerless
-    assert leftovers.sweep(results) == [unowned]
+    assert leftovers.sweep(results) == ([unowned], [])
+
+
+def test_a_killed_bisection_is_kept_for_resume_not_swept(tmp_path):
+    killed = tmp_path / ".20261123-bisect-debian-6.12.107-6.16.12-perf-refresh-ab12.incomplete"
+    (killed / "runs" / ".20261123-6.16.3-perf-refresh-cd34.incomplete").mkdir(parents=True)
+    (killed / "runs" / "20261123-6.12.107-perf-refresh-ef56").mkdir()
+    (killed / "bisect.json").write_text(json.dumps({"status": "running", "steps": [{"candidate": "6.12.107"}]}))
+    (killed / leftovers.OWNER).write_text("999999999 1\n")
+    gone, kept = leftovers.sweep(tmp_path)
+    final = tmp_path / "20261123-bisect-debian-6.12.107-6.16.12-perf-refresh-ab12"
+    assert gone == [] and kept == [final] and not killed.exists()
+    doc = json.loads((final / "bisect.json").read_text())
+    assert doc["status"] == "killed" and doc["steps"] == [{"candidate": "6.12.107"}]
+    assert [p.name for p in (final / "runs").iterdir()] == ["20261123-6.12.107-perf-refresh-ef56"]
+    assert not (final / leftovers.OWNER).exists()

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Faults of the host around kstall: Debian's mirror unreachable, a download
+cut off mid-way, a full disk under the cache or the results. Each ends in an
+ERROR that names the fault, leaves nothing half-written, and the next run
+on the same cache gets the right verdict."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from harness import paths
+from helpers import KSTALL, kstall_processes
+from netfault import CuttingProxy, closed_port
+
+pytestmark = pytest.mark.e2e
+
+KERNEL = "debian:6.17.8"
+PACKAGE = "linux-image-6.17.8+deb13-amd64"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
+
+
+def verify(cache: Path, results: Path, **env: str) -> tuple[int, dict, str]:
+    p = subprocess.run([*KSTALL, "verify", KERNEL, "perf-refresh", "--json", "--results", str(results)],
+                       capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "KSTALL_CACHE": str(cache), **env})
+    assert not [l for l in p.stderr.splitlines() if l.startswith("Traceback")], p.stderr[-3000:]
+    return p.returncode, json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}, p.stderr
+
+
+def with_lists(cache: Path, age_s: float = 0) -> None:
+    """The apt lists of the shared cache, as old as age_s (fresh lists are not updated)."""
+    shutil.copytree(paths.cache_dir() / "apt", cache / "apt", symlinks=True, dirs_exist_ok=True)
+    t = time.time() - age_s
+    for f in (cache / "apt" / "lists").glob("*_InRelease"):
+        os.utime(f, (t, t))
+
+
+def kernel_leftovers(cache: Path) -> list[str]:
+    """What a failed download left in the kernel's cache directory (its lock may stay)."""
+    return sorted(p.name for d in (cache / "kernels" / "debian").glob("6.17.8*") for p in d.iterdir()
+                  if p.name != "lock")
+
+
+def no_apt_left(cache: Path) -> bool:
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and str(cache).encode() in (p / "cmdline").read_bytes():
+                return False
+        except OSError:
+            pass
+    return True
+
+
+def test_an_unreachable_mirror_or_a_cut_download_is_an_error_naming_it_and_the_cache_recovers(tmp_path):
+    cache, results = tmp_path / "cache", tmp_path / "results"
+    nowhere = f"http://127.0.0.1:{closed_port()}"
+    # a cold cache and no way to Debian: nothing to fall back on
+    rc, doc, err = verify(cache, results, http_proxy=nowhere)
+    assert rc == 4 and doc["verdict"] == "ERROR" and "cannot reach Debian's suites" in doc["reason"], err[-2000:]
+    assert no_apt_left(cache)
+    # old lists, mirror gone: the lists serve, the download says why it failed
+    with_lists(cache, age_s=7 * 3600)
+    rc, doc, err = verify(cache, results, http_proxy=nowhere)
+    assert "could not refresh 7 Debian suite(s)" in err and "using the package lists kstall already has" in err, \
+        err[-2000:]
+    assert rc == 4 and f"cannot download {PACKAGE} from deb.debian.org" in doc["reason"], doc
+    stamps = [f.stat().st_mtime for f in (cache / "apt" / "lists").glob("*_InRelease")]
+    assert max(stamps) < time.time() - 6 * 3600, "a failed refresh must not mark the lists fresh"
+    assert kernel_leftovers(cache) == []
+    # the connection drops 4 MiB into the package
+    with_lists(cache)
+    with CuttingProxy(4 << 20) as proxy:
+        rc, doc, err = verify(cache, results, http_proxy=proxy.url)
+    assert proxy.cut, "the download did not go through the proxy"
+    assert rc == 4 and f"download of {PACKAGE} from deb.debian.org broke off after 4194304 of" in doc["reason"], \
+        doc.get("reason", err[-2000:])
+    assert kernel_leftovers(cache) == [] and not (results.exists() and list(results.iterdir()))
+    # the network is back: the same cache serves a whole run
+    rc, doc, err = verify(cache, results)
+    assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
+    assert kstall_processes() == []
+
+
+@contextmanager
+def small_disk(where: Path, size: str):
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "kstall-test", str(where)], check=True)
+    try:
+        yield lambda new: subprocess.run(["mount", "-o", f"remount,size={new}", str(where)], check=True)
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@root_only
+def test_a_full_cache_disk_is_an_error_naming_it_and_leaves_no_half_kernel(tmp_path):
+    cache, results = tmp_path / "cache", tmp_path / "results"
+    lists = sum(f.stat().st_size for f in (paths.cache_dir() / "apt").rglob("*") if f.is_file())
+    with small_disk(cache, str(lists + (40 << 20))) as grow:
+        with_lists(cache)  # then 40 MiB are left for a 169 MB package
+        rc, doc, err = verify(cache, results)
+        assert rc == 4 and doc["verdict"] == "ERROR", err[-2000:]
+        assert f"cannot store {PACKAGE} in" in doc["reason"] and "No space left on device" in doc["reason"], doc
+        assert kernel_leftovers(cache) == [] and no_apt_left(cache)
+        grow("1g")
+        rc, doc, err = verify(cache, results)
+        assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
+
+
+@root_only
+def test_a_full_results_disk_is_an_error_naming_it_and_leaves_no_half_run(tmp_path):
+    results = tmp_path / "results"
+    with small_disk(results, "64k") as grow:
+        rc, doc, err = verify(paths.cache_dir(), results)
+        assert rc == 4 and doc["verdict"] == "ERROR", err[-2000:]
+        assert doc["reason"].startswith(f"no space left for the results in {results}") and \
+            "it said NOT_REPRODUCED" in doc["reason"], doc["reason"]
+        assert list(results.iterdir()) == [], "a half-written run was left"
+        assert kstall_processes() == []
+        grow("64m")
+        rc, doc, err = verify(paths.cache_dir(), results)
+        assert rc == 0 and (results / Path(doc["results_dir"]).name / "run.json").exists(), err[-2000:]
