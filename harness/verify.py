@@ -249,6 +249,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                     w.finish()
                     break
                 if outcome.kind not in ("freeze", "stuck") or r.debug_hang(vm, w, outcome) or false_alarms >= 2:
+                    if r.samples is not None and not r.samples.dumps:
+                        outcome = qemu_at_fault(vm, outcome)
                     break
                 false_alarms += 1
                 for f in out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
@@ -287,6 +289,18 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None)
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, cmdline, target, raise_later,
                    r.process, r.process_error)
+
+
+def qemu_at_fault(vm: VM, outcome: Outcome) -> Outcome:
+    """A hang whose vCPUs could not be read: when QEMU died or was stopped
+    meanwhile, that is the finding, not the hang."""
+    if not vm.alive():
+        return Outcome("qemu-exit", f"QEMU exited unexpectedly while kstall read its vCPUs (after a {outcome.kind}); "
+                       f"{vm.qemu_log_tail(3)}", outcome.at)
+    if vm.stopped():
+        return Outcome("qemu-stopped", "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP) while kstall read "
+                       f"its vCPUs (after a {outcome.kind})", outcome.at)
+    return outcome
 
 
 def stall_evidence(repro: reproducers.Reproducer, w: Watch) -> dict | None:

@@ -211,15 +211,24 @@ def _qemu_of(proc: subprocess.Popen) -> int:
     return wait_for(find, 120)
 
 
+@pytest.mark.parametrize("stage,kernel", [("boot", "debian:6.17.8"), ("running", "debian:6.17.8"),
+                                          ("sampling", "debian:6.16.12")], ids=["boot", "running", "sampling"])
 @pytest.mark.parametrize("sig,words", [(signal.SIGKILL, "QEMU exited unexpectedly"),
-                                       (signal.SIGSTOP, "QEMU was stopped from outside kstall")])
-def test_qemu_killed_or_stopped_mid_run_is_an_error_naming_it(tmp_path, sig, words):
+                                       (signal.SIGSTOP, "QEMU was stopped from outside kstall")],
+                         ids=["killed", "stopped"])
+def test_qemu_killed_or_stopped_is_an_error_naming_it(tmp_path, stage, kernel, sig, words):
     def fault(proc):
         qemu = _qemu_of(proc)
         assert qemu
-        time.sleep(7)  # booted and running the reproducer
+        if stage == "boot":
+            time.sleep(0.5)
+        elif stage == "running":
+            time.sleep(7)
+        else:  # while gdb reads the frozen guest
+            assert wait_for(_gdb_pids, 120, step=0.005), "kstall never started gdb"
         os.kill(qemu, sig)
-    rc, doc, err = verify_with_fault(tmp_path, ["debian:6.17.8", "perf-refresh", "--count", "100000000"], fault)
+    count = [] if stage == "sampling" else ["--count", "100000000"]
+    rc, doc, err = verify_with_fault(tmp_path, [kernel, "perf-refresh", *count], fault)
     assert rc == 4 and doc["verdict"] == "ERROR" and words in doc["reason"], err[-2000:]
     assert wait_for(lambda: not kstall_processes(), 10) is not None
 

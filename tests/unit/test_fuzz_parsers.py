@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 """Every host parser of guest data against hostile input: random bytes, real
 recorded lines mutated, numbers too long for int(), endless lines, a 100 MB
-stream. None may raise, and memory and time stay bounded.
+stream. None may raise, memory and time stay bounded, and none writes a file
+(an audit hook sees every open, mkdir, rename and removal while they run).
 
 The seed is fixed: a failure reproduces. FUZZ_INPUTS (default 10000) is the
 number of inputs per parser."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 import tracemalloc
 from types import SimpleNamespace
@@ -55,6 +57,34 @@ def lines(rng: random.Random) -> list[str]:
         else:
             out.append(rng.randbytes(rng.randint(0, 300)).decode(errors="replace"))
     return out
+
+
+WRITES: list | None = None  # what the code under test wrote; None: not watching
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _audit(event: str, args: tuple) -> None:
+    if WRITES is None:
+        return
+    if event == "open" and ((isinstance(args[1], str) and any(c in args[1] for c in "wax+"))
+                            or (args[1] is None and isinstance(args[2], int) and args[2] & _WRITE_FLAGS)):
+        WRITES.append((event, args[0]))
+    elif event in ("os.mkdir", "os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link", "os.truncate"):
+        WRITES.append((event, args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(autouse=True)
+def no_file_written():
+    global WRITES
+    WRITES = []
+    try:
+        yield
+        assert WRITES == [], f"a parser of guest data wrote files: {WRITES[:5]}"
+    finally:
+        WRITES = None
 
 
 def watch() -> Watch:
