@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import select
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -370,8 +371,13 @@ class Watch:
         if not self.vm.alive():
             if self.exit_code is not None:
                 return Outcome("done", f"reproducer exited with code {self.exit_code}", now)
+            rc = self.vm.proc.returncode if self.vm.proc else None
+            if rc is not None and rc < 0:  # a signal from outside (the OOM killer, a kill): not the kernel's doing
+                sig = next((s.name for s in signal.Signals if s == -rc), f"signal {-rc}")
+                return Outcome("qemu-exit", f"QEMU exited unexpectedly, killed by {sig}"
+                               f"{' before the guest agent started' if self.hello_at is None else ''}; "
+                               f"{self.vm.qemu_log_tail(3)}", now)
             if self.hello_at is None:
-                rc = self.vm.proc.returncode if self.vm.proc else None
                 why = ("the guest reset before its agent started (QEMU runs with -no-reboot, so a kernel "
                        "that cannot boot ends like this)" if rc == 0 else
                        f"QEMU exited with status {rc} before the guest agent started: {self.vm.qemu_log_tail(3)}")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from helpers import KSTALL, kstall_processes
+from helpers import KSTALL, kstall_processes, verify_with_fault, wait_for
 from netfault import CuttingProxy, closed_port
 
 pytestmark = pytest.mark.e2e
@@ -113,16 +113,28 @@ def test_a_full_cache_disk_is_an_error_naming_it_and_leaves_no_half_kernel(tmp_p
         assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
 
 
+def fill(disk: Path) -> None:
+    with open(disk / "filler", "wb", buffering=0) as f:
+        try:
+            while f.write(b"\0" * 4096):
+                pass
+        except OSError:  # ENOSPC: full
+            pass
+
+
 @root_only
 def test_a_full_results_disk_is_an_error_naming_it_and_leaves_no_half_run(tmp_path):
     results = tmp_path / "results"
-    with small_disk(results, "64k") as grow:
-        rc, doc, err = verify(paths.cache_dir(), results)
+    with small_disk(results, "16m"):
+        def fill_mid_run(proc):  # the disk fills up while the guest runs (something else wrote to it)
+            assert wait_for(lambda: list(results.glob(".*.incomplete/attempt-1/console.log")), 120)
+            fill(results)
+        rc, doc, err = verify_with_fault(results, [KERNEL, "perf-refresh"], fault=fill_mid_run)
         assert rc == 4 and doc["verdict"] == "ERROR", err[-2000:]
         assert doc["reason"].startswith(f"no space left for the results in {results}") and \
             "it said NOT_REPRODUCED" in doc["reason"], doc["reason"]
-        assert list(results.iterdir()) == [], "a half-written run was left"
+        assert [p.name for p in results.iterdir()] == ["filler"], "a half-written run was left"
         assert kstall_processes() == []
-        grow("64m")
+        (results / "filler").unlink()
         rc, doc, err = verify(paths.cache_dir(), results)
         assert rc == 0 and (results / Path(doc["results_dir"]).name / "run.json").exists(), err[-2000:]
