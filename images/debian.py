@@ -43,9 +43,9 @@ SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
 _NAME = re.compile(r"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?amd64)$")
 # bookworm's stock kernel: linux-image-6.1.0-56-amd64, upstream version in Version
-# apt-get update's warning for a suite it could not reach
-FETCH_FAILED = re.compile(r"^W: Failed to fetch (\S+)\s+(.*)$", re.M)
 _OLD_NAME = re.compile(r"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?amd64)$")
+# apt-get update's warning for a suite it could not reach (it still exits 0)
+FETCH_FAILED = re.compile(r"^W: Failed to fetch (\S+)\s+(.*)$", re.M)
 
 
 def version_key(v: str) -> tuple[int, ...]:
@@ -127,7 +127,7 @@ class Archive:
             raise SpecError(f"{tool} {' '.join(args)} failed: {p.stderr.strip()[-500:]}")
         return p
 
-    def _apt_update(self) -> list[str]:
+    def _apt_update(self) -> list[tuple[str, str]]:
         """apt-get update; the suites it could not fetch (apt warns and exits 0)."""
         return FETCH_FAILED.findall(self._exec("apt-get", ["update", "-q"], timeout=300).stderr)
 
