@@ -202,6 +202,9 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
     return doc
 
 
+MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop runs
+
+
 def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmlinux: Path | None = None,
            count: int = 3, interval: float = 0.2, resume: bool = False) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
@@ -209,6 +212,13 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     result = Samples()
+    try:  # QMP and the gdbstub share QEMU's main loop: when one is dead, GDB would wait out its timeouts
+        qmp.cmd("query-status", timeout=MAIN_LOOP_TIMEOUT)
+    except (QMPError, OSError) as e:
+        result.errors.append(f"qmp: query-status: {e} within {MAIN_LOOP_TIMEOUT:.0f}s (QEMU's main loop, which "
+                             "also serves the gdbstub, is not answering: GDB not tried)")
+        result.seconds = round(time.monotonic() - t0, 2)
+        return result
     try:
         result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume)
         result.method = "gdb"
@@ -216,7 +226,7 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
         result.errors.append(f"gdb: {e}")
         syms = Kallsyms.load(symbols) if symbols and symbols.exists() else None
         try:
-            qmp.cmd("stop")
+            qmp.cmd("stop", timeout=MAIN_LOOP_TIMEOUT)  # a GDB that hung may have met a QEMU that did
             for i in range(count):
                 if i:
                     qmp.cmd("cont")

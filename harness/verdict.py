@@ -50,7 +50,7 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
         if stalled:
             return from_stalls(outcome, stall)
         if any(e.startswith("qmp:") for e in debug_errors):  # QEMU answered neither its gdbstub nor QMP
-            return Verdict("ERROR", f"{outcome.kind}: {outcome.detail}; QEMU did not answer GDB or QMP, "
+            return Verdict("ERROR", f"{outcome.kind}: {outcome.detail}; QEMU did not answer QMP or its gdbstub, "
                            f"so no vCPU could be read ({'; '.join(debug_errors)})")
         return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; CPU state could not be read "
                        f"({'; '.join(debug_errors) or 'no samples'})")

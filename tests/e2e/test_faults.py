@@ -130,7 +130,7 @@ def test_qmp_not_answering_is_an_error_naming_it_never_a_verdict_about_the_kerne
         for t in tracer:
             procs.reap(t)
     assert rc == 4 and doc["verdict"] == "ERROR", err[-2000:]
-    assert "did not answer GDB or QMP" in doc["reason"] and "QMP timed out" in doc["reason"], doc["reason"]
+    assert "did not answer QMP or its gdbstub" in doc["reason"] and "QMP timed out" in doc["reason"], doc["reason"]
     assert wait_for(lambda: not kstall_processes(), 10) is not None
     print(f"ERROR after {took:.1f}s: {doc['reason']}")
 
