@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from harness import procs  # noqa: E402
-from helpers import KSTALL, kstall_processes, verify_with_fault, wait_for  # noqa: E402
+from helpers import KSTALL, gdb_pids, verify_with_fault, wait_for  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
@@ -64,9 +63,7 @@ def sigkill_to_gone(results: str) -> float:
 
 
 def kill_gdb(proc: subprocess.Popen) -> None:
-    def gdb() -> list[int]:
-        return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
-    for pid in wait_for(gdb, 120, step=0.005) or []:
+    for pid in wait_for(gdb_pids, 120, step=0.005) or []:
         os.kill(pid, signal.SIGKILL)
 
 

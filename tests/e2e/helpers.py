@@ -72,6 +72,11 @@ def kstall_processes() -> list[str]:
     return found
 
 
+def gdb_pids() -> list[int]:
+    """kstall's GDB processes."""
+    return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
+
+
 def tcp_listeners_of(pid: int) -> list[str]:
     """TCP sockets in LISTEN state that belong to pid."""
     inodes = set()

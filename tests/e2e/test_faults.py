@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness import procs
-from helpers import KSTALL, REPO, interruptible, kstall_processes, verify_json, verify_with_fault, wait_for
+from helpers import (KSTALL, REPO, gdb_pids, interruptible, kstall_processes, verify_json, verify_with_fault,
+                     wait_for)
 
 pytestmark = pytest.mark.e2e
 
@@ -62,9 +63,7 @@ def test_gdb_killed_during_a_real_freeze_falls_back_to_qmp_with_the_same_classes
     rc, with_gdb, err = verify_json(tmp_path / "gdb", "debian:6.16.12", "perf-refresh")
     assert rc == 1 and with_gdb["evidence"]["debug_method"] == "gdb", err[-2000:]
     def kill_gdb(proc):
-        def gdb_pid():
-            return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
-        pids = wait_for(gdb_pid, 120, step=0.005)
+        pids = wait_for(gdb_pids, 120, step=0.005)
         assert pids, "kstall never started gdb"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -80,15 +79,11 @@ def test_gdb_killed_during_a_real_freeze_falls_back_to_qmp_with_the_same_classes
     print(f"classification: gdb {with_gdb['timings'].get('debug_s')}s, qmp {doc['timings'].get('debug_s')}s")
 
 
-def _gdb_pids() -> list[int]:
-    return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
-
-
 def test_gdb_hung_during_a_real_freeze_is_given_up_on_and_qmp_reads_the_same_classes(tmp_path):
     stopped = []
 
     def hang_gdb(proc):
-        pids = wait_for(_gdb_pids, 120, step=0.005)
+        pids = wait_for(gdb_pids, 120, step=0.005)
         assert pids, "kstall never started gdb"
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)  # alive, holding its terminal and the gdbstub, answering nothing
@@ -226,7 +221,7 @@ def test_qemu_killed_or_stopped_is_an_error_naming_it(tmp_path, stage, kernel, s
         elif stage == "running":
             time.sleep(7)
         else:  # while gdb reads the frozen guest
-            assert wait_for(_gdb_pids, 120, step=0.005), "kstall never started gdb"
+            assert wait_for(gdb_pids, 120, step=0.005), "kstall never started gdb"
         qemu = _qemu_of(proc)  # this attempt's (an emulator fault at boot is retried)
         assert qemu
         os.kill(qemu, sig)
