@@ -96,18 +96,25 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     assert "Oops: int3" in (res.run_dir / "attempt-1" / "console.log").read_text()
 
 
-def test_qemu_listens_on_no_tcp_port(tmp_path):
+def test_qemu_listens_on_no_tcp_port_the_guest_has_no_network_and_the_run_dir_is_private(tmp_path):
     from harness import verify
     seen = []
 
     def look(vm, attempt):
         seen.append(tcp_listeners_of(vm.proc.pid))
         seen.append(sorted(p.name for p in vm.run_dir.iterdir()))
+        seen.append(vm.run_dir.stat().st_mode & 0o777)
+        seen.append(Path(f"/proc/{vm.proc.pid}/cmdline").read_bytes().split(b"\0"))
 
     verify.verify("debian:6.17.8", "perf-refresh", verify.Options(on_repro_start=look, results_root=tmp_path,
                                                                   count=2000), lambda m: None)
     assert seen[0] == []
     assert {"qmp.sock", "gdb.sock", "console.sock", "agent.sock"} <= set(seen[1])
+    assert seen[2] == 0o700
+    cmd = seen[3]  # no default NIC, and none added
+    devices = [cmd[i + 1].split(b",")[0] for i, a in enumerate(cmd[:-1]) if a == b"-device"]
+    assert b"-nodefaults" in cmd and not [a for a in cmd if a.startswith((b"-net", b"-nic"))]
+    assert devices and not [d for d in devices if b"net" in d], devices
 
 
 def test_ctrl_c_mid_run_reaps_everything_and_keeps_the_results(tmp_path):

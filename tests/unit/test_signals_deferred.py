@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A signal that arrives while results are written acts only once they are whole."""
+import os
+import signal
+
+import pytest
+
+from harness import procs
+
+
+def test_ctrl_c_inside_the_block_is_raised_after_it():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with procs.signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("written")  # the block runs to its end first
+    assert done == ["written"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigterm_keeps_kstalls_handler_and_a_quiet_block_raises_nothing():
+    procs.raise_on_termination()
+    try:
+        with procs.signals_deferred():
+            pass
+        with pytest.raises(procs.Interrupted):
+            with procs.signals_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
