@@ -250,7 +250,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                     break
                 if outcome.kind not in ("freeze", "stuck") or r.debug_hang(vm, w, outcome) or false_alarms >= 2:
                     if r.samples is not None and not r.samples.dumps:
-                        outcome = qemu_at_fault(vm, outcome)
+                        outcome = qemu_at_fault(vm, w, outcome)
                     break
                 false_alarms += 1
                 for f in out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
@@ -291,10 +291,14 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                    r.process, r.process_error)
 
 
-def qemu_at_fault(vm: VM, outcome: Outcome) -> Outcome:
+def qemu_at_fault(vm: VM, w: Watch, outcome: Outcome) -> Outcome:
     """A hang whose vCPUs could not be read: when QEMU died or was stopped
-    meanwhile, that is the finding, not the hang."""
+    meanwhile, that is the finding, not the hang; when the guest powered off
+    after its reproducer ended, the hang was a false alarm and the run is done."""
     if not vm.alive():
+        after = w.watch()  # QEMU is gone: the watch reads what it left and says how the run ended
+        if after.kind == "done":
+            return after
         return Outcome("qemu-exit", f"QEMU exited unexpectedly while kstall read its vCPUs (after a {outcome.kind}); "
                        f"{vm.qemu_log_tail(3)}", outcome.at)
     if vm.stopped():

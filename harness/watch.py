@@ -461,6 +461,14 @@ class Watch:
         while True:
             now = time.monotonic()
             out = self._decide(now)
+            if out is not None and out.kind in ("freeze", "stuck"):
+                # kstall itself may have been late (a busy host, a long symbol store): signs of
+                # life already waiting in the sockets are no freeze
+                sign = (lambda: self.hb_count) if out.kind == "freeze" else (lambda: self.count)
+                before = sign()
+                self._pump(0)
+                if sign() != before:
+                    continue
             if out is not None:
                 # take what is already buffered (the rest of a report, symbols)
                 self._pump(0)

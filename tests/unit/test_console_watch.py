@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0
 """Console report recognition and agent-channel parsing on recorded real output."""
+import socket
+import time
+from types import SimpleNamespace
+
 from recorded import FIXTURES
 
 from harness import console
-from harness.watch import Ktap
+from harness.watch import Ktap, Limits, Watch
 
 
 def reports(name):
@@ -66,9 +70,7 @@ def test_ktap_from_a_recorded_agent_log():
 def test_a_trailing_heartbeat_does_not_undo_the_final_count():
     # the agent folds the last progress line into its heartbeats; one sent
     # after the result line carries the older count (CI saw 946 for 947)
-    from types import SimpleNamespace
 
-    from harness.watch import Limits, Watch
     w = Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0), Limits(), patterns=[])
     for line in ["KTAP version 1", "# progress count=946 elapsed_ms=20000", "HB 1 5 946",
                  "# result count=947 elapsed_ms=20100", "HB 2 6 946", "ok 1 bpf-ringbuf"]:
@@ -92,3 +94,26 @@ def test_kselftest_output_and_the_runners_nesting():
     skip = Ktap()
     skip.feed("ok 1 # SKIP perf-refresh: perf_event_open: No such file or directory")
     assert skip.results[0]["directive"] == "SKIP" and skip.results[0]["reason"].startswith("perf-refresh:")
+
+
+def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
+    """A host too busy to read for a while (a long symbol store, a loaded CI
+    runner) finds the guest's heartbeats queued up: that guest is alive."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    for ours, _ in pairs:
+        ours.setblocking(False)
+    (con, _), (agent, guest), (syms, _) = pairs
+    vm = SimpleNamespace(console=con, agent=agent, syms=syms, started_at=time.monotonic(),
+                         alive=lambda: True, stopped=lambda: False)
+    w = Watch(vm, Limits(freeze_after=0.8), patterns=[])
+    guest.sendall(b"KSTALL hello uname=6.17.8 cpus=2 init=init\nHB 0 1000000 0\n")
+    w._pump(0.2)
+    w.last_hb_at -= 5  # kstall did not read for 5 s...
+    guest.sendall(b"HB 1 51000000 0\nHB 2 101000000 0\n")  # ...while the guest went on
+    t0 = time.monotonic()
+    out = w.watch()
+    assert out.kind == "freeze" and w.hb_count == 3, (out, w.hb_count)
+    assert time.monotonic() - t0 >= 0.7, "a freeze declared over heartbeats that were waiting to be read"
+    for a, b in pairs:
+        a.close()
+        b.close()
