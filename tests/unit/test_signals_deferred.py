@@ -9,13 +9,28 @@ from harness import procs
 
 
 def test_ctrl_c_inside_the_block_is_raised_after_it():
+    # as in a terminal (a background job, such as `nohup make test &`, starts with SIGINT ignored)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     done = []
-    with pytest.raises(KeyboardInterrupt):
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with procs.signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("written")  # the block runs to its end first
+        assert done == ["written"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_an_ignored_ctrl_c_stays_ignored():
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
         with procs.signals_deferred():
             os.kill(os.getpid(), signal.SIGINT)
-            done.append("written")  # the block runs to its end first
-    assert done == ["written"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def test_sigterm_keeps_kstalls_handler_and_a_quiet_block_raises_nothing():
