@@ -295,16 +295,12 @@ def qemu_at_fault(vm: VM, w: Watch, outcome: Outcome) -> Outcome:
     """A hang whose vCPUs could not be read: when QEMU died or was stopped
     meanwhile, that is the finding, not the hang; when the guest powered off
     after its reproducer ended, the hang was a false alarm and the run is done."""
-    if not vm.alive():
-        after = w.watch()  # QEMU is gone: the watch reads what it left and says how the run ended
-        if after.kind == "done":
-            return after
-        return Outcome("qemu-exit", f"QEMU exited unexpectedly while kstall read its vCPUs (after a {outcome.kind}); "
-                       f"{vm.qemu_log_tail(3)}", outcome.at)
-    if vm.stopped():
-        return Outcome("qemu-stopped", "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP) while kstall read "
-                       f"its vCPUs (after a {outcome.kind})", outcome.at)
-    return outcome
+    if vm.alive() and not vm.stopped():
+        return outcome
+    after = w.watch()  # the watch reads what QEMU left and names how the run ended
+    if after.kind == "done":
+        return after
+    return Outcome(after.kind, f"{after.detail} (while kstall read its vCPUs, after a {outcome.kind})", outcome.at)
 
 
 def stall_evidence(repro: reproducers.Reproducer, w: Watch) -> dict | None:

@@ -464,10 +464,9 @@ class Watch:
             if out is not None and out.kind in ("freeze", "stuck"):
                 # kstall itself may have been late (a busy host, a long symbol store): signs of
                 # life already waiting in the sockets are no freeze
-                sign = (lambda: self.hb_count) if out.kind == "freeze" else (lambda: self.count)
-                before = sign()
+                hbs, count = self.hb_count, self.count
                 self._pump(0)
-                if sign() != before:
+                if (self.hb_count != hbs) if out.kind == "freeze" else (self.count != count):
                     continue
             if out is not None:
                 # take what is already buffered (the rest of a report, symbols)

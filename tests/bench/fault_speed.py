@@ -25,8 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import procs  # noqa: E402
 from helpers import KSTALL, gdb_pids, verify_with_fault, wait_for  # noqa: E402
+from verify_speed import cache_symbols, med  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
@@ -67,19 +69,14 @@ def kill_gdb(proc: subprocess.Popen) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def med(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.3f}s (min {min(xs):.3f}, max {max(xs):.3f}, n={len(xs)})"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
-    for spec in ("debian:6.16.12", "debian:6.17.8"):
-        subprocess.run([*KSTALL, "symbols", spec], capture_output=True, check=True)
+    cache_symbols("debian:6.16.12", "debian:6.17.8")
     with tempfile.TemporaryDirectory() as d:
         gone = [sigkill_to_gone(d) for _ in range(a.runs)]
-        print(f"SIGKILL of kstall to its last child gone:      {med(gone)}   goal <= 1s")
+        print(f"SIGKILL of kstall to its last child gone:      {med(gone, 3)}   goal <= 1s")
         gdb, qmp = [], []
         for _ in range(a.runs):
             _, doc, err = verify_with_fault(Path(d), ["debian:6.16.12", "perf-refresh"], lambda p: None)
@@ -88,8 +85,8 @@ def main() -> None:
             _, doc, err = verify_with_fault(Path(d), ["debian:6.16.12", "perf-refresh"], kill_gdb)
             assert doc.get("verdict") == "VULNERABLE" and doc["evidence"]["debug_method"] == "qmp", err[-1000:]
             qmp.append(doc["timings"]["debug_s"])
-    print(f"classification of a 6.16.12 freeze, GDB:       {med(gdb)}")
-    print(f"classification of a 6.16.12 freeze, QMP:       {med(qmp)}   "
+    print(f"classification of a 6.16.12 freeze, GDB:       {med(gdb, 3)}")
+    print(f"classification of a 6.16.12 freeze, QMP:       {med(qmp, 3)}   "
           f"(GDB killed at start; QMP/GDB = {statistics.median(qmp) / statistics.median(gdb):.2f})")
 
 

@@ -77,6 +77,20 @@ def gdb_pids() -> list[int]:
     return [int(p.split(":")[0]) for p in kstall_processes() if "gdb" in p.split(":", 1)[1][:40]]
 
 
+def children_using(cache: Path) -> list[str]:
+    """Processes (apt-get, qemu, gdb, make) still working for a kstall that used cache."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+            except OSError:
+                continue
+            if str(cache) in cmd and "pytest" not in cmd:
+                out.append(f"{p.name}: {cmd[:100]}")
+    return out + kstall_processes()
+
+
 def tcp_listeners_of(pid: int) -> list[str]:
     """TCP sockets in LISTEN state that belong to pid."""
     inodes = set()

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness import procs
-from helpers import (KSTALL, REPO, gdb_pids, interruptible, kstall_processes, verify_json, verify_with_fault,
-                     wait_for)
+from helpers import (KSTALL, REPO, children_using, gdb_pids, interruptible, kstall_processes, verify_json,
+                     verify_with_fault, wait_for)
 
 pytestmark = pytest.mark.e2e
 
@@ -265,20 +265,6 @@ def _stage_cache(tmp_path: Path, stage: str) -> Path:
     return cache
 
 
-def _children_using(cache: Path) -> list[str]:
-    """Processes (apt-get, qemu, gdb, make) still working for a kstall that used cache."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
-            except OSError:
-                continue
-            if str(cache) in cmd and "pytest" not in cmd:
-                out.append(f"{p.name}: {cmd[:100]}")
-    return out + kstall_processes()
-
-
 @pytest.mark.parametrize("stage,kernel,cue,whole", STAGES, ids=[s[0] for s in STAGES])
 def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cache(tmp_path, stage, kernel, cue,
                                                                                    whole):
@@ -307,7 +293,7 @@ def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cac
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        assert wait_for(lambda: not _children_using(cache), 10), (sig.name, _children_using(cache))
+        assert wait_for(lambda: not children_using(cache), 10), (sig.name, children_using(cache))
         for run in (p for p in results.glob("*") if not p.name.startswith(".")):
             doc = json.loads((run / "run.json").read_text())
             assert doc["verdict"] == "ERROR" and ("interrupt" in doc["reason"] or "terminated" in doc["reason"]), doc
