@@ -35,6 +35,8 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
                    help="auto: KVM if a probe boot proves it works, else TCG (default)")
     g.add_argument("--vmlinux", type=Path, help="vmlinux with DWARF: GDB shows inlined frames")
     g.add_argument("--cmdline", default="", help="extra kernel command line")
+    g.add_argument("--no-snapshot", action="store_true",
+                   help="boot cold: neither restore nor save the kernel's guest at the agent's gate")
     r = p.add_argument_group("run")
     r.add_argument("--duration", type=float, help="upper bound on the reproducer's run, seconds")
     r.add_argument("--count", type=int, help="stop after this many passes over the path "
@@ -72,7 +74,7 @@ def add_bisect_options(p: argparse.ArgumentParser, what: str) -> None:
 FORWARDED = (("cpus", True), ("memory", True), ("accel", True), ("cmdline", True), ("duration", True),
              ("attempts", True), ("freeze_after", True), ("stuck_after", True), ("samples", True),
              ("vmlinux", True), ("config", True), ("debuginfo", False), ("jobs", True), ("build_timeout", True),
-             ("step_pmiss", True))
+             ("step_pmiss", True), ("no_snapshot", False))
 
 
 def forwarded_args(a: argparse.Namespace) -> list[str]:
@@ -98,7 +100,8 @@ def options_from(a: argparse.Namespace):
                               pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
                               freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
                               vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
-                              build=build_options_from(a), boot_image=getattr(a, "boot_image", False))
+                              build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
+                              snapshot=not a.no_snapshot)
 
 
 def build_options_from(a: argparse.Namespace):
@@ -269,7 +272,8 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     jobs = a.jobs or matrix.default_jobs()
     label = "matrix" + (f"-shard-{a.shard.replace('/', 'of')}" if a.shard else "")
     out = results.RunDir(label, a.results)
-    base = verify_mod.Options(accel=a.accel, attempts=a.attempts, memory_mb=a.memory, pmiss_target=a.pmiss)
+    base = verify_mod.Options(accel=a.accel, attempts=a.attempts, memory_mb=a.memory, pmiss_target=a.pmiss,
+                              snapshot=not a.no_snapshot)
     runner = matrix.Runner(cells, out, jobs, a.cores, echo_stderr, base, verbose=a.verbose)
     echo_stderr(f"{len(cells)} cells over {len({c.kernel for c in cells})} kernels from {a.file}"
                 f"{f', shard {a.shard}' if a.shard else ''}; {jobs} jobs on {runner.budget.cores} cores "
@@ -465,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--attempts", type=int, default=2)
     mx.add_argument("--memory", type=int, default=1024, metavar="MB")
     mx.add_argument("--pmiss", type=float, default=1e-6)
+    mx.add_argument("--no-snapshot", action="store_true", help="boot every guest cold (no snapshots)")
     mx.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
     mx.add_argument("--verbose", action="store_true", help="every cell's progress, not only its verdict")
     mx.add_argument("--json", action="store_true", help="print matrix.json instead of the table")

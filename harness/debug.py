@@ -56,6 +56,7 @@ def spawn_gdb(args: list[str], log, timeout: float) -> pexpect.spawn:
     except pexpect.ExceptionPexpect as e:
         raise DebugError(f"cannot start {GDB}: {e}") from None
     child.logfile_read = log
+    child.delaybeforesend = None  # pexpect's default 50 ms per command is for terminals that drop input
     return child
 
 

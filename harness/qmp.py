@@ -2,6 +2,7 @@
 """A minimal QMP client over a unix socket: every call has a deadline."""
 from __future__ import annotations
 
+import array
 import json
 import socket
 import threading
@@ -61,13 +62,24 @@ class QMP:
         with self.lock:
             return self._cmd(name, timeout, **args)
 
-    def _cmd(self, name: str, timeout: float | None = None, **args: Any) -> Any:
+    def send_fd(self, name: str, fd: int, timeout: float | None = None) -> None:
+        """Hand QEMU a file descriptor under a name (getfd, SCM_RIGHTS), for
+        an `fd:NAME` migration: QEMU writes to a file it could not open."""
+        with self.lock:
+            self._cmd("getfd", timeout, fds=[fd], fdname=name)
+
+    def _cmd(self, name: str, timeout: float | None = None, fds: list[int] | None = None, **args: Any) -> Any:
         if self.sock is None:
             raise QMPError("QMP not connected")
         msg: dict[str, Any] = {"execute": name}
         if args:
             msg["arguments"] = args
-        self.sock.sendall(json.dumps(msg).encode() + b"\n")
+        data = json.dumps(msg).encode() + b"\n"
+        if fds:
+            self.sock.settimeout(timeout or self.timeout)
+            self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        else:
+            self.sock.sendall(data)
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
             reply = self._read_msg(deadline)

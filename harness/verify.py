@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -21,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harness import (accel, classify, console, debug, paths, pmiss, preflight, procs, reproducers, results, stalls,
-                     symcache, thread_hang, threads)
+from harness import (accel, classify, console, debug, paths, pmiss, preflight, procs, reproducers, results, snapshot,
+                     stalls, symcache, thread_hang, threads)
 from harness.cores import Cancelled, CoreBudget, Gate
 from harness.nmi import NmiInjector
 from harness.procs import Interrupted
@@ -67,6 +68,8 @@ class Options:
     # in-process API: called after each GDB command of a process thread dump
     # (harness/threads.py; tests make GDB fail on one thread with it)
     on_thread_command: threads.CommandHook | None = None
+    # restore the kernel's guest saved at its agent's gate (harness/snapshot.py); False boots cold
+    snapshot: bool = True
 
 
 @dataclass
@@ -87,17 +90,20 @@ def ensure_guest(echo: Echo) -> None:
         raise SpecError(f"`make guest` failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
 
 
-def kernel_cmdline(repro: reproducers.Reproducer, args: list[str], want_syms: bool, extra: str,
-                   gated: bool = False) -> str:
+def kernel_cmdline(extra: str) -> str:
+    """The same for every reproducer, so that one snapshot of a kernel serves
+    them all: what to run comes with the GO at the agent's gate."""
+    parts = ["console=ttyS0", "nokaslr", "quiet", "panic=-1", "tsc=reliable", "kstall.gate=1"]
+    return " ".join(parts + ([extra] if extra else []))
+
+
+def go_params(repro: reproducers.Reproducer, args: list[str], want_syms: bool) -> str:
+    """The GO line's parameters (repro/agent.c): what to run, and a fresh RNG
+    seed, since every guest restored from one snapshot has the same one."""
     if any("," in a or " " in a for a in args):
         raise SpecError("reproducer arguments may not contain commas or spaces")
-    parts = ["console=ttyS0", "nokaslr", "quiet", "panic=-1", "tsc=reliable",
-             f"kstall.repro={repro.binary}", "kstall.args=" + ",".join(args)]
-    if want_syms:
-        parts.append("kstall.syms=1")
-    if gated:
-        parts.append("kstall.gate=1")
-    return " ".join(parts + ([extra] if extra else []))
+    return (f"repro={repro.binary} args={','.join(args)} syms={int(want_syms)} "
+            f"seed={os.urandom(32).hex()}")
 
 
 @dataclass
@@ -113,6 +119,8 @@ class Attempt:
     interrupted: BaseException | None = None
     process: thread_hang.Analysis | None = None  # a process hang's thread analysis
     process_error: str = ""
+    go: str = ""  # the GO line's parameters
+    snapshot: dict | None = None  # restored from, or saved to
 
 
 def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, duration: float) -> list[str]:
@@ -206,8 +214,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     duration = opts.duration or repro.max_seconds
     r = _Run(kernel, repro, opts, out_dir, echo)
     extra = " ".join(a for a in (disk.cmdline if disk else "", opts.cmdline_extra) if a)
-    cmdline = kernel_cmdline(repro, repro_arguments(repro, opts, target, duration), r.syms_path is None,
-                             extra, gated=opts.budget is not None)
+    cmdline = kernel_cmdline(extra)
+    go = go_params(repro, repro_arguments(repro, opts, target, duration), r.syms_path is None)
     cpus = opts.cpus or repro.default_cpus
     cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
                    memory_mb=opts.memory_mb, accel=accel_kind, extra_args=disk.qemu_args() if disk else [])
@@ -217,7 +225,14 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     t0 = time.monotonic()
     raise_later: BaseException | None = None
     gate = Gate(opts.budget, cpus, opts.cancel) if opts.budget else None  # waits for a boot core
-    with VM(cfg) as vm, contextlib.ExitStack() as stack:
+    # an image's disk changes as it boots: its guests always boot cold
+    try:
+        vm, snap, restored = start_guest(cfg, kernel.sha256, opts.snapshot and disk is None, echo)
+    except BaseException:
+        if gate:
+            gate.close()
+        raise
+    with vm, contextlib.ExitStack() as stack:
         if gate:
             stack.callback(gate.close)
         nmi = NmiInjector(vm.qmp, repro.nmi_rate, duration + 30)
@@ -227,11 +242,22 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
             if line.startswith("# nmi-source: inject") and repro.nmi_rate:
                 nmi.start()
                 echo(f"no PMU in the guest: injecting {repro.nmi_rate:g} NMIs/s over QMP (they land on CPU0)")
-        echo(f"booting {kernel.canonical} ({cpus} vCPUs, {accel_kind.upper()}), "
+        echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({cpus} vCPUs, {accel_kind.upper()}), "
              f"{repro.name} until {target} {repro.count_name} or {duration:.0f}s")
         hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
-        vm.start()
-        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line)
+        saved: dict = {}
+
+        def save() -> None:
+            try:
+                saved.update(snap.save(vm, {"kernel": kernel.canonical, "kernel_sha256": kernel.sha256,
+                                            "hello": w.hello, "shape": vm.shape()}))
+                echo(f"saved a snapshot at the agent's gate ({saved['bytes'] / 1e6:.0f} MB in {saved['save_s']}s): "
+                     f"later runs of this kernel restore it")
+                snapshot.prune()
+            except snapshot.SnapshotError as e:
+                echo(f"could not save a snapshot ({e}): later runs boot cold")
+        w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,
+                  go=go, restored=restored, on_ready=save if snap and restored is None else None)
         false_alarms = 0
         try:
             while True:
@@ -268,6 +294,10 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
             raise_later = e
         r.keep_symbols(w)
     watch_doc = w.summary() | {"nmi": nmi.summary() if nmi.started_at else None}
+    snap_doc = None
+    if snap:
+        snap_doc = {"key": snap.key, "restored": restored is not None} | (
+            {"saved_s": saved["save_s"], "bytes": saved["bytes"]} if saved else {})
     r.timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
                       "gate_wait_s": watch_doc["gate_wait_s"],
                       "to_outcome_s": round(outcome.at - t0, 2),
@@ -287,8 +317,39 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     pm = pmiss.p_miss(cal, w.count, repro.count_name)
     v = decide(outcome, w.ktap, w.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
                report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None)
+    if restored is not None and outcome.kind == "boot-failure":  # the snapshot's fault: the next attempt boots
+        snap.discard()
+        v.retryable = True
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, cmdline, target, raise_later,
-                   r.process, r.process_error)
+                   r.process, r.process_error, go, snap_doc)
+
+
+def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
+                echo: Echo) -> tuple[VM, snapshot.Snapshot | None, dict | None]:
+    """QEMU started: restored from the kernel's snapshot when there is one, or
+    booting cold (and a snapshot to save at the gate); a snapshot that does not
+    load is removed. Returns the VM, its snapshot and, when restored, the
+    agent's hello recorded with it."""
+    vm = VM(cfg)
+    snap = snapshot.for_vm(vm, kernel_sha) if use_snapshot else None
+    meta = snap.meta() if snap else None
+    if meta is not None:
+        warm = VM(dataclasses.replace(cfg, restore_from=snap.state))
+        try:
+            warm.start()
+            snapshot.wait_restored(warm)
+            vm.stop()  # never started: only its run directory goes
+            return warm, snap, meta.get("hello") or {}
+        except (VMError, snapshot.SnapshotError) as e:
+            warm.stop()
+            snap.discard()
+            echo(f"the snapshot {snap.state.name} did not load ({e}): removed it, booting cold")
+    try:
+        vm.start()
+    except BaseException:
+        vm.stop()
+        raise
+    return vm, snap, None
 
 
 def qemu_at_fault(vm: VM, w: Watch, outcome: Outcome) -> Outcome:
@@ -433,7 +494,8 @@ def build_run_json(run: results.RunDir, spec: str, kernel: Kernel, repro: reprod
         "reproducer": {"name": repro.name, "args": opts.repro_args, "count_name": repro.count_name,
                        "min_count": repro.min_count, "count_target": final.count_target},
         "vm": {"cpus": opts.cpus or repro.default_cpus, "memory_mb": opts.memory_mb, "accel": accel_kind,
-               "cmdline": final.cmdline, "boot_image": opts.boot_image},
+               "cmdline": final.cmdline, "go": final.go, "boot_image": opts.boot_image,
+               "snapshot": final.snapshot},
         "outcome": {"kind": final.outcome.kind, "detail": final.outcome.detail},
         "evidence": {
             "count": final.watch.get("count"),

@@ -34,6 +34,8 @@ class VMConfig:
     memory_mb: int = 1024
     accel: str = "tcg"  # "tcg" or "kvm"
     extra_args: list[str] = field(default_factory=list)
+    # a saved VM state (harness/snapshot.py) to load instead of booting
+    restore_from: Path | None = None
 
 
 def kvm_available() -> tuple[bool, str]:
@@ -67,6 +69,7 @@ class VM:
         self.agent: socket.socket | None = None
         self.syms: socket.socket | None = None
         self.started_at = 0.0
+        self._incoming: int | None = None  # the state file's descriptor, while QEMU starts
 
     def sock(self, name: str) -> Path:
         return self.run_dir / f"{name}.sock"
@@ -75,7 +78,17 @@ class VM:
     def gdb_socket(self) -> Path:
         return self.sock("gdb")
 
+    def shape(self) -> list[str]:
+        """The command line without this run's private paths or a state to
+        load: what a snapshot saved from this VM is keyed by."""
+        return [a.replace(str(self.run_dir), "RUN").replace(str(self.cfg.log_dir), "LOGS")
+                for a in self._command()]
+
     def command(self) -> list[str]:
+        incoming = ["-incoming", f"fd:{self._incoming}"] if self._incoming is not None else []
+        return self._command() + incoming
+
+    def _command(self) -> list[str]:
         c = self.cfg
         logs = c.log_dir
         if c.accel == "kvm":
@@ -118,15 +131,24 @@ class VM:
 
     def start(self, timeout: float = 20.0) -> None:
         self.cfg.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.cfg.restore_from is not None:
+            try:
+                self._incoming = os.open(self.cfg.restore_from, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                raise VMError(f"cannot open the saved state {self.cfg.restore_from}: {e.strerror}") from None
         with open(self.cfg.log_dir / "qemu.log", "wb") as log:
             log.write((" ".join(self.command()) + "\n").encode())
             log.flush()
             try:
                 self.proc = subprocess.Popen(
                     self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=procs.die_with_parent)
+                    start_new_session=True, preexec_fn=procs.die_with_parent,
+                    pass_fds=(self._incoming,) if self._incoming is not None else ())
             except FileNotFoundError:
                 raise VMError(f"{QEMU} not found: run `make deps` (Debian package qemu-system-x86)")
+            finally:
+                if self._incoming is not None:  # QEMU has its own copy
+                    os.close(self._incoming)
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline)

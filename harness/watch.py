@@ -41,6 +41,7 @@ from harness.vm import VM
 _HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
 _KV = re.compile(r"(\w{1,32})=(\S+)")  # bounded: guest text, no quadratic scans
 MAX_REPORTS = 100  # console reports kept per run; the rest are only counted
+RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
 
 
 @dataclass
@@ -201,8 +202,12 @@ class BlobReader:
 
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: console.Patterns | None = None,
-                 echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None) -> None:
+                 echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None,
+                 go: str = "", restored: dict | None = None, on_ready=None) -> None:
         self.vm = vm
+        self.go = go  # the GO line's parameters (repro/agent.c); the wall clock is added when it is sent
+        self.on_ready = on_ready  # callable(), once, when the guest waits at its gate (a snapshot is saved)
+        self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
         self.on_line = on_line  # callable(line) for every reproducer line
         self.cancel = cancel  # threading.Event: another thread asks this run to end
         self.gate = gate  # harness.cores.Gate: when set, the guest waits at "ready" for our "GO"
@@ -240,6 +245,9 @@ class Watch:
         self.console_tail: list[str] = []
         self.proc_threads: dict[int, threads.ProcThread] = {}  # the agent's /proc view, on CORE
         self.core_info: dict = {}
+        if restored is not None:
+            self.hello = restored
+            self.hello_at = self.ready_at = time.monotonic()
 
     # -- stream handling -------------------------------------------------
     def _on_agent(self, line: str, now: float) -> None:
@@ -389,9 +397,15 @@ class Watch:
                 return Outcome("boot-failure", f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
             return None
         if self.ready_at is not None and self.go_at is None:
+            if self.on_ready is not None:
+                self.on_ready()
+                self.on_ready = None
             if self.gate is None or self.gate.try_open():
                 self._send_go(now)
             return None
+        if self.restored and self.hb_count == 0 and now - self.hello_at > RESTORED_SILENCE:
+            return Outcome("boot-failure", f"the guest restored from its snapshot sent nothing within "
+                           f"{RESTORED_SILENCE:.0f}s", now)
         if now - (self.go_at or self.hello_at) > L.run_timeout:
             return Outcome("timeout", f"run exceeded {L.run_timeout:.0f}s", now)
         if self.stall_at is not None:
@@ -449,7 +463,8 @@ class Watch:
         return self.syms.blobs.get("CORE") if "bytes" in self.core_info else None
 
     def _send_go(self, now: float) -> None:
-        self._send(b"GO\n")
+        wall = time.time_ns()
+        self._send(f"GO {self.go} time={wall // 10**9}.{wall % 10**9:09d}\n".encode())
         self.go_at = now
         # the guest idled at the gate: its heartbeat clock starts now
         if self.last_hb_at is not None:

@@ -15,7 +15,15 @@
  *   kstall.hb_ms=N      heartbeat interval (default 50 ms)
  *   kstall.gate=1       after booting, say "ready" and wait for the host's "GO"
  *                       before starting the reproducer (the host boots guests
- *                       ahead while others still use the CPUs)
+ *                       ahead while others still use the CPUs, and saves the
+ *                       guest there as a snapshot that later runs restore)
+ *
+ * The host's GO line may carry what a restored guest cannot have had on its
+ * command line, and what must differ between guests restored from one
+ * snapshot:
+ *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC
+ * repro, args and syms as on the command line (they override it), seed mixed
+ * into the kernel's RNG and the CRNG reseeded, time set as CLOCK_REALTIME.
  *
  * Modules: a kernel whose virtio console or PCI transport is a module (=m)
  * cannot reach the host until they are loaded, so /etc/kstall/modules lists
@@ -62,6 +70,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/reboot.h>
@@ -73,6 +82,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/random.h>
 
 static unsigned long long mono_ns(void)
 {
@@ -96,6 +106,7 @@ static atomic_int core_acked;	/* the host has the whole core ("CORE-OK") */
 static char repro_exe[256];
 static unsigned hb_ms = 50;
 static char base_dir[256] = "";	/* where the agent's executable is: "" for / */
+static char go_line[2048];	/* the host's GO, with its parameters */
 
 static void say_fd(int fd, const char *buf, size_t len)
 {
@@ -489,7 +500,7 @@ static void send_core(void)
  * "STOP" ends the reproducer */
 static void host_commands(const char *until)
 {
-	char buf[64];
+	char buf[sizeof(go_line)];
 	size_t have = 0;
 
 	for (;;) {
@@ -504,8 +515,11 @@ static void host_commands(const char *until)
 		buf[have] = 0;
 		while ((nl = strchr(buf, '\n'))) {
 			*nl = 0;
-			if (until && !strcmp(buf, until))
+			if (until && !strncmp(buf, until, strlen(until)) &&
+			    (buf[strlen(until)] == 0 || buf[strlen(until)] == ' ')) {
+				snprintf(go_line, sizeof(go_line), "%s", buf);
 				return;
+			}
 			if (!strcmp(buf, "STOP") && atomic_load(&repro_pid) > 0)
 				kill(atomic_load(&repro_pid), SIGTERM);
 			if (!strcmp(buf, "CORE") && atomic_load(&repro_pid) > 0 && !atomic_load(&core_requested))
@@ -548,6 +562,38 @@ static void *heartbeat(void *arg)
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
 	}
 	return NULL;
+}
+
+/* a guest restored from a snapshot shares its RNG state and its clock with
+ * every other guest restored from it: the host's GO brings fresh ones */
+static void apply_go(void)
+{
+	char val[160];
+	unsigned char seed[64];
+	size_t n = 0;
+
+	if (cmdline_get(go_line, "seed", val, sizeof(val))) {
+		for (; n < sizeof(seed) && sscanf(val + 2 * n, "%2hhx", &seed[n]) == 1; n++)
+			;
+		int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+
+		if (fd >= 0) {
+			say_fd(fd, (const char *)seed, n);
+			if (ioctl(fd, RNDRESEEDCRNG) < 0)
+				say("# kstall-agent: RNDRESEEDCRNG: %s", strerror(errno));
+			close(fd);
+		}
+	}
+	if (cmdline_get(go_line, "time", val, sizeof(val))) {
+		struct timespec ts = { 0 };
+		char *dot;
+
+		ts.tv_sec = strtoll(val, &dot, 10);
+		if (*dot == '.')
+			ts.tv_nsec = strtol(dot + 1, NULL, 10);
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+			say("# kstall-agent: clock_settime: %s", strerror(errno));
+	}
 }
 
 /* run /bin/NAME ARGS..., forward its output a line at a time; exit code */
@@ -665,6 +711,11 @@ int main(int argc, char **argv)
 	if (cmdline_get(cmdline, "kstall.gate", val, sizeof(val)) && val[0] == '1' && agent_fd >= 0) {
 		say("KSTALL ready");
 		host_commands("GO");
+		apply_go();
+		cmdline_get(go_line, "repro", repro, sizeof(repro));
+		cmdline_get(go_line, "args", args, sizeof(args));
+		if (cmdline_get(go_line, "syms", val, sizeof(val)) && val[0] == '1')
+			send_kallsyms();
 	}
 	if (agent_fd >= 0)
 		pthread_create(&cmd, NULL, command_reader, NULL);

@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Snapshots of a booted guest at the agent's gate: boot once per kernel.
+
+The first boot of a kernel, with a given initramfs and QEMU command line
+(vCPUs, memory, accelerator, devices, kernel command line), stops at the
+agent's gate ("KSTALL ready"). kstall saves the whole VM there with QEMU's
+migration, to a file it hands QEMU over QMP, and lets that guest go on. Later
+runs start QEMU with `-incoming` on the file: about a second instead of a
+3-5 s boot under TCG. What a restored guest cannot have had on its command
+line, and what must differ between guests restored from one file (the
+reproducer and its arguments, RNG seed, wall clock), comes with the host's GO
+(repro/agent.c).
+
+A snapshot is keyed by the kernel's sha256 and by VM.shape(), the QEMU command
+line without the run's private paths, which names the initramfs by its content
+hash; and by the QEMU binary, whose migration format may change between
+versions. It lives in the cache (snapshots/KEY.vmstate, with KEY.json beside
+it), is written atomically, and one that does not load is removed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import paths
+from harness.qmp import QMPError
+from harness.vm import QEMU, VM
+
+# bump when what the guest does before its gate changes in a way the key does not see
+FORMAT = 1
+SAVE_TIMEOUT = 60.0
+RESTORE_TIMEOUT = 30.0
+# the cache keeps the most recently used snapshots up to this size
+MAX_BYTES = int(float(os.environ.get("KSTALL_SNAPSHOT_MAX_GB", "8")) * (1 << 30))
+
+
+class SnapshotError(RuntimeError):
+    pass
+
+
+def directory() -> Path:
+    return paths.cache_dir() / "snapshots"
+
+
+def _qemu_identity() -> list:
+    exe = shutil.which(QEMU) or QEMU
+    try:
+        st = os.stat(exe)
+    except OSError:
+        return [exe]
+    return [os.path.realpath(exe), st.st_size, int(st.st_mtime)]
+
+
+@dataclass
+class Snapshot:
+    key: str
+
+    @property
+    def state(self) -> Path:
+        return directory() / f"{self.key}.vmstate"
+
+    @property
+    def meta_path(self) -> Path:
+        return directory() / f"{self.key}.json"
+
+    def meta(self) -> dict | None:
+        """What was recorded when it was saved; None when there is no whole snapshot."""
+        try:
+            doc = json.loads(self.meta_path.read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            if self.state.stat().st_size != doc.get("bytes"):
+                return None
+        except OSError:
+            return None
+        os.utime(self.meta_path)  # recently used: pruned last
+        return doc
+
+    def discard(self) -> None:
+        for p in (self.meta_path, self.state):
+            p.unlink(missing_ok=True)
+
+    def save(self, vm: VM, meta: dict) -> dict:
+        """Save the running guest (stopped for it, then resumed); what was
+        recorded. Raises SnapshotError; the guest runs on either way."""
+        directory().mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.key}.", suffix=".vmstate", dir=directory())
+        t0 = time.monotonic()
+        try:
+            vm.qmp.cmd("stop")
+            # the default cap (32 MiB/s) is meant for a network
+            vm.qmp.cmd("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
+            vm.qmp.send_fd("kstall-snapshot", fd)
+            vm.qmp.cmd("migrate", uri="fd:kstall-snapshot")
+            status = _wait_migration(vm, SAVE_TIMEOUT)
+            if status.get("status") != "completed":
+                raise SnapshotError(f"migration {status.get('status')}: {status.get('error-desc', '')}".strip(": "))
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            os.replace(tmp, self.state)
+            doc = meta | {"key": self.key, "bytes": size, "save_s": round(time.monotonic() - t0, 2),
+                          "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            paths.write_atomic(self.meta_path, json.dumps(doc, indent=1) + "\n")
+            return doc
+        except (QMPError, OSError) as e:
+            raise SnapshotError(str(e)) from None
+        finally:
+            os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            try:
+                vm.qmp.cmd("cont")
+            except (QMPError, OSError):
+                pass  # QEMU gone: the watch names it
+
+
+def for_vm(vm: VM, kernel_sha: str) -> Snapshot:
+    doc = [FORMAT, kernel_sha, vm.shape(), _qemu_identity()]
+    return Snapshot(hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32])
+
+
+def _wait_migration(vm: VM, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = vm.qmp.cmd("query-migrate")
+        if status.get("status") in ("completed", "failed", "cancelled"):
+            return status
+        if time.monotonic() > deadline:
+            vm.qmp.cmd("migrate_cancel")
+            raise SnapshotError(f"saving took longer than {timeout:.0f}s")
+        time.sleep(0.01)
+
+
+def wait_restored(vm: VM, timeout: float = RESTORE_TIMEOUT) -> None:
+    """Wait until QEMU has loaded the state it was started with, then run the
+    guest (it was saved stopped, so QEMU leaves it paused)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not vm.alive():
+            raise SnapshotError(f"QEMU could not load it: {vm.qemu_log_tail(2)}")
+        try:
+            status = vm.qmp.cmd("query-migrate").get("status")
+            if status == "completed":
+                vm.qmp.cmd("cont")
+                return
+        except (QMPError, OSError) as e:
+            raise SnapshotError(f"QEMU could not load it: {e}") from None
+        if status == "failed":
+            raise SnapshotError(f"QEMU could not load it: {vm.qemu_log_tail(2)}")
+        if time.monotonic() > deadline:
+            raise SnapshotError(f"loading took longer than {timeout:.0f}s")
+        time.sleep(0.005)
+
+
+def prune(keep_bytes: int = MAX_BYTES) -> list[Path]:
+    """Remove the least recently used snapshots beyond keep_bytes; what went."""
+    metas = sorted(directory().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    total, gone = 0, []
+    for m in metas:
+        state = m.with_suffix(".vmstate")
+        total += state.stat().st_size if state.exists() else 0
+        if total > keep_bytes:
+            Snapshot(m.stem).discard()
+            gone.append(state)
+    return gone
