@@ -248,6 +248,8 @@ class Watch:
         if restored is not None:
             self.hello = restored
             self.hello_at = self.ready_at = time.monotonic()
+            self._say(f"guest up in {self.hello_at - self.t0:.1f}s, restored at its gate: "
+                      f"{restored.get('uname', '?')}, {restored.get('cpus', '?')} CPUs")
 
     # -- stream handling -------------------------------------------------
     def _on_agent(self, line: str, now: float) -> None:
