@@ -26,12 +26,15 @@ CASES = [("debian:6.16.12", "VULNERABLE"), ("debian:6.17.8", "VULNERABLE"),
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--kernels", nargs="+", metavar="SPEC=VERDICT",
+                    help="other cases (the calibration sweep: every Debian kernel from 6.12.107 to 7.3.4)")
     a = ap.parse_args()
-    for spec, _ in CASES:
+    cases = [tuple(k.split("=", 1)) for k in a.kernels] if a.kernels else CASES
+    for spec, _ in cases:
         subprocess.run([*KSTALL, "symbols", spec], capture_output=True, check=True)
     agree = True
     with tempfile.TemporaryDirectory() as res:
-        for spec, want in CASES:
+        for spec, want in cases:
             docs = []
             for _ in range(a.runs):
                 p = subprocess.run([*KSTALL, "verify", spec, "bpf-ringbuf", "--json", "--results", res],
