@@ -69,6 +69,19 @@ class Snapshot:
     def meta_path(self) -> Path:
         return directory() / f"{self.key}.json"
 
+    @property
+    def console(self) -> Path:
+        """The boot's console up to the gate, which a restored guest does not print again."""
+        return directory() / f"{self.key}.console"
+
+    def start_console_log(self, log: Path) -> None:
+        """Begin a restored run's console log (QEMU appends to it) with the boot."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(self.console, log)
+        except OSError:
+            pass
+
     def meta(self) -> dict | None:
         """What was recorded when it was saved; None when there is no whole snapshot."""
         try:
@@ -84,7 +97,7 @@ class Snapshot:
         return doc
 
     def discard(self) -> None:
-        for p in (self.meta_path, self.state):
+        for p in (self.meta_path, self.state, self.console):
             p.unlink(missing_ok=True)
 
     def save(self, vm: VM, meta: dict) -> dict:
@@ -105,6 +118,7 @@ class Snapshot:
             os.fsync(fd)
             size = os.fstat(fd).st_size
             os.replace(tmp, self.state)
+            shutil.copyfile(vm.cfg.log_dir / "console.log", self.console)
             doc = meta | {"key": self.key, "bytes": size, "save_s": round(time.monotonic() - t0, 2),
                           "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             paths.write_atomic(self.meta_path, json.dumps(doc, indent=1) + "\n")

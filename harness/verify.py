@@ -335,6 +335,7 @@ def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
     meta = snap.meta() if snap else None
     if meta is not None:
         warm = VM(dataclasses.replace(cfg, restore_from=snap.state))
+        snap.start_console_log(cfg.log_dir / "console.log")
         try:
             warm.start()
             snapshot.wait_restored(warm)
@@ -343,6 +344,7 @@ def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
         except (VMError, snapshot.SnapshotError) as e:
             warm.stop()
             snap.discard()
+            (cfg.log_dir / "console.log").unlink(missing_ok=True)
             echo(f"the snapshot {snap.state.name} did not load ({e}): removed it, booting cold")
     try:
         vm.start()

@@ -99,8 +99,9 @@ class VM:
             QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
             "-machine", "q35", *accel, "-smp", str(c.cpus), "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
+            # appended to: a restored guest's log starts with the boot its snapshot saw
             "-chardev", f"socket,id=con0,path={self.sock('console')},server=on,wait=off,"
-                        f"logfile={logs / 'console.log'}",
+                        f"logfile={logs / 'console.log'},logappend=on",
             "-serial", "chardev:con0",
             "-device", "virtio-serial-pci,id=vser0",
             "-chardev", f"socket,id=agent0,path={self.sock('agent')},server=on,wait=off,"
