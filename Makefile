@@ -95,6 +95,7 @@ bench: deps
 	$(PYTHON) tests/bench/distro_specs.py
 	$(PYTHON) tests/bench/signal_malloc_speed.py
 	$(PYTHON) tests/bench/fault_speed.py
+	$(PYTHON) tests/bench/snapshot_speed.py
 
 # Not part of `make test`: a cold run builds a kernel (about 8 minutes on 2 cores)
 check-bisect: deps
