@@ -19,6 +19,7 @@ it), is written atomically, and one that does not load is removed.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -112,7 +113,12 @@ class Snapshot:
             vm.qmp.cmd("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
             vm.qmp.send_fd("kstall-snapshot", fd)
             vm.qmp.cmd("migrate", uri="fd:kstall-snapshot")
-            status = _wait_migration(vm, SAVE_TIMEOUT)
+            try:
+                status = _wait_migration(vm, SAVE_TIMEOUT, "saving")
+            except SnapshotError:
+                with contextlib.suppress(QMPError, OSError):
+                    vm.qmp.cmd("migrate_cancel")
+                raise
             if status.get("status") != "completed":
                 raise SnapshotError(f"migration {status.get('status')}: {status.get('error-desc', '')}".strip(": "))
             os.fsync(fd)
@@ -139,37 +145,33 @@ def for_vm(vm: VM, kernel_sha: str) -> Snapshot:
     return Snapshot(hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32])
 
 
-def _wait_migration(vm: VM, timeout: float) -> dict:
+def _wait_migration(vm: VM, timeout: float, what: str) -> dict:
+    """query-migrate until the migration (out, or in from -incoming) ends."""
     deadline = time.monotonic() + timeout
     while True:
-        status = vm.qmp.cmd("query-migrate")
+        if not vm.alive():
+            raise SnapshotError(f"QEMU exited while {what}: {vm.qemu_log_tail(2)}")
+        try:
+            status = vm.qmp.cmd("query-migrate")
+        except (QMPError, OSError) as e:
+            raise SnapshotError(f"QEMU did not answer while {what}: {e}") from None
         if status.get("status") in ("completed", "failed", "cancelled"):
             return status
         if time.monotonic() > deadline:
-            vm.qmp.cmd("migrate_cancel")
-            raise SnapshotError(f"saving took longer than {timeout:.0f}s")
-        time.sleep(0.01)
+            raise SnapshotError(f"{what} took longer than {timeout:.0f}s")
+        time.sleep(0.005)
 
 
 def wait_restored(vm: VM, timeout: float = RESTORE_TIMEOUT) -> None:
     """Wait until QEMU has loaded the state it was started with, then run the
     guest (it was saved stopped, so QEMU leaves it paused)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not vm.alive():
-            raise SnapshotError(f"QEMU could not load it: {vm.qemu_log_tail(2)}")
-        try:
-            status = vm.qmp.cmd("query-migrate").get("status")
-            if status == "completed":
-                vm.qmp.cmd("cont")
-                return
-        except (QMPError, OSError) as e:
-            raise SnapshotError(f"QEMU could not load it: {e}") from None
-        if status == "failed":
-            raise SnapshotError(f"QEMU could not load it: {vm.qemu_log_tail(2)}")
-        if time.monotonic() > deadline:
-            raise SnapshotError(f"loading took longer than {timeout:.0f}s")
-        time.sleep(0.005)
+    status = _wait_migration(vm, timeout, "loading it")
+    if status.get("status") != "completed":
+        raise SnapshotError(f"QEMU could not load it: {vm.qemu_log_tail(2)}")
+    try:
+        vm.qmp.cmd("cont")
+    except (QMPError, OSError) as e:
+        raise SnapshotError(f"QEMU loaded it but did not run it: {e}") from None
 
 
 def prune(keep_bytes: int = MAX_BYTES) -> list[Path]:
