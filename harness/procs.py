@@ -13,6 +13,15 @@ from typing import Iterator
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
+_forked_by = os.getpid()  # the process whose child runs die_with_parent, recorded before each fork
+
+
+def _before_fork() -> None:
+    global _forked_by
+    _forked_by = os.getpid()
+
+
+os.register_at_fork(before=_before_fork)
 
 
 def stat_fields(stat_file: str | Path) -> list[str]:
@@ -30,6 +39,10 @@ def die_with_parent() -> None:
     """preexec_fn: the child gets SIGKILL if kstall dies, even by SIGKILL.
     (Linux ties this to the forking thread, so fork from long-lived threads.)"""
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # kstall may have died between the fork and the prctl (a signal while
+    # Popen waits for the exec): then no death signal would ever come
+    if os.getppid() != _forked_by:
+        os._exit(1)
 
 
 def reap(proc: subprocess.Popen, grace: float = 3.0) -> int | None:

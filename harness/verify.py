@@ -346,6 +346,9 @@ def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
             snap.discard()
             (cfg.log_dir / "console.log").unlink(missing_ok=True)
             echo(f"the snapshot {snap.state.name} did not load ({e}): removed it, booting cold")
+        except BaseException:  # Ctrl-C while it loads
+            warm.stop()
+            raise
     try:
         vm.start()
     except BaseException:
