@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class QMPError(RuntimeError):
@@ -25,8 +25,9 @@ class QMP:
         # one command at a time: the NMI injector's thread shares the monitor
         self.lock = threading.Lock()
 
-    def connect(self, deadline: float) -> None:
-        """Connect (QEMU may still be creating the socket) and negotiate."""
+    def connect(self, deadline: float, alive: Callable[[], bool] = lambda: True) -> None:
+        """Connect (QEMU may still be creating the socket: alive() says
+        whether it is still there to create it) and negotiate."""
         while True:
             try:
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -34,6 +35,8 @@ class QMP:
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 s.close()
+                if not alive():
+                    raise QMPError("QEMU exited or stopped before its QMP socket came up")
                 if time.monotonic() > deadline:
                     raise QMPError(f"QMP socket {self.path} did not come up")
                 time.sleep(0.02)

@@ -342,12 +342,17 @@ def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
             vm.stop()  # never started: only its run directory goes
             return warm, snap, meta.get("hello") or {}
         except (VMError, snapshot.SnapshotError) as e:
+            fault = warm.outside_fault()
             warm.stop()
+            if fault:  # not the snapshot's fault: it stays
+                vm.stop()
+                raise (e if isinstance(e, VMError) else VMError(f"{fault} while it loaded the snapshot")) from None
             snap.discard()
             (cfg.log_dir / "console.log").unlink(missing_ok=True)
             echo(f"the snapshot {snap.state.name} did not load ({e}): removed it, booting cold")
         except BaseException:  # Ctrl-C while it loads
             warm.stop()
+            vm.stop()
             raise
     try:
         vm.start()

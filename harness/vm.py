@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -152,18 +153,20 @@ class VM:
                     os.close(self._incoming)
         deadline = time.monotonic() + timeout
         try:
-            self.qmp.connect(deadline)
-        except (QMPError, OSError) as e:  # QEMU gone mid-handshake: a reset connection
-            if self.proc is not None:
+            self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())
+            self.console = self._connect("console", deadline)
+            self.agent = self._connect("agent", deadline)
+            self.syms = self._connect("syms", deadline)
+            self.qmp.cmd("cont")
+        except (QMPError, OSError, VMError) as e:  # QEMU gone mid-handshake: a reset connection
+            if self.proc is not None and not self.stopped():
                 try:
                     self.proc.wait(2)
                 except subprocess.TimeoutExpired:
                     pass
-            raise VMError(f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
-        self.console = self._connect("console", deadline)
-        self.agent = self._connect("agent", deadline)
-        self.syms = self._connect("syms", deadline)
-        self.qmp.cmd("cont")
+            fault = self.outside_fault()
+            raise VMError(f"{fault} while it started" if fault else
+                          f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
         self.started_at = time.monotonic()
 
     def alive(self) -> bool:
@@ -176,6 +179,18 @@ class VM:
         shows as QMP and the gdbstub not answering."""
         fields = procs.stat_fields(f"/proc/{self.proc.pid}/stat") if self.proc else []
         return bool(fields) and fields[0] == "T"
+
+    def outside_fault(self) -> str | None:
+        """What someone outside kstall did to QEMU: stopped it, or killed it
+        with a signal one sends (not QEMU's own crash, SIGABRT or SIGSEGV)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            return "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP)" if self.stopped() else None
+        sig = -self.proc.returncode
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            return f"QEMU exited unexpectedly, killed by {signal.Signals(sig).name}"
+        return None
 
     def qemu_log_tail(self, n: int = 5) -> str:
         try:
