@@ -20,6 +20,7 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     kind = accel.choose(accel_mode, kernel.sha256, kernel.vmlinuz, initrd, echo)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
         cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
+                       machine=kernel.machine(),
                        cmdline="console=ttyS0 nokaslr quiet panic=-1 tsc=reliable kstall.repro=none kstall.syms=1")
         with VM(cfg) as vm:
             echo(f"booting {kernel.canonical} to capture /proc/kallsyms")

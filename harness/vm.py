@@ -34,6 +34,7 @@ class VMConfig:
     cpus: int = 2
     memory_mb: int = 1024
     accel: str = "tcg"  # "tcg" or "kvm"
+    machine: str = "q35"  # images.kernel.Kernel.machine()
     extra_args: list[str] = field(default_factory=list)
     # a saved VM state (harness/snapshot.py) to load instead of booting
     restore_from: Path | None = None
@@ -89,6 +90,12 @@ class VM:
         incoming = ["-incoming", f"fd:{self._incoming}"] if self._incoming is not None else []
         return self._command() + incoming
 
+    def _smp(self) -> str:
+        """SeaBIOS's MP table lists one CPU per package: on pc (a kernel without
+        ACPI) each vCPU is its own socket, or the guest sees only the first."""
+        c = self.cfg
+        return f"{c.cpus},sockets={c.cpus},cores=1,threads=1" if c.machine == "pc" else str(c.cpus)
+
     def _command(self) -> list[str]:
         c = self.cfg
         logs = c.log_dir
@@ -98,7 +105,7 @@ class VM:
             accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
         return [
             QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
-            "-machine", "q35", *accel, "-smp", str(c.cpus), "-m", str(c.memory_mb),
+            "-machine", c.machine, *accel, "-smp", self._smp(), "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
             # appended to: a restored guest's log starts with the boot its snapshot saw
             "-chardev", f"socket,id=con0,path={self.sock('console')},server=on,wait=off,"

@@ -271,6 +271,9 @@ class Watch:
             if words[1] == "hello":
                 self.hello, self.hello_at = fields, now
                 self._say(f"guest up in {now - self.t0:.1f}s: {fields.get('uname', '?')}, {fields.get('cpus', '?')} CPUs")
+                if fields.get("cpus", "").isdigit() and int(fields["cpus"]) < self.vm.cfg.cpus:
+                    self._say(f"warning: the guest brought up {fields['cpus']} of its {self.vm.cfg.cpus} vCPUs "
+                              "(a kernel without SMP, or firmware tables it cannot read)")
             elif words[1] == "syms":
                 self.syms_info = fields
             elif words[1] == "ready":

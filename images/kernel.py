@@ -49,6 +49,14 @@ class Kernel:
         return None
 
 
+    def machine(self) -> str:
+        """QEMU's machine type for it: q35 lists the CPUs in ACPI tables only,
+        so a kernel built without ACPI (build:, for a quicker build) boots on
+        pc, whose firmware also lists them in MP tables (CONFIG_X86_MPPARSE)."""
+        return "pc" if self.config_value("CONFIG_ACPI") is None and self.config_value("CONFIG_X86_MPPARSE") == "y" \
+            else "q35"
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -71,7 +71,8 @@ def test_a_trailing_heartbeat_does_not_undo_the_final_count():
     # the agent folds the last progress line into its heartbeats; one sent
     # after the result line carries the older count (CI saw 946 for 947)
 
-    w = Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0), Limits(), patterns=[])
+    w = Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0,
+                          cfg=SimpleNamespace(cpus=2)), Limits(), patterns=[])
     for line in ["KTAP version 1", "# progress count=946 elapsed_ms=20000", "HB 1 5 946",
                  "# result count=947 elapsed_ms=20100", "HB 2 6 946", "ok 1 bpf-ringbuf"]:
         w._on_agent(line, 1.0)
@@ -104,7 +105,7 @@ def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
         ours.setblocking(False)
     (con, _), (agent, guest), (syms, _) = pairs
     vm = SimpleNamespace(console=con, agent=agent, syms=syms, started_at=time.monotonic(),
-                         alive=lambda: True, stopped=lambda: False)
+                         cfg=SimpleNamespace(cpus=2), alive=lambda: True, stopped=lambda: False)
     w = Watch(vm, Limits(freeze_after=0.8), patterns=[])
     guest.sendall(b"KSTALL hello uname=6.17.8 cpus=2 init=init\nHB 0 1000000 0\n")
     w._pump(0.2)

@@ -88,7 +88,8 @@ def no_file_written():
 
 
 def watch() -> Watch:
-    return Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0), Limits(stalls=1), patterns=None)
+    return Watch(SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0,
+                                 cfg=SimpleNamespace(cpus=2)), Limits(stalls=1), patterns=None)
 
 
 def run_bounded(fn, inputs) -> None:
