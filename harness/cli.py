@@ -54,7 +54,7 @@ def add_build_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config", action="append", type=Path, default=[], metavar="FRAGMENT",
                    help="kconfig fragment applied after kstall's own (images/kconfig/); repeatable")
     g.add_argument("--debuginfo", action="store_true", help="build with DWARF: GDB shows inlined frames")
-    g.add_argument("--jobs", type=int, default=0, help="make -j (default: host cores)")
+    g.add_argument("--jobs", type=int, default=0, help="make -j (default: host cores + 1)")
     g.add_argument("--build-timeout", type=float, default=7200, metavar="S", help="bound on one build (s)")
 
 

@@ -44,7 +44,7 @@ class BuildOptions:
     reproducer: str | None = None
     fragments: list[Path] = field(default_factory=list)   # the user's, after kstall's own
     debuginfo: bool = False
-    jobs: int = 0               # 0: one per host core
+    jobs: int = 0               # 0: one more than the host cores
     timeout: float = 7200.0     # per build, seconds
 
     def config_files(self) -> list[Path]:
@@ -210,7 +210,8 @@ def config_mismatches(config: Path, fragments: list[Path]) -> list[str]:
 
 def _env() -> dict:
     env = dict(os.environ)
-    env.update(CCACHE_DIR=str(paths.cache_dir() / "ccache"), CCACHE_BASEDIR=str(paths.cache_dir()),
+    # depend mode: a miss costs no extra preprocessor run (the kernel's -MMD gives the headers)
+    env.update(CCACHE_DIR=str(paths.cache_dir() / "ccache"), CCACHE_BASEDIR=str(paths.cache_dir()), CCACHE_DEPEND="1",
                KBUILD_BUILD_TIMESTAMP="1970-01-01", KBUILD_BUILD_USER="kstall", KBUILD_BUILD_HOST="kstall",
                LOCALVERSION="", LC_ALL="C")
     return env
@@ -239,7 +240,7 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
         out = lock_dir / f"{_tree_key(tree)}-{fkey}"
         out.mkdir(parents=True, exist_ok=True)
         what = f"build {tree.name}@{ident}"
-        jobs = opts.jobs or os.cpu_count() or 1
+        jobs = opts.jobs or (os.cpu_count() or 1) + 1  # one more than the cores: a job waiting on I/O leaves none idle
         env = _env()
         t0 = time.monotonic()
         deadline = t0 + opts.timeout
