@@ -14,6 +14,7 @@ and snapshots cached first).
 """
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,7 @@ def main() -> None:
         print(f"  cold boot to the agent's hello:          {med([d['timings']['boot_s'] for _, d in cold])}")
         print(f"  GDB sampling (3 samples):                {med([d['timings']['debug_s'] for _, d in warm])}")
         print(f"ratio restored / --no-snapshot: "
-              f"{med([w for w, _ in warm], 2).split('s')[0]} / {med([w for w, _ in cold], 2).split('s')[0]}")
+              f"{statistics.median(w for w, _ in warm) / statistics.median(w for w, _ in cold):.2f}")
 
         bpf = [verify("debian:7.3.4", "bpf-ringbuf", res, []) for _ in range(a.runs)]
         print(f"7.3.4 bpf-ringbuf, restored: {[d['verdict'] for _, d in bpf]}, wall {med([w for w, _ in bpf])}, "
