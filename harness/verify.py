@@ -218,7 +218,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     go = go_params(repro, repro_arguments(repro, opts, target, duration), r.syms_path is None)
     cpus = opts.cpus or repro.default_cpus
     cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
-                   memory_mb=opts.memory_mb, accel=accel_kind, machine=kernel.machine(), extra_args=disk.qemu_args() if disk else [])
+                   memory_mb=opts.memory_mb, accel=accel_kind, machine=kernel.machine(),
+                   extra_args=disk.qemu_args() if disk else [])
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
                     stalls=repro.min_stalls if repro.stall_paths else 0)
