@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,14 +58,16 @@ def spawn_gdb(args: list[str], log, timeout: float) -> pexpect.spawn:
         raise DebugError(f"cannot start {GDB}: {e}") from None
     child.logfile_read = log
     child.delaybeforesend = None  # pexpect's default 50 ms per command is for terminals that drop input
+    child.ptyproc.delayafterclose = 0.01  # (0.1 s) GDB has said EOF by then; a live one is killed anyway
     return child
 
 
 class GdbSession:
-    """One interactive GDB attached to the guest; close() always reaps it."""
+    """One interactive GDB for the guest, started with its symbols; attach()
+    connects it (which stops the guest). close() always reaps it."""
 
-    def __init__(self, gdb_socket: Path, log_path: Path, symbols: Path | None, vmlinux: Path | None,
-                 timeout: float = 20.0) -> None:
+    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None,
+                 timeout: float = 20.0, load: bool = True) -> None:
         self.timeout = timeout
         args = ["-ex", "set architecture i386:x86-64"]
         if vmlinux:
@@ -76,17 +79,24 @@ class GdbSession:
         except DebugError:
             self.log.close()
             raise
+        self.symbols = symbols
+        if load:
+            self.load()
+
+    def load(self) -> None:
+        """Wait for GDB to have started and read the symbols. (Apart from
+        __init__, so that it can wait on another thread: GDB itself must be
+        forked by the main one, as PR_SET_PDEATHSIG fires when the thread that
+        forked it ends.)"""
         try:
-            self._attach(gdb_socket, symbols)
+            self._expect_prompt()
+            if self.symbols:
+                self.run(f"kstall-symbols {self.symbols}")
         except DebugError:  # a GDB that died or hung on the way in is reaped here
-            self.child.close(force=True)
-            self.log.close()
+            self.close(resume=True)
             raise
 
-    def _attach(self, gdb_socket: Path, symbols: Path | None) -> None:
-        self._expect_prompt()
-        if symbols:
-            self.run(f"kstall-symbols {symbols}")
+    def attach(self, gdb_socket: Path) -> None:
         out = self.run(f"target remote {gdb_socket}")
         # (with a vmlinux, GDB also says "<source>: No such file or directory":
         # that is about source files, not the socket)
@@ -136,11 +146,53 @@ class GdbSession:
             self.log.close()
 
 
+class Prepared:
+    """A GdbSession started in the background while a hang is only suspected,
+    so that its start (fork, GDB, symbols: about 0.6 s) is not on the path
+    from a detected hang to its verdict."""
+
+    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None) -> None:
+        self.session: GdbSession | None = None
+        self.error = ""
+        try:
+            self.starting: GdbSession | None = GdbSession(log_path, symbols, vmlinux, load=False)
+        except DebugError as e:
+            self.starting, self.error = None, str(e)
+        self.thread = threading.Thread(target=self._load, name="gdb-prepare", daemon=True)
+        self.thread.start()
+
+    def _load(self) -> None:
+        if self.starting is None:
+            return
+        try:
+            self.starting.load()
+            self.session = self.starting
+        except DebugError as e:
+            self.error = str(e)
+
+    def take(self, timeout: float = 25.0) -> GdbSession | None:
+        """The started session (now the caller's to close), or None."""
+        self.thread.join(timeout)  # GdbSession's own waits are bounded (20 s)
+        session, self.session = self.session, None
+        return session
+
+    def close(self) -> None:
+        session = self.take()
+        if session is not None:
+            session.close(resume=True)
+
+
 def sample_with_gdb(gdb_socket: Path, out_dir: Path, symbols: Path | None, vmlinux: Path | None,
-                    count: int, interval: float, resume: bool) -> list[dict]:
-    session = GdbSession(gdb_socket, out_dir / "gdb.log", symbols, vmlinux)
+                    count: int, interval: float, resume: bool, prepared: Prepared | None = None) -> list[dict]:
+    if prepared is not None:
+        session = prepared.take()
+        if session is None:  # not a second start: a GDB that could not start once will not now
+            raise DebugError(prepared.error or "gdb did not start in time")
+    else:
+        session = GdbSession(out_dir / "gdb.log", symbols, vmlinux)
     dumps = []
     try:
+        session.attach(gdb_socket)
         for i in range(count):
             if i:
                 session.let_run(interval)
@@ -207,9 +259,10 @@ MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop run
 
 
 def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmlinux: Path | None = None,
-           count: int = 3, interval: float = 0.2, resume: bool = False) -> Samples:
+           count: int = 3, interval: float = 0.2, resume: bool = False, prepared: Prepared | None = None) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
-    With resume the guest keeps running afterwards (a possible false alarm)."""
+    With resume the guest keeps running afterwards (a possible false alarm).
+    A prepared GDB is used when it started; either way it is taken."""
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     result = Samples()
@@ -218,10 +271,12 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
     except (QMPError, OSError) as e:
         result.errors.append(f"qmp: query-status: {e} within {MAIN_LOOP_TIMEOUT:.0f}s (QEMU's main loop, which "
                              "also serves the gdbstub, is not answering: GDB not tried)")
+        if prepared is not None:
+            prepared.close()
         result.seconds = round(time.monotonic() - t0, 2)
         return result
     try:
-        result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume)
+        result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume, prepared)
         result.method = "gdb"
     except DebugError as e:
         result.errors.append(f"gdb: {e}")

@@ -11,6 +11,12 @@ line, and what must differ between guests restored from one file (the
 reproducer and its arguments, RNG seed, wall clock), comes with the host's GO
 (repro/agent.c).
 
+Guest RAM is not in the migration stream (x-ignore-shared): a guest that may
+be saved keeps its RAM in a memfd (VMConfig.shared_ram), which is copied to
+KEY.ram, sparse, beside the stream of device state (KEY.vmstate). A restored
+guest maps KEY.ram private, so a run reads and copies only the pages it
+touches.
+
 A snapshot is keyed by the kernel's sha256 and by VM.shape(), the QEMU command
 line without the run's private paths, which names the initramfs by its content
 hash; and by the QEMU binary, whose migration format may change between
@@ -34,7 +40,7 @@ from harness.qmp import QMPError
 from harness.vm import QEMU, VM
 
 # bump when what the guest does before its gate changes in a way the key does not see
-FORMAT = 1
+FORMAT = 2
 SAVE_TIMEOUT = 60.0
 RESTORE_TIMEOUT = 30.0
 # the cache keeps the most recently used snapshots up to this size
@@ -67,6 +73,10 @@ class Snapshot:
         return directory() / f"{self.key}.vmstate"
 
     @property
+    def ram(self) -> Path:
+        return directory() / f"{self.key}.ram"
+
+    @property
     def meta_path(self) -> Path:
         return directory() / f"{self.key}.json"
 
@@ -90,7 +100,7 @@ class Snapshot:
         except (OSError, ValueError):
             return None
         try:
-            if self.state.stat().st_size != doc.get("bytes"):
+            if self.state.stat().st_size != doc.get("bytes") or self.ram.stat().st_size != doc.get("ram_size"):
                 return None
         except OSError:
             return None
@@ -98,17 +108,21 @@ class Snapshot:
         return doc
 
     def discard(self) -> None:
-        for p in (self.meta_path, self.state, self.console):
+        for p in (self.meta_path, self.state, self.ram, self.console):
             p.unlink(missing_ok=True)
 
     def save(self, vm: VM, meta: dict) -> dict:
         """Save the running guest (stopped for it, then resumed); what was
         recorded. Raises SnapshotError; the guest runs on either way."""
+        if vm.ram_fd is None:
+            raise SnapshotError("the guest's RAM is not shared with kstall (VMConfig.shared_ram)")
         directory().mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.key}.", suffix=".vmstate", dir=directory())
+        ram_tmp = Path(tmp).with_suffix(".ram")
         t0 = time.monotonic()
         try:
             vm.qmp.cmd("stop")
+            vm.qmp.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
             # the default cap (32 MiB/s) is meant for a network
             vm.qmp.cmd("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
             vm.qmp.send_fd("kstall-snapshot", fd)
@@ -121,11 +135,13 @@ class Snapshot:
                 raise
             if status.get("status") != "completed":
                 raise SnapshotError(f"migration {status.get('status')}: {status.get('error-desc', '')}".strip(": "))
-            os.fsync(fd)
             size = os.fstat(fd).st_size
+            ram_size, ram_data = copy_sparse(vm.ram_fd, ram_tmp)
+            os.replace(ram_tmp, self.ram)
             os.replace(tmp, self.state)
             shutil.copyfile(vm.cfg.log_dir / "console.log", self.console)
-            doc = meta | {"key": self.key, "bytes": size, "save_s": round(time.monotonic() - t0, 2),
+            doc = meta | {"key": self.key, "bytes": size, "ram_size": ram_size, "ram_bytes": ram_data,
+                          "save_s": round(time.monotonic() - t0, 2),
                           "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             paths.write_atomic(self.meta_path, json.dumps(doc, indent=1) + "\n")
             return doc
@@ -134,10 +150,41 @@ class Snapshot:
         finally:
             os.close(fd)
             Path(tmp).unlink(missing_ok=True)
+            ram_tmp.unlink(missing_ok=True)
             try:
                 vm.qmp.cmd("cont")
             except (QMPError, OSError):
                 pass  # QEMU gone: the watch names it
+
+
+PAGE = 4096
+
+
+def copy_sparse(src: int, dest: Path, chunk: int = 1 << 20) -> tuple[int, int]:
+    """Copy the file open as src to dest, leaving holes where src has holes
+    or zero pages (guest RAM: mostly never touched); (size, bytes written)."""
+    size = os.fstat(src).st_size
+    zero = bytes(PAGE)
+    written = 0
+    with open(dest, "wb") as out:
+        pos = 0
+        while pos < size:
+            try:
+                pos = os.lseek(src, pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole is left
+                break
+            end = os.lseek(src, pos, os.SEEK_HOLE)
+            while pos < end:
+                data = memoryview(os.pread(src, min(chunk, end - pos), pos))
+                for off in range(0, len(data), PAGE):
+                    page = data[off:off + PAGE]
+                    if page != zero[:len(page)]:
+                        out.seek(pos + off)
+                        out.write(page)
+                        written += len(page)
+                pos += len(data)
+        out.truncate(size)
+    return size, written
 
 
 def for_vm(vm: VM, kernel_sha: str) -> Snapshot:
@@ -179,9 +226,9 @@ def prune(keep_bytes: int = MAX_BYTES) -> list[Path]:
     metas = sorted(directory().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     total, gone = 0, []
     for m in metas:
-        state = m.with_suffix(".vmstate")
-        total += state.stat().st_size if state.exists() else 0
+        snap = Snapshot(m.stem)
+        total += sum(p.stat().st_blocks * 512 for p in (snap.state, snap.ram) if p.exists())
         if total > keep_bytes:
-            Snapshot(m.stem).discard()
-            gone.append(state)
+            snap.discard()
+            gone.append(snap.state)
     return gone

@@ -144,6 +144,18 @@ class _Run:
         self.timings: dict = {}
         self.process: thread_hang.Analysis | None = None
         self.process_error = ""
+        self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
+
+    def prepare_debugger(self) -> None:
+        """A kernel hang may be coming: start GDB now, off the path to the verdict."""
+        if self.prepared is None and self.repro.hang != "process" and self.syms_path is not None:
+            self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.syms_path,
+                                           self.kernel.vmlinux or self.opts.vmlinux)
+
+    def close_debugger(self) -> None:
+        if self.prepared is not None:
+            self.prepared.close()
+            self.prepared = None
 
     def keep_symbols(self, w: Watch) -> None:
         if w.syms.data and self.syms_path is None:
@@ -159,9 +171,10 @@ class _Run:
         measurement then reports), or no samples at all."""
         since = self.note_hang(w, outcome, "reading every vCPU with gdb")
         t = time.monotonic()
+        prepared, self.prepared = self.prepared, None
         self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.syms_path,
                                     self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
-                                    self.opts.sample_interval, resume=True)
+                                    self.opts.sample_interval, resume=True, prepared=prepared)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
@@ -238,6 +251,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
             stack.callback(gate.close)
         nmi = NmiInjector(vm.qmp, repro.nmi_rate, duration + 30)
         stack.callback(nmi.stop)
+        stack.callback(r.close_debugger)
 
         def on_line(line: str) -> None:
             if line.startswith("# nmi-source: inject") and repro.nmi_rate:
@@ -252,13 +266,15 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
             try:
                 saved.update(snap.save(vm, {"kernel": kernel.canonical, "kernel_sha256": kernel.sha256,
                                             "hello": w.hello, "shape": vm.shape()}))
-                echo(f"saved a snapshot at the agent's gate ({saved['bytes'] / 1e6:.0f} MB in {saved['save_s']}s): "
+                echo(f"saved a snapshot at the agent's gate ({(saved['bytes'] + saved['ram_bytes']) / 1e6:.0f} MB "
+                     f"in {saved['save_s']}s): "
                      f"later runs of this kernel restore it")
                 snapshot.prune()
             except snapshot.SnapshotError as e:
                 echo(f"could not save a snapshot ({e}): later runs boot cold")
         w = Watch(vm, limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,
-                  go=go, restored=restored, on_ready=save if snap and restored is None else None)
+                  go=go, restored=restored, on_ready=save if snap and restored is None else None,
+                  on_suspect=r.prepare_debugger)
         false_alarms = 0
         try:
             while True:
@@ -298,7 +314,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     snap_doc = None
     if snap:
         snap_doc = {"key": snap.key, "restored": restored is not None} | (
-            {"saved_s": saved["save_s"], "bytes": saved["bytes"]} if saved else {})
+            {"saved_s": saved["save_s"], "bytes": saved["bytes"] + saved["ram_bytes"]} if saved else {})
     r.timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
                       "gate_wait_s": watch_doc["gate_wait_s"],
                       "to_outcome_s": round(outcome.at - t0, 2),
@@ -335,7 +351,7 @@ def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
     snap = snapshot.for_vm(vm, kernel_sha) if use_snapshot else None
     meta = snap.meta() if snap else None
     if meta is not None:
-        warm = VM(dataclasses.replace(cfg, restore_from=snap.state))
+        warm = VM(dataclasses.replace(cfg, restore_from=snap.state, restore_ram=snap.ram))
         snap.start_console_log(cfg.log_dir / "console.log")
         try:
             warm.start()
@@ -355,6 +371,7 @@ def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
             warm.stop()
             vm.stop()
             raise
+    vm.cfg.shared_ram = snap is not None  # saved at the gate: its RAM must be readable
     try:
         vm.start()
     except BaseException:

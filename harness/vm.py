@@ -36,8 +36,12 @@ class VMConfig:
     accel: str = "tcg"  # "tcg" or "kvm"
     machine: str = "q35"  # images.kernel.Kernel.machine()
     extra_args: list[str] = field(default_factory=list)
-    # a saved VM state (harness/snapshot.py) to load instead of booting
+    # a saved VM state (harness/snapshot.py) to load instead of booting: the
+    # devices, and the guest RAM as a file QEMU maps private (copy on write)
     restore_from: Path | None = None
+    restore_ram: Path | None = None
+    # guest RAM in a memfd kstall can read, so that a snapshot can be saved
+    shared_ram: bool = False
 
 
 def kvm_available() -> tuple[bool, str]:
@@ -72,6 +76,7 @@ class VM:
         self.syms: socket.socket | None = None
         self.started_at = 0.0
         self._incoming: int | None = None  # the state file's descriptor, while QEMU starts
+        self.ram_fd: int | None = None  # the memfd of a shared_ram guest
 
     def sock(self, name: str) -> Path:
         return self.run_dir / f"{name}.sock"
@@ -87,8 +92,24 @@ class VM:
                 for a in self._command()]
 
     def command(self) -> list[str]:
-        incoming = ["-incoming", f"fd:{self._incoming}"] if self._incoming is not None else []
-        return self._command() + incoming
+        incoming = ["-incoming", "defer"] if self._incoming is not None else []
+        return self._command() + self._memory() + incoming
+
+    def _memory(self) -> list[str]:
+        """Where guest RAM lives when it is not QEMU's anonymous memory. A
+        restored guest maps the snapshot's RAM file private: a page is read
+        when the guest touches it and copied only when it writes it, where
+        loading the whole RAM from the migration stream cost up to 2 s of page
+        faults on a host that hands freed memory back to its hypervisor."""
+        c = self.cfg
+        if c.restore_ram is not None:
+            path, share = str(c.restore_ram), "off"
+        elif self.ram_fd is not None:
+            path, share = f"/proc/self/fd/{self.ram_fd}", "on"
+        else:
+            return []
+        return ["-object", f"memory-backend-file,id=kstall-ram,size={c.memory_mb}M,mem-path={path},share={share}",
+                "-machine", "memory-backend=kstall-ram"]
 
     def _smp(self) -> str:
         """SeaBIOS's MP table lists one CPU per package: on pc (a kernel without
@@ -145,6 +166,18 @@ class VM:
                 self._incoming = os.open(self.cfg.restore_from, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as e:
                 raise VMError(f"cannot open the saved state {self.cfg.restore_from}: {e.strerror}") from None
+        try:
+            self._start(timeout)
+        finally:
+            if self._incoming is not None:  # QEMU has its own copy
+                os.close(self._incoming)
+                self._incoming = None
+        self.started_at = time.monotonic()
+
+    def _start(self, timeout: float) -> None:
+        if self.cfg.shared_ram:
+            self.ram_fd = os.memfd_create("kstall-ram", os.MFD_CLOEXEC)  # QEMU opens it through /proc
+            os.ftruncate(self.ram_fd, self.cfg.memory_mb << 20)
         with open(self.cfg.log_dir / "qemu.log", "wb") as log:
             log.write((" ".join(self.command()) + "\n").encode())
             log.flush()
@@ -152,15 +185,17 @@ class VM:
                 self.proc = subprocess.Popen(
                     self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, preexec_fn=procs.die_with_parent,
-                    pass_fds=(self._incoming,) if self._incoming is not None else ())
+                    pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
             except FileNotFoundError:
                 raise VMError(f"{QEMU} not found: run `make deps` (Debian package qemu-system-x86)")
-            finally:
-                if self._incoming is not None:  # QEMU has its own copy
-                    os.close(self._incoming)
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())
+            if self._incoming is not None:
+                # the snapshot's RAM is its own file (_memory): the stream holds the rest
+                self.qmp.cmd("migrate-set-capabilities",
+                             capabilities=[{"capability": "x-ignore-shared", "state": True}])
+                self.qmp.cmd("migrate-incoming", uri=f"fd:{self._incoming}")
             self.console = self._connect("console", deadline)
             self.agent = self._connect("agent", deadline)
             self.syms = self._connect("syms", deadline)
@@ -174,7 +209,6 @@ class VM:
             fault = self.outside_fault()
             raise VMError(f"{fault} while it started" if fault else
                           f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
-        self.started_at = time.monotonic()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -221,6 +255,9 @@ class VM:
                     pass
             rc = procs.reap(self.proc)
         self.qmp.close()
+        if self.ram_fd is not None:
+            os.close(self.ram_fd)
+            self.ram_fd = None
         for s in (self.console, self.agent, self.syms):
             if s is not None:
                 s.close()

@@ -41,6 +41,8 @@ from harness.vm import VM
 _HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
 _KV = re.compile(r"(\w{1,32})=(\S+)")  # bounded: guest text, no quadratic scans
 MAX_REPORTS = 100  # console reports kept per run; the rest are only counted
+# a run is suspected of hanging (Watch.on_suspect) after this fraction of its freeze or stuck limit
+SUSPECT_AT = 0.4
 RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
 
 
@@ -203,8 +205,12 @@ class BlobReader:
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: console.Patterns | None = None,
                  echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None,
-                 go: str = "", restored: dict | None = None, on_ready=None) -> None:
+                 go: str = "", restored: dict | None = None, on_ready=None, on_suspect=None) -> None:
         self.vm = vm
+        # callable(), once per arming, when heartbeats or the progress count have been
+        # still for SUSPECT_AT of their limit: time to get a debugger ready
+        self.on_suspect = on_suspect
+        self.suspected = False
         self.go = go  # the GO line's parameters (repro/agent.c); the wall clock is added when it is sent
         self.on_ready = on_ready  # callable(), once, when the guest waits at its gate (a snapshot is saved)
         self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
@@ -419,6 +425,11 @@ class Watch:
         if self.last_hb_at is not None and now - self.last_hb_at >= L.freeze_after:
             return Outcome("freeze", f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
         running = self.repro_started_at is not None and self.exit_code is None and not self.ktap.results
+        if self.on_suspect and not self.suspected and running and (
+                now - (self.last_hb_at or now) >= L.freeze_after * SUSPECT_AT or
+                now - (self.count_changed_at or now) >= L.stuck_after * SUSPECT_AT):
+            self.suspected = True
+            self.on_suspect()
         if running and self.count_changed_at is not None and now - self.count_changed_at >= L.stuck_after:
             return Outcome("stuck", f"progress count stuck at {self.count} for {now - self.count_changed_at:.2f}s "
                            "while heartbeats continue", now)
@@ -503,6 +514,7 @@ class Watch:
             self.count_changed_at = now
         self.limits.stuck_after *= 2
         self.limits.freeze_after *= 2
+        self.suspected = False
 
     def summary(self) -> dict:
         return {"hello": self.hello, "boot_s": round(self.hello_at - self.t0, 2) if self.hello_at else None,

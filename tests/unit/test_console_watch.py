@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from recorded import FIXTURES
 
 from harness import console
-from harness.watch import Ktap, Limits, Watch
+from harness.watch import SUSPECT_AT, Ktap, Limits, Watch
 
 
 def reports(name):
@@ -115,6 +115,27 @@ def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
     out = w.watch()
     assert out.kind == "freeze" and w.hb_count == 3, (out, w.hb_count)
     assert time.monotonic() - t0 >= 0.7, "a freeze declared over heartbeats that were waiting to be read"
+    for a, b in pairs:
+        a.close()
+        b.close()
+
+
+def test_a_stuck_count_is_suspected_once_before_it_is_declared():
+    """on_suspect (which gets GDB ready) fires once, part way to the limit."""
+    pairs = [socket.socketpair() for _ in range(3)]
+    for ours, _ in pairs:
+        ours.setblocking(False)
+    (con, _), (agent, guest), (syms, _) = pairs
+    vm = SimpleNamespace(console=con, agent=agent, syms=syms, started_at=time.monotonic(),
+                         cfg=SimpleNamespace(cpus=2), alive=lambda: True, stopped=lambda: False)
+    seen = []
+    w = Watch(vm, Limits(freeze_after=30, stuck_after=0.5), patterns=[], on_suspect=lambda: seen.append(time.monotonic()))
+    guest.sendall(b"KSTALL hello uname=6.16.12 cpus=2 init=init\nHB 0 1000000 0\n# progress count=0 elapsed_ms=1\n")
+    w._pump(0.2)
+    started = w.count_changed_at
+    out = w.watch()
+    assert out.kind == "stuck" and len(seen) == 1, (out, seen)
+    assert started + 0.5 * SUSPECT_AT <= seen[0] < out.at
     for a, b in pairs:
         a.close()
         b.close()
