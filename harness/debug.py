@@ -170,9 +170,9 @@ class Prepared:
         except DebugError as e:
             self.error = str(e)
 
-    def take(self, timeout: float = 25.0) -> GdbSession | None:
+    def take(self, timeout: float = 50.0) -> GdbSession | None:
         """The started session (now the caller's to close), or None."""
-        self.thread.join(timeout)  # GdbSession's own waits are bounded (20 s)
+        self.thread.join(timeout)  # load() is bounded: two waits of 20 s at most, then a 5 s close
         session, self.session = self.session, None
         return session
 

@@ -217,6 +217,14 @@ def _env() -> dict:
     return env
 
 
+def _ccache_has_results(ccache_dir: Path) -> bool:
+    """Whether ccache holds any compile result (files ending in R, ccache 4)."""
+    for _, _, files in os.walk(ccache_dir):
+        if any(f.endswith("R") for f in files):
+            return True
+    return False
+
+
 def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Kernel:
     tree, rev = parse(text)
     fragments = opts.config_files()
@@ -242,10 +250,17 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
         what = f"build {tree.name}@{ident}"
         jobs = opts.jobs or (os.cpu_count() or 1) + 1  # one more than the cores: a job waiting on I/O leaves none idle
         env = _env()
+        # a first build here with an empty ccache cannot hit: going through it
+        # would only cost that build the hashing and storing of every object.
+        # The command line, which Kbuild compares, stays "ccache gcc", so the
+        # incremental builds that follow here go through ccache and fill it.
+        ccache = "ccache"
+        if not (out / "vmlinux").exists() and not _ccache_has_results(Path(env["CCACHE_DIR"])):
+            env["CCACHE_DISABLE"], ccache = "1", "ccache empty: off for this first build"
         t0 = time.monotonic()
         deadline = t0 + opts.timeout
         if progress:
-            progress(f"{what}: tinyconfig + {', '.join(f.name for f in fragments)}; -j{jobs}, ccache; "
+            progress(f"{what}: tinyconfig + {', '.join(f.name for f in fragments)}; -j{jobs}, {ccache}; "
                      f"log {out / 'build.log'}")
         with open(out / "build.log", "w") as log:
             _make(["--silent", "tinyconfig"], src, out, log, env, deadline, what, None)
