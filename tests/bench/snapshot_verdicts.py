@@ -4,7 +4,7 @@
 of the default matrix, N restored runs each, against the expectation the
 matrix states (the one its cold boots were measured with).
 
-    tests/bench/snapshot_verdicts.py [--runs N] [--reproducer NAME ...]
+    tests/bench/snapshot_verdicts.py [--runs N] [--reproducer NAME ...] [--kernel SPEC ...]
 
 Prints, per cell, the verdicts and the median wall time; exits 1 when any run
 disagrees.
@@ -31,9 +31,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--reproducer", action="append", help="only these (default: perf-refresh, bpf-ringbuf)")
+    ap.add_argument("--kernel", action="append", help="only these kernels of the matrix (default: all)")
     a = ap.parse_args()
     wanted = a.reproducer or ["perf-refresh", "bpf-ringbuf"]
-    cells = [c for c in matrix.load(REPO / "ci" / "matrix.toml").cells if c.reproducer in wanted and not c.skip]
+    cells = [c for c in matrix.load(REPO / "ci" / "matrix.toml").cells
+             if c.reproducer in wanted and not c.skip and (not a.kernel or c.kernel in a.kernel)]
     bad = 0
     with tempfile.TemporaryDirectory() as res:
         for c in cells:
