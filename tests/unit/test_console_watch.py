@@ -97,15 +97,22 @@ def test_kselftest_output_and_the_runners_nesting():
     assert skip.results[0]["directive"] == "SKIP" and skip.results[0]["reason"].startswith("perf-refresh:")
 
 
-def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
-    """A host too busy to read for a while (a long symbol store, a loaded CI
-    runner) finds the guest's heartbeats queued up: that guest is alive."""
+def _socket_vm():
+    """A stand-in VM whose console, agent and symbol ports are socket pairs:
+    (every pair, to close; the guest's end of the agent port; the VM)."""
     pairs = [socket.socketpair() for _ in range(3)]
     for ours, _ in pairs:
         ours.setblocking(False)
     (con, _), (agent, guest), (syms, _) = pairs
     vm = SimpleNamespace(console=con, agent=agent, syms=syms, started_at=time.monotonic(),
                          cfg=SimpleNamespace(cpus=2), alive=lambda: True, stopped=lambda: False)
+    return pairs, guest, vm
+
+
+def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
+    """A host too busy to read for a while (a long symbol store, a loaded CI
+    runner) finds the guest's heartbeats queued up: that guest is alive."""
+    pairs, guest, vm = _socket_vm()
     w = Watch(vm, Limits(freeze_after=0.8), patterns=[])
     guest.sendall(b"KSTALL hello uname=6.17.8 cpus=2 init=init\nHB 0 1000000 0\n")
     w._pump(0.2)
@@ -122,12 +129,7 @@ def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
 
 def test_a_stuck_count_is_suspected_once_before_it_is_declared():
     """on_suspect (which gets GDB ready) fires once, part way to the limit."""
-    pairs = [socket.socketpair() for _ in range(3)]
-    for ours, _ in pairs:
-        ours.setblocking(False)
-    (con, _), (agent, guest), (syms, _) = pairs
-    vm = SimpleNamespace(console=con, agent=agent, syms=syms, started_at=time.monotonic(),
-                         cfg=SimpleNamespace(cpus=2), alive=lambda: True, stopped=lambda: False)
+    pairs, guest, vm = _socket_vm()
     seen = []
     w = Watch(vm, Limits(freeze_after=30, stuck_after=0.5), patterns=[], on_suspect=lambda: seen.append(time.monotonic()))
     guest.sendall(b"KSTALL hello uname=6.16.12 cpus=2 init=init\nHB 0 1000000 0\n# progress count=0 elapsed_ms=1\n")
