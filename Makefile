@@ -97,7 +97,7 @@ bench: deps
 	$(PYTHON) tests/bench/fault_speed.py
 	$(PYTHON) tests/bench/snapshot_speed.py
 
-# Not part of `make test`: a cold run builds a kernel (about 8 minutes on 2 cores)
+# Not part of `make test`: a cold run builds a kernel (about 6 minutes on 2 cores; 11-12 minutes in all)
 check-bisect: deps
 	@ci/install-deps ci/debian-packages-build.txt
 	@$(MAKE) --no-print-directory guest
