@@ -8,8 +8,9 @@ can be unreadable without root. So kstall gives supermin a kernel of its
 own: bookworm's stock kernel (the libguestfs here is bookworm's), from
 Debian's package with its whole module tree and a modules.dep made by
 `depmod -b`, cached once. libguestfs runs with the direct backend (no
-libvirt), under TCG when there is no KVM, and keeps its appliance in the
-kstall cache.
+libvirt), under TCG unless QEMU can start a KVM VM (libguestfs itself only
+checks that /dev/kvm opens, and a /dev/kvm that aborts QEMU would fail every
+launch), and keeps its appliance in the kstall cache.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness import paths
+from harness import accel, paths
 from images import debian, modules
 from images.kernel import Progress, SpecError
 
@@ -68,6 +69,10 @@ def environment(progress: Progress | None = None) -> dict[str, str]:
     vmlinuz = root / "boot" / f"vmlinuz-{release}"
     cache = paths.cache_dir() / "appliance" / "guestfs"
     cache.mkdir(parents=True, exist_ok=True)
-    return dict(os.environ, LIBGUESTFS_BACKEND="direct", SUPERMIN_KERNEL=str(vmlinuz),
-                SUPERMIN_KERNEL_VERSION=release, SUPERMIN_MODULES=str(root / "lib" / "modules" / release),
-                LIBGUESTFS_CACHEDIR=str(cache))
+    env = dict(os.environ, LIBGUESTFS_BACKEND="direct", SUPERMIN_KERNEL=str(vmlinuz),
+               SUPERMIN_KERNEL_VERSION=release, SUPERMIN_MODULES=str(root / "lib" / "modules" / release),
+               LIBGUESTFS_CACHEDIR=str(cache))
+    if not accel.qemu_starts_with_kvm()[0]:
+        env["LIBGUESTFS_BACKEND_SETTINGS"] = ":".join(filter(None, [env.get("LIBGUESTFS_BACKEND_SETTINGS"),
+                                                                    "force_tcg"]))
+    return env
