@@ -17,9 +17,9 @@ from images.kernel import Kernel
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     ensure_guest(echo)
     initrd = initramfs.build(modules=preflight.check(kernel, None).modules)
-    kind = accel.choose(accel_mode, kernel.sha256, kernel.vmlinuz, initrd, echo)
+    kind = accel.choose(accel_mode, kernel.sha256, kernel.boot_file(), initrd, echo)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
-        cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
+        cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
                        machine=kernel.machine(),
                        cmdline="console=ttyS0 nokaslr quiet panic=-1 tsc=reliable kstall.repro=none kstall.syms=1")
         with VM(cfg) as vm:

@@ -230,7 +230,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     cmdline = kernel_cmdline(extra)
     go = go_params(repro, repro_arguments(repro, opts, target, duration), r.syms_path is None)
     cpus = opts.cpus or repro.default_cpus
-    cfg = VMConfig(kernel=kernel.vmlinuz, initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
+    cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, cmdline=cmdline, log_dir=out_dir, cpus=cpus,
                    memory_mb=opts.memory_mb, accel=accel_kind, machine=kernel.machine(),
                    extra_args=disk.qemu_args() if disk else [])
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
@@ -418,7 +418,7 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(modules=check.modules)
-    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.vmlinuz, initrd, echo)
+    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.boot_file(), initrd, echo)
     disk = None
     if opts.boot_image and not check.missing:
         disk = boot_image.prepare(kernel, echo)  # the image loads its own modules

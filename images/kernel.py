@@ -49,6 +49,11 @@ class Kernel:
         return None
 
 
+    def boot_file(self) -> Path:
+        """QEMU's -kernel: the uncompressed ELF for a PVH boot where it has one."""
+        from images import pvh
+        return pvh.boot_file(self.vmlinuz, self.sha256)
+
     def machine(self) -> str:
         """QEMU's machine type for it: q35 lists the CPUs in ACPI tables only,
         so a kernel built without ACPI (build:, for a quicker build) boots on
