@@ -96,6 +96,7 @@ bench: deps
 	$(PYTHON) tests/bench/signal_malloc_speed.py
 	$(PYTHON) tests/bench/fault_speed.py
 	$(PYTHON) tests/bench/snapshot_speed.py
+	$(PYTHON) tests/bench/boot_profile.py
 
 # Not part of `make test`: a cold run builds a kernel (about 6 minutes on 2 cores; 11-12 minutes in all)
 check-bisect: deps
