@@ -50,9 +50,11 @@ class Kernel:
 
 
     def boot_file(self) -> Path:
-        """QEMU's -kernel: the uncompressed ELF for a PVH boot where it has one."""
+        """QEMU's -kernel: the uncompressed ELF for a PVH boot where it has one.
+        Kernels without ACPI (build:, on pc) keep their bzImage: they find
+        their CPUs in SeaBIOS's MP table, not yet tried with a PVH entry."""
         from images import pvh
-        return pvh.boot_file(self.vmlinuz, self.sha256)
+        return pvh.boot_file(self.vmlinuz, self.sha256) if self.machine() == "q35" else self.vmlinuz
 
     def machine(self) -> str:
         """QEMU's machine type for it: q35 lists the CPUs in ACPI tables only,
