@@ -22,6 +22,8 @@ from harness import paths
 
 PHYS32_ENTRY = 18  # XEN_ELFNOTE_PHYS32_ENTRY
 ZSTD_MAGIC, XZ_MAGIC, GZIP_MAGIC = b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00", b"\x1f\x8b"
+# the cache keeps the most recently booted ELFs up to this size (~64 MB each)
+MAX_BYTES = int(float(os.environ.get("KSTALL_PVH_MAX_GB", "2")) * (1 << 30))
 
 
 def payload(bz: bytes) -> bytes | None:
@@ -71,8 +73,11 @@ def boot_file(vmlinuz: Path, sha256: str) -> Path:
     """What to give QEMU's -kernel: the cached PVH ELF, else the bzImage."""
     d = paths.cache_dir() / "pvh"
     elf, no = d / f"{sha256}.elf", d / f"{sha256}.none"
-    if elf.is_file():
+    try:
+        os.utime(elf)  # most recently booted: pruned last
         return elf
+    except FileNotFoundError:
+        pass
     if no.is_file():
         return vmlinuz
     d.mkdir(parents=True, exist_ok=True)
@@ -84,4 +89,30 @@ def boot_file(vmlinuz: Path, sha256: str) -> Path:
     tmp = elf.with_name(f"{elf.name}.{os.getpid()}.part")
     tmp.write_bytes(image)
     tmp.replace(elf)  # whole or absent, even if kstall dies here
+    prune(d)
     return elf
+
+
+def prune(d: Path, keep_bytes: int = MAX_BYTES) -> list[Path]:
+    """Remove the least recently booted ELFs beyond keep_bytes (the newest is
+    always kept), and the .part files of processes that are gone; what went."""
+    gone = []
+    for part in d.glob("*.part"):
+        pid = part.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+            part.unlink(missing_ok=True)
+            gone.append(part)
+    elfs = []
+    for elf in d.glob("*.elf"):
+        try:
+            st = elf.stat()
+        except FileNotFoundError:  # another kstall pruned it
+            continue
+        elfs.append((st.st_mtime, st.st_blocks * 512, elf))
+    total = 0
+    for i, (_, size, elf) in enumerate(sorted(elfs, reverse=True)):
+        total += size
+        if i and total > keep_bytes:
+            elf.unlink(missing_ok=True)
+            gone.append(elf)
+    return gone
