@@ -43,31 +43,45 @@ static void write_sysctl(const char *path, const char *value)
 		close(fd);
 }
 
+/* The next kernel message within 200 ms, NUL-terminated in rec; 0 if none. */
+static int read_kmsg(int kmsg, char *rec, size_t size)
+{
+	struct pollfd p = { .fd = kmsg, .events = POLLIN };
+	ssize_t n;
+
+	if (poll(&p, 1, 200) <= 0)
+		return 0;
+	n = read(kmsg, rec, size - 1);
+	if (n <= 0)
+		return 0;
+	rec[n] = 0;
+	return 1;
+}
+
 /* Waits up to wait_s for want_reports kernel messages containing needle;
- * returns how many it saw. */
+ * returns how many it saw. After the last one it also waits (up to 3 s) for
+ * the end of that report's stack trace: the detector unwinds the blocked
+ * task's stack while it prints, and a task let go meanwhile gets an
+ * unreliable trace ("? " frames only) instead of where it slept. */
 static unsigned long long want_reports = 1;
 
 static unsigned long long await_kmsg(int kmsg, const char *needle, unsigned wait_s)
 {
-	unsigned long long start = mono_ns(), seen = 0, last = 0;
+	unsigned long long start = mono_ns(), seen = 0, last = 0, done_at;
 	char rec[8192];
 
 	while (!atomic_load(&terminate) && mono_ns() - start < wait_s * 1000000000ull) {
-		struct pollfd p = { .fd = kmsg, .events = POLLIN };
-		ssize_t n;
-
-		if (poll(&p, 1, 200) > 0) {
-			n = read(kmsg, rec, sizeof(rec) - 1);
-			if (n > 0) {
-				rec[n] = 0;
-				if (strstr(rec, needle)) {
-					seen++;
-					ksft_print_msg("kernel: %.200s\n", strchr(rec, ';') ? strchr(rec, ';') + 1 : rec);
-				}
-			}
+		if (read_kmsg(kmsg, rec, sizeof(rec)) && strstr(rec, needle)) {
+			seen++;
+			ksft_print_msg("kernel: %.200s\n", strchr(rec, ';') ? strchr(rec, ';') + 1 : rec);
 		}
-		if (seen >= want_reports)
+		if (seen >= want_reports) {
+			done_at = mono_ns();
+			while (mono_ns() - done_at < 3000000000ull)
+				if (read_kmsg(kmsg, rec, sizeof(rec)) && strstr(rec, "</TASK>"))
+					break;
 			return seen;
+		}
 		if (mono_ns() - last > 1000000000ull) {
 			last = mono_ns();
 			ksft_print_msg("progress count=%llu elapsed_ms=%llu\n", seen, (last - start) / 1000000);
