@@ -34,6 +34,7 @@ class ThreadSignature:
     handler_alloc: tuple[str, ...]
     held_in: tuple[tuple[str, ...], ...]  # tiers, most certain first
     mutex_lock: tuple[str, ...]
+    just_acquired: tuple[str, ...] = ()
     depth: int = 4
     within: int = 12
     description: str = ""
@@ -43,7 +44,8 @@ class ThreadSignature:
         m = doc["match"]
         return cls(doc["name"], doc["title"], doc.get("role", "culprit"), tuple(m["lock_wait"]),
                    tuple(m["handler_alloc"]), tuple(tuple(tier) for tier in m["held_in"]),
-                   tuple(m.get("mutex_lock", ())), int(m.get("depth", 4)), int(m.get("within", 12)),
+                   tuple(m.get("mutex_lock", ())), tuple(m.get("just_acquired", ())), int(m.get("depth", 4)),
+                   int(m.get("within", 12)),
                    doc.get("description", "").strip())
 
 
@@ -184,12 +186,24 @@ def _interrupted_in(t: Thread, patterns: tuple[str, ...], sig: ThreadSignature) 
     return any(_is(f.get("func"), patterns) for f in outer[:sig.within])
 
 
+def _just_acquired(t: Thread, sig: ThreadSignature) -> bool:
+    """Interrupted in its own lock wait, called from code that holds the lock."""
+    outer = t.split()[2]
+    return (bool(outer) and _is(outer[0].get("func"), sig.just_acquired)
+            and any(_is(f.get("func"), tier) for f in outer[1:sig.within] for tier in sig.held_in))
+
+
 def _owner_from_stacks(members: list[Thread], sig: ThreadSignature) -> Thread | None:
     """Interrupted where the lock is surely held beats interrupted where it
-    may not have been taken yet (the signature's tiers)."""
+    may not have been taken yet (the signature's tiers). Last, with every
+    waiter's stack known, the only one that may just have taken it."""
     for patterns in sig.held_in:
         found = [t for t in members if _waits_in_handler(t, sig) and _interrupted_in(t, patterns, sig)]
         if found:
+            return found[0]
+    if all(t.frames for t in members):
+        found = [t for t in members if _waits_in_handler(t, sig) and _just_acquired(t, sig)]
+        if len(found) == 1:
             return found[0]
     return None
 

@@ -66,6 +66,44 @@ def test_without_the_owner_stack_nothing_is_claimed():
     assert a.signature is None and "no hang signature matched" in a.summary()
 
 
+def _in_its_lock_wait(dump: threads.Dump, lwp: int) -> None:
+    """LWP's signal came as its lock wait (called from _int_free) returned,
+    at the wait's `ret`, after the exchange that took the lock."""
+    frames = next(t for t in dump.threads if t["lwp"] == lwp)["frames"]
+    i = next(i for i, f in enumerate(frames) if f.get("sigtramp"))
+    if frames[i + 1]["func"] != "__lll_lock_wait_private":
+        frames.insert(i + 1, {"func": "__lll_lock_wait_private", "pc": 0x41D228})
+
+
+def _plain_waiter(dump: threads.Dump, lwp: int, like: int) -> None:
+    t = next(t for t in dump.threads if t["lwp"] == lwp)
+    t["frames"] = copy.deepcopy(next(t for t in dump.threads if t["lwp"] == like)["frames"])
+
+
+def test_the_only_waiter_interrupted_in_its_own_lock_wait_is_the_owner():
+    # the recorded owner (interrupted in _int_free) and the other thread that
+    # waits in its handler (interrupted in its lock wait) as a CI run may
+    # have had them: the owner interrupted in the wait that had just taken the lock
+    dump, proc = recorded("signal-malloc-7.3.4-glibc")
+    want = thread_hang.analyse(dump, proc)
+    other = next(t.lwp for t in want.threads if t.handler() and t.lwp != want.owner.lwp)
+    plain = next(t.lwp for t in want.threads if t.futex is not None and not t.handler())
+    _in_its_lock_wait(dump, want.owner.lwp)
+    _plain_waiter(dump, other, like=plain)
+    a = thread_hang.analyse(dump, proc)
+    assert (a.signature, a.owner.lwp, a.group.owner_from) == (want.signature, want.owner.lwp, "stacks")
+    assert len(a.queued) == 3
+    # two such threads: either may hold it, so neither is named
+    two, _ = recorded("signal-malloc-7.3.4-glibc")
+    _in_its_lock_wait(two, want.owner.lwp)
+    a = thread_hang.analyse(two, proc)
+    assert a.signature is None and "no owner found" in a.summary()
+    # a waiter whose stack was lost may be the owner: nothing is claimed
+    lost = copy.deepcopy(dump)
+    next(t for t in lost.threads if t["lwp"] == plain)["frames"] = []
+    assert thread_hang.analyse(lost, proc).signature is None
+
+
 def test_proc_formats():
     assert threads.parse_syscall("202 0x4bf800 0x80 0x2 0x0 0x8 0x7f 0x7ffe 0x41c8b6\n")[0] == 202
     assert threads.parse_syscall("running") == (None, ())
