@@ -134,9 +134,23 @@ class Analysis:
                     f"{n} thread{'s' if n != 1 else ''} queued)")
         if self.groups:
             g = max(self.groups, key=lambda g: len(g.waiters))
-            owner = f"owner LWP {g.owner} ({g.owner_from})" if g.owner else "no owner found"
+            owner = f"owner LWP {g.owner} ({g.owner_from})" if g.owner else "no owner found" + self._suspects(g)
             return f"{len(g.waiters)} threads wait on futex {g.word:#x}; {owner}; no hang signature matched"
         return "no thread waits on a futex; no hang signature matched"
+
+    def _suspects(self, g: Group) -> str:
+        """Where the group's waiters that wait inside a signal handler, or
+        whose stack was lost, were: what a reader needs when no owner is named."""
+        out = []
+        for t in self.threads:
+            if t.lwp not in g.waiters:
+                continue
+            if not t.frames:
+                out.append(f"LWP {t.lwp}: no stack")
+            elif t.handler():
+                out.append(f"LWP {t.lwp} waits in {t.handler()}, interrupted in "
+                           + " < ".join(f.get("func") or "??" for f in t.split()[2][:3]))
+        return f" ({'; '.join(out)})" if out else ""
 
     def to_json(self) -> dict:
         return {"signature": self.signature.name if self.signature else None, "summary": self.summary(),

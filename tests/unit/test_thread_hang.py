@@ -64,6 +64,7 @@ def test_without_the_owner_stack_nothing_is_claimed():
             t["frames"] = []
     a = thread_hang.analyse(dump, proc)
     assert a.signature is None and "no hang signature matched" in a.summary()
+    assert f"LWP {owner}: no stack" in a.summary()
 
 
 def _in_its_lock_wait(dump: threads.Dump, lwp: int) -> None:
@@ -98,6 +99,9 @@ def test_the_only_waiter_interrupted_in_its_own_lock_wait_is_the_owner():
     _in_its_lock_wait(two, want.owner.lwp)
     a = thread_hang.analyse(two, proc)
     assert a.signature is None and "no owner found" in a.summary()
+    # the summary says where the suspects were, for a reader of a CI log
+    assert (f"LWP {want.owner.lwp} waits in on_sigprof, interrupted in __lll_lock_wait_private < _int_free"
+            in a.summary())
     # a waiter whose stack was lost may be the owner: nothing is claimed
     lost = copy.deepcopy(dump)
     next(t for t in lost.threads if t["lwp"] == plain)["frames"] = []
