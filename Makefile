@@ -24,7 +24,7 @@ help:
 	@echo "make unit    unit tests only (no guest boots)"
 	@echo "make guest   build the static guest binaries into $(GUEST)/"
 	@echo "make bench   print speed figures (medians over several runs)"
-	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (~15 min cold)"
+	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
 # supermin (libguestfs's appliance builder) copies the host's /lib/modules,
@@ -98,7 +98,7 @@ bench: deps
 	$(PYTHON) tests/bench/snapshot_speed.py
 	$(PYTHON) tests/bench/boot_profile.py
 
-# Not part of `make test`: a cold run builds a kernel (about 6 minutes on 2 cores; 11-12 minutes in all)
+# Not part of `make test`: a cold run builds a kernel (3-6 minutes on 2 cores; 6-12 minutes in all)
 check-bisect: deps
 	@ci/install-deps ci/debian-packages-build.txt
 	@$(MAKE) --no-print-directory guest
