@@ -257,6 +257,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
             if line.startswith("# nmi-source: inject") and repro.nmi_rate:
                 nmi.start()
                 echo(f"no PMU in the guest: injecting {repro.nmi_rate:g} NMIs/s over QMP (they land on CPU0)")
+            elif line.startswith("# nmi-source: stop"):
+                nmi.stop()  # the reproducer is done with them
         echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({cpus} vCPUs, {accel_kind.upper()}), "
              f"{repro.name} until {target} {repro.count_name} or {duration:.0f}s")
         hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None

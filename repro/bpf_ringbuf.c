@@ -4,7 +4,8 @@
  * Loads repro/bpf_ringbuf.bpf.c (skeleton), attaches tp_btf/sched_switch and
  * an NMI-context program: a perf_event program on hardware cycles when the
  * guest has a PMU, else tp_btf/nmi_handler, and then says "# nmi-source:
- * inject" so that the host injects NMIs (QMP inject-nmi). One pinned pipe
+ * inject" so that the host injects NMIs (QMP inject-nmi), and "# nmi-source:
+ * stop" once its count or time is reached. One pinned pipe
  * ping-pong pair per CPU makes context switches, and a consumer thread keeps
  * the ring from filling up. Progress counts the
  * NMI-context reserves: the evidence that the racy path was exercised.
@@ -366,6 +367,10 @@ int main(int argc, char **argv)
 	loop.skel = skel;
 	loop.ncpus = ncpus;
 	elapsed_ms = repro_loop(o.progress_ms, (unsigned long long)(o.duration_s * 1000), o.count, step);
+	/* kernels that print every unknown NMI (6.1) would flood the console
+	 * while the programs detach, which needs CPU0 */
+	if (inject)
+		ksft_print_msg("nmi-source: stop\n");
 	atomic_store(&stop, 1);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(threads[i], NULL);
