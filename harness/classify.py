@@ -29,7 +29,7 @@ def base_name(function: str) -> str:
 class Signature:
     name: str
     title: str
-    role: str  # culprit | victim | benign
+    role: str  # culprit | victim | benign | infra (the emulator's fault, not the kernel's)
     priority: int
     at: frozenset[str]
     under: frozenset[str] = frozenset()
@@ -44,8 +44,8 @@ class Signature:
     @classmethod
     def from_toml(cls, doc: dict[str, Any]) -> "Signature":
         m = doc.get("match", {})
-        if doc.get("role") not in ("culprit", "victim", "benign"):
-            raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim or benign")
+        if doc.get("role") not in ("culprit", "victim", "benign", "infra"):
+            raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim, benign or infra")
         return cls(name=doc["name"], title=doc["title"], role=doc["role"], priority=int(doc.get("priority", 0)),
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
                    within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
@@ -175,7 +175,7 @@ def summarize(classes: list[CpuClass]) -> str:
     groups: dict[str, list[int]] = {}
     order: dict[str, int] = {}
     for c in classes:
-        if c.signature.role in ("culprit", "victim", "unknown"):
+        if c.signature.role in ("culprit", "victim", "infra", "unknown"):
             groups.setdefault(c.signature.title, []).append(c.cpu)
             order[c.signature.title] = c.signature.priority
     parts = [f"{title} on " + ",".join(f"CPU{n}" for n in cpus)

@@ -123,7 +123,7 @@ def print_human(doc: dict) -> None:
         print(f"  NMIs injected: {n['sent']} at {n['achieved_rate']}/s")
     hang_verdict = doc["signature"] not in (None, "reserve-latency-stall")
     for c in doc.get("cpus", []) if hang_verdict or doc["verdict"] == "INCONCLUSIVE" else []:
-        if c["role"] in ("culprit", "victim", "unknown"):
+        if c["role"] in ("culprit", "victim", "infra", "unknown"):
             stuck = "stuck" if c["stuck"] else "moving"
             print(f"  CPU{c['cpu']}: {c['class']:<30} at {c['pc']} ({stuck}, "
                   f"{c['seen'].get(c['signature'], 0)}/{c['samples']} samples)")

@@ -67,6 +67,8 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
                        confidence=confidence, signature=sig.name)
     if stalled:
         return from_stalls(outcome, stall)
+    if any(c.signature.role == "infra" for c in classes):
+        return Verdict("ERROR", f"emulator fault: {outcome.kind}: {outcome.detail}; {summary}", retryable=True)
     return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; no CPU matched a culprit signature"
                    + (f" ({summary})" if summary else ""), summary="")
 

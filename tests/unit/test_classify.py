@@ -76,3 +76,22 @@ def test_real_dwarf_dump_shows_the_inlined_csd_lock_wait(sigs):
     assert dwarf and dwarf[0]["frames"][0]["function"] == "csd_lock_wait" and dwarf[0]["frames"][0]["inlined"]
     assert dwarf[0]["frames"][1]["function"] == "smp_call_function_many_cond"
     assert classify.classify_cpu(dwarf[0], sigs).name == "csd_lock_wait_victim"
+
+
+def test_text_patching_stalled_by_the_emulator_is_an_error_tried_again(sigs):
+    """6.1.192 under TCG: bpf-ringbuf detached its programs; CPU1 waits in
+    text_poke_bp_batch's IPI, CPU0 keeps entering exc_int3 at __schedule."""
+    from harness.verdict import from_hang
+    from harness.watch import Outcome
+    classes = classify.classify_samples(load_samples("bpf-ringbuf-6.1.192-text-poke"), sigs)
+    by_cpu = {c.cpu: c.signature for c in classes}
+    assert by_cpu[1].name == "text_poke_sync_wait" and by_cpu[1].role == "infra"
+    assert not any(c.signature.role == "culprit" for c in classes)
+    v = from_hang(Outcome("freeze", "no heartbeat for 3.24s", 0.0), classes, [])
+    assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
+    assert "text patching waits for another CPU (emulator fault) on CPU1" in v.reason
+    # a TLB shootdown's waiter is still a csd_lock_wait victim
+    victim = {"regs": {"cs": "0x10"}, "frames": [{"function": "smp_call_function_many_cond"},
+                                                  {"function": "on_each_cpu_cond_mask"},
+                                                  {"function": "flush_tlb_mm_range"}]}
+    assert classify.classify_cpu(victim, sigs).name == "csd_lock_wait_victim"
