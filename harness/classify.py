@@ -118,6 +118,10 @@ def classify_cpu(cpu: dict, sigs: list[Signature]) -> Signature:
     return UNKNOWN
 
 
+# the roles a summary names (benign CPUs are left out)
+NAMED_ROLES = ("culprit", "victim", "infra", "unknown")
+
+
 @dataclass
 class CpuClass:
     cpu: int
@@ -175,7 +179,7 @@ def summarize(classes: list[CpuClass]) -> str:
     groups: dict[str, list[int]] = {}
     order: dict[str, int] = {}
     for c in classes:
-        if c.signature.role in ("culprit", "victim", "infra", "unknown"):
+        if c.signature.role in NAMED_ROLES:
             groups.setdefault(c.signature.title, []).append(c.cpu)
             order[c.signature.title] = c.signature.priority
     parts = [f"{title} on " + ",".join(f"CPU{n}" for n in cpus)

@@ -121,9 +121,10 @@ def print_human(doc: dict) -> None:
     if ev.get("nmi_injection"):
         n = ev["nmi_injection"]
         print(f"  NMIs injected: {n['sent']} at {n['achieved_rate']}/s")
+    from harness.classify import NAMED_ROLES
     hang_verdict = doc["signature"] not in (None, "reserve-latency-stall")
     for c in doc.get("cpus", []) if hang_verdict or doc["verdict"] == "INCONCLUSIVE" else []:
-        if c["role"] in ("culprit", "victim", "infra", "unknown"):
+        if c["role"] in NAMED_ROLES:
             stuck = "stuck" if c["stuck"] else "moving"
             print(f"  CPU{c['cpu']}: {c['class']:<30} at {c['pc']} ({stuck}, "
                   f"{c['seen'].get(c['signature'], 0)}/{c['samples']} samples)")

@@ -77,7 +77,7 @@ static unsigned long long await_kmsg(int kmsg, const char *needle, unsigned wait
 		}
 		if (seen >= want_reports) {
 			done_at = mono_ns();
-			while (mono_ns() - done_at < 3000000000ull)
+			while (!atomic_load(&terminate) && mono_ns() - done_at < 3000000000ull)
 				if (read_kmsg(kmsg, rec, sizeof(rec)) && strstr(rec, "</TASK>"))
 					break;
 			return seen;
