@@ -129,8 +129,9 @@ class Dump:
                    {int(a, 16): w for a, w in doc.get("lock_words", {}).items()}, doc.get("gdb_starts", 0))
 
 
-# called after each command is sent, with the command and the GDB child (tests
-# use it to make GDB fail on one thread)
+# called just before each command is sent, with the command and the GDB child
+# (tests use it to make GDB fail on one thread: a GDB killed after the send
+# could already have answered)
 CommandHook = Callable[[str, pexpect.spawn], None]
 
 
@@ -163,9 +164,9 @@ class _Gdb:
         return f"{'signal ' if self.child.exitstatus is None else ''}{st}"
 
     def json(self, command: str, hook: CommandHook | None) -> dict:
-        self.child.sendline(command)
         if hook:
             hook(command, self.child)
+        self.child.sendline(command)
         text = self._prompt()
         m = re.search(r"^KSTALL-JSON (.*)$", text, re.M)
         if not m:

@@ -65,7 +65,7 @@ class Options:
     cancel: threading.Event | None = None
     # image: kernels: boot the image's own initrd and userspace (images/boot_image.py)
     boot_image: bool = False
-    # in-process API: called after each GDB command of a process thread dump
+    # in-process API: called before each GDB command of a process thread dump
     # (harness/threads.py; tests make GDB fail on one thread with it)
     on_thread_command: threads.CommandHook | None = None
     # restore the kernel's guest saved at its agent's gate (harness/snapshot.py); False boots cold
