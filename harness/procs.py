@@ -13,15 +13,19 @@ from typing import Iterator
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
-_forked_by = os.getpid()  # the process whose child runs die_with_parent, recorded before each fork
+_me = os.getpid()
+_forked_by = _me  # in a forked child: the pid of the process that forked it
 
 
-def _before_fork() -> None:
-    global _forked_by
-    _forked_by = os.getpid()
+def _after_fork_in_child() -> None:
+    """Runs in the new child only. A hook that ran in kstall before each fork
+    lost signals: a SIGTERM's Interrupted raised inside a fork hook is
+    printed and dropped by Python, and the run went on to its verdict."""
+    global _me, _forked_by
+    _forked_by, _me = _me, os.getpid()
 
 
-os.register_at_fork(before=_before_fork)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def stat_fields(stat_file: str | Path) -> list[str]:

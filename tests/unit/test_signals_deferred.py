@@ -44,3 +44,21 @@ def test_sigterm_keeps_kstalls_handler_and_a_quiet_block_raises_nothing():
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def test_a_child_knows_its_forker_and_no_python_runs_in_kstall_at_a_fork():
+    # die_with_parent compares the child's parent with the process that forked
+    # it; that pid is recorded in the child (a hook run in kstall before each
+    # fork swallowed a SIGTERM that landed in it)
+    import subprocess
+    r, w = os.pipe()
+
+    def preexec():
+        os.write(w, str(procs._forked_by).encode())
+        procs.die_with_parent()
+    try:
+        assert subprocess.run(["true"], preexec_fn=preexec).returncode == 0
+        assert int(os.read(r, 32)) == os.getpid() == procs._me
+    finally:
+        os.close(r)
+        os.close(w)
