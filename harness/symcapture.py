@@ -17,7 +17,7 @@ from images.kernel import Kernel
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     ensure_guest(echo)
     initrd = initramfs.build(modules=preflight.check(kernel, None).modules)
-    kind = accel.choose(accel_mode, kernel.sha256, kernel.boot_file(), initrd, echo)
+    kind = accel.choose(accel_mode, kernel.sha256, kernel.boot_file(), initrd, echo, kernel.machine())
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
         cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
                        machine=kernel.machine(),

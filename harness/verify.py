@@ -420,7 +420,8 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(modules=check.modules)
-    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.boot_file(), initrd, echo)
+    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel.sha256, kernel.boot_file(), initrd, echo,
+                                                                  kernel.machine())
     disk = None
     if opts.boot_image and not check.missing:
         disk = boot_image.prepare(kernel, echo)  # the image loads its own modules

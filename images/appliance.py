@@ -8,9 +8,10 @@ can be unreadable without root. So kstall gives supermin a kernel of its
 own: bookworm's stock kernel (the libguestfs here is bookworm's), from
 Debian's package with its whole module tree and a modules.dep made by
 `depmod -b`, cached once. libguestfs runs with the direct backend (no
-libvirt), under TCG unless QEMU can start a KVM VM (libguestfs itself only
-checks that /dev/kvm opens, and a /dev/kvm that aborts QEMU would fail every
-launch), and keeps its appliance in the kstall cache.
+libvirt), under TCG unless a kstall guest has run under KVM on this host boot
+(libguestfs itself only checks that /dev/kvm opens: a /dev/kvm whose VMs
+never run hung it until its timeout), and keeps its appliance in the kstall
+cache.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def environment(progress: Progress | None = None) -> dict[str, str]:
     env = dict(os.environ, LIBGUESTFS_BACKEND="direct", SUPERMIN_KERNEL=str(vmlinuz),
                SUPERMIN_KERNEL_VERSION=release, SUPERMIN_MODULES=str(root / "lib" / "modules" / release),
                LIBGUESTFS_CACHEDIR=str(cache))
-    if not accel.qemu_starts_with_kvm()[0]:
+    if not accel.guest_ran_under_kvm():
         env["LIBGUESTFS_BACKEND_SETTINGS"] = ":".join(filter(None, [env.get("LIBGUESTFS_BACKEND_SETTINGS"),
                                                                     "force_tcg"]))
     return env

@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A /dev/kvm whose VMs start but never run their guest is decided TCG once,
+in seconds, and libguestfs is then told to use TCG.
+
+The stand-in for such a KVM is real QEMU given firmware that spins at the
+reset vector (`jmp $`): the VM is up, its vCPU runs at 100%, and not one
+instruction of the kernel ever executes, as on the shims of this project's
+machines.
+"""
+from __future__ import annotations
+
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import accel, paths
+from images import appliance, initramfs
+from images.kernel import resolve
+
+pytestmark = pytest.mark.e2e
+
+
+def _kvm_that_runs_nothing(tmp: Path) -> str:
+    firmware = tmp / "spin.bin"
+    firmware.write_bytes(b"\xeb\xfe" * 32768)  # 64 KiB of `jmp $`, reset vector included
+    wrapper = tmp / "qemu-kvm-stand-in"
+    wrapper.write_text("#!/bin/sh\n"
+                       "for a; do shift; case \"$a\" in kvm) a=tcg;; host) a=max;; esac; set -- \"$@\" \"$a\"; done\n"
+                       f"exec qemu-system-x86_64 \"$@\" -bios {firmware}\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper)
+
+
+def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_path, monkeypatch):
+    kernels = [resolve(f"debian:{v}") for v in ("7.3.4", "6.17.8")]
+    initrd = initramfs.build()
+    boots = [(k.sha256, k.boot_file(), k.machine()) for k in kernels]
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))  # no decision made yet
+    monkeypatch.setattr("harness.vm.QEMU", _kvm_that_runs_nothing(tmp_path))
+    monkeypatch.setattr(accel, "kvm_available", lambda: (True, "/dev/kvm opens (stand-in)"))
+    said: list[str] = []
+    t0 = time.monotonic()
+    chosen = [accel.choose("auto", sha, boot, initrd, said.append, machine) for sha, boot, machine in boots]
+    took = time.monotonic() - t0
+    print(f"decided in {took:.2f}s: {said}")
+    assert chosen == ["tcg", "tcg"]
+    assert took <= 5.0, f"deciding took {took:.1f}s: {said}"
+    assert sum(s.startswith("probing") for s in said) == 1, said  # once per host boot, not per kernel
+    assert any("did not reach its agent" in s for s in said), said
+    assert not accel.guest_ran_under_kvm()
+    with pytest.raises(Exception, match="KVM did not run a guest"):
+        accel.choose("kvm", *boots[0][:2], initrd, said.append, boots[0][2])
+    # libguestfs, which would start its own QEMU with KVM because /dev/kvm opens, gets TCG
+    monkeypatch.setattr(appliance, "_kernel_dir", lambda progress: (tmp_path, "6.1.0-0-amd64"))
+    assert "force_tcg" in appliance.environment()["LIBGUESTFS_BACKEND_SETTINGS"].split(":")
+    assert paths.cache_dir() == tmp_path / "cache"
