@@ -7,7 +7,7 @@
                                      for every vCPU, as JSON
 
 Each vCPU is a GDB thread of QEMU's gdbstub ("CPU#n [state]"). Stacks are
-walked by gdbscripts/stackwalk.py from the raw bytes, which are kept in the
+walked by harness/analysis/stackwalk.py from the raw bytes, which are kept in the
 dump so the host can re-walk them; when GDB has a vmlinux with DWARF loaded
 (`file vmlinux`), GDB's own unwinder adds the real frames, inlined ones
 included (csd_lock_wait inside smp_call_function_many_cond).
@@ -22,10 +22,11 @@ import time
 
 import gdb  # type: ignore[import-not-found]
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the stack walker and symbolizer are the host's too (harness/analysis/)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import stackwalk  # noqa: E402
-from symbols import Kallsyms  # noqa: E402
+from harness.analysis import stackwalk  # noqa: E402
+from harness.analysis.kallsyms import Kallsyms  # noqa: E402
 
 PAGE = 4096
 KERNEL_HALF = 0xFF00000000000000

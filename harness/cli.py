@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import leftovers, paths, procs, reproducers
-from harness.verdict import EXIT_CODES
+from harness.base import leftovers, paths, procs, reproducers
+from harness.analysis.verdict import EXIT_CODES
 from images.kernel import SpecError
 
 # verify, matrix and calibrate pull in the VM side (QEMU, pexpect); they are
@@ -95,7 +95,7 @@ def forwarded_args(a: argparse.Namespace) -> list[str]:
 
 
 def options_from(a: argparse.Namespace):
-    from harness import verify as verify_mod
+    from harness.drivers import verify as verify_mod
     return verify_mod.Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
                               pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
                               freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
@@ -121,7 +121,7 @@ def print_human(doc: dict) -> None:
     if ev.get("nmi_injection"):
         n = ev["nmi_injection"]
         print(f"  NMIs injected: {n['sent']} at {n['achieved_rate']}/s")
-    from harness.classify import NAMED_ROLES
+    from harness.analysis.classify import NAMED_ROLES
     hang_verdict = doc["signature"] not in (None, "reserve-latency-stall")
     for c in doc.get("cpus", []) if hang_verdict or doc["verdict"] == "INCONCLUSIVE" else []:
         if c["role"] in NAMED_ROLES:
@@ -131,7 +131,7 @@ def print_human(doc: dict) -> None:
     if doc["verdict"] == "NOT_REPRODUCED" and ev.get("p_miss"):
         print(f"  {ev['p_miss']['method']}")
     if ev.get("console_titles"):
-        from harness.console import titles_text
+        from harness.analysis.console import titles_text
         print(f"  kernel reported: {titles_text(ev['console_titles'])}")
     if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED") and doc["summary"]:
         print(f"  reason: {doc['reason']}")
@@ -143,7 +143,7 @@ def print_human(doc: dict) -> None:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from harness import verify as verify_mod
+    from harness.drivers import verify as verify_mod
     try:
         res = verify_mod.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
     except KeyError as e:
@@ -186,7 +186,7 @@ def cmd_kernels(a: argparse.Namespace) -> int:
 
 
 def cmd_symbols(a: argparse.Namespace) -> int:
-    from harness import symcache
+    from images import symcache
     from images.kernel import resolve
     try:
         kernel = resolve(a.kernel, progress=echo_stderr)
@@ -199,7 +199,7 @@ def cmd_symbols(a: argparse.Namespace) -> int:
         return 0
     if path:
         path.unlink()
-    from harness import symcapture
+    from harness.drivers import symbols as symcapture
     t0 = time.monotonic()
     try:
         info = symcapture.capture(kernel, echo_stderr, a.accel)
@@ -216,7 +216,8 @@ def cmd_threads(a: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from harness import thread_hang, threads
+    from harness.analysis import thread_hang, threads
+    from harness.debug import process
     work = Path(tempfile.mkdtemp(prefix="kstall-threads-"))  # private (0700)
     try:
         if a.target.startswith("core:"):
@@ -237,13 +238,13 @@ def cmd_threads(a: argparse.Namespace) -> int:
                 echo_stderr(f"error: process {pid}: {e.strerror or e}")
                 return EXIT_ERROR
             core = a.keep_core or work / "core"
-            threads.capture_live(pid, core, a.timeout * 3)
+            process.capture_live(pid, core, a.timeout * 3)
         else:
             echo_stderr(f"error: {a.target!r} is neither a PID nor core:FILE")
             return EXIT_USAGE
-        dump = threads.dump_core(core, exe, work / "gdb.log", proc, a.timeout)
+        dump = process.dump_core(core, exe, work / "gdb.log", proc, a.timeout)
         analysis = thread_hang.analyse(dump, proc)
-    except threads.DumpError as e:
+    except process.DumpError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
     finally:
@@ -258,8 +259,10 @@ def cmd_threads(a: argparse.Namespace) -> int:
 
 
 def cmd_matrix(a: argparse.Namespace) -> int:
-    from harness import matrix, reports, results
-    from harness import verify as verify_mod
+    from harness.drivers import matrix
+    from harness.reports import render as reports
+    from harness.base import rundir as results
+    from harness.drivers import verify as verify_mod
     try:
         m = matrix.load(a.file)
         shard = matrix.parse_shard(a.shard) if a.shard else None
@@ -295,7 +298,8 @@ def cmd_matrix(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from harness import reports, results
+    from harness.reports import render as reports
+    from harness.base import rundir as results
     try:
         docs = [reports.load_doc(d) for d in a.dirs]
     except (FileNotFoundError, ValueError) as e:
@@ -322,9 +326,10 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_debian(a: argparse.Namespace) -> int:
-    from harness import bisect_debian, results
-    from harness.bisect_steps import StepPolicy
-    from harness.bisection import REPRODUCES
+    from harness.drivers.bisect import debian as bisect_debian
+    from harness.base import rundir as results
+    from harness.drivers.bisect.steps import StepPolicy
+    from harness.drivers.bisect.search import REPRODUCES
     resumed = None
     if a.resume and not a.resume.exists() and a.resume.name.endswith(".incomplete"):
         a.resume = a.resume.with_name(a.resume.name[1:-len(".incomplete")])  # a killed one, kept by the sweep
@@ -365,8 +370,9 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_git(a: argparse.Namespace) -> int:
-    from harness import bisect_git, results
-    from harness.bisect_steps import StepPolicy
+    from harness.drivers.bisect import git as bisect_git
+    from harness.base import rundir as results
+    from harness.drivers.bisect.steps import StepPolicy
     resumed = None
     try:
         if a.resume:
@@ -406,7 +412,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_step(a: argparse.Namespace) -> int:
-    from harness import bisect_git
+    from harness.drivers.bisect import git as bisect_git
     try:
         reproducers.load(a.reproducer)
         return bisect_git.bisect_step(a.tree.resolve(), a.reproducer, options_from(a), build_options_from(a),
@@ -542,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--json", action="store_true", help="machine-readable output")
     th.set_defaults(func=cmd_threads)
 
-    from harness import calibrate
+    from harness.drivers import calibrate
     calibrate.add_parser(sub, add_vm_options, options_from)
     return p
 

@@ -21,7 +21,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness import accel, paths
+from harness.guest import accel
+from harness.base import paths
 from images import debian, modules
 from images.kernel import Progress, SpecError
 

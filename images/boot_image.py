@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import paths
+from harness.base import paths
 from images import image
 from images.kernel import Kernel, Progress, SpecError
 

@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import paths, procs, symcache
+from harness.base import paths, procs
+from images import symcache
 from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
 
 KCONFIG_DIR = paths.data_file("images", "kconfig")

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from harness import paths, procs
+from harness.base import paths, procs
 from images import packages
 from images.kernel import Kernel, Progress, SpecError, damage, load_meta, write_meta
 

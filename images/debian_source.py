@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness import paths
+from harness.base import paths
 from images import debian
 from images.kernel import Progress, SpecError, sha256_file
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import paths
+from harness.base import paths
 from images import modules
 from images.kernel import Kernel, SpecError, sha256_file
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import paths, procs
+from harness.base import paths, procs
 from images import appliance
 from images.packages import upstream_of
 from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta

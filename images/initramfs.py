@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from harness import paths
+from harness.base import paths
 
 _DIRS = ("bin", "dev", "proc", "sys", "tmp")
 

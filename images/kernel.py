@@ -73,7 +73,7 @@ def sha256_file(path: Path) -> str:
 
 
 def write_meta(directory: Path, kernel: Kernel) -> None:
-    from harness.paths import write_atomic
+    from harness.base.paths import write_atomic
     write_atomic(directory / "kernel.json", json.dumps(kernel.to_json(), indent=2) + "\n")
 
 

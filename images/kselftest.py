@@ -19,7 +19,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from harness import paths
+from harness.base import paths
 from images.kernel import Progress, SpecError
 
 PIN = paths.data_file("repro", "selftest", "kselftest.toml")

@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness import reproducers
-from harness.reproducers import KernelNeeds
+from harness.base import reproducers
+from harness.base.reproducers import KernelNeeds
 from images.kernel import SpecError
 
 DECOMPRESS = {".xz": ["xz", "-dc"], ".zst": ["zstd", "-dcq"], ".gz": ["gzip", "-dc"]}

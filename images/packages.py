@@ -173,7 +173,7 @@ def upstream_of(release: str | None) -> str | None:
 def resolve_local(spec: str, scheme: str, text: str, upstream_of_package: Callable[[Path], str | None]) -> Kernel:
     """A kernel from package files the user names (deb:, rpm:), cached by
     their content: a second verify of the same files reads none of them."""
-    from harness import paths
+    from harness.base import paths
     from images.kernel import load_meta, write_meta
     files = [Path(p).expanduser().resolve() for p in text.split(",") if p]
     if not files:

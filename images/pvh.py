@@ -18,7 +18,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from harness import paths
+from harness.base import paths
 
 PHYS32_ENTRY = 18  # XEN_ELFNOTE_PHYS32_ENTRY
 ZSTD_MAGIC, XZ_MAGIC, GZIP_MAGIC = b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00", b"\x1f\x8b"

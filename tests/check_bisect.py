@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import paths  # noqa: E402
+from harness.base import paths  # noqa: E402
 from images import debian_source  # noqa: E402
 
 UPSTREAM = "6.17.8"

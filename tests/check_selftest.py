@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness import paths  # noqa: E402
+from harness.base import paths  # noqa: E402
 from images import kselftest  # noqa: E402
 
 SOURCES = ["repro/selftest/Makefile", "repro/selftest/settings", "repro/repro.h", "repro/perf_refresh.c",

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-for p in (HERE.parent, HERE.parent / "gdbscripts", HERE, HERE / "e2e"):
+for p in (HERE.parent, HERE, HERE / "e2e"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 

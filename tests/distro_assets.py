@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import paths  # noqa: E402
+from harness.base import paths  # noqa: E402
 from images import debian  # noqa: E402
 
 COMPRESS = {"xz": ["xz", "--check=crc32", "--lzma2=dict=1MiB", "-q"], "zst": ["zstd", "-q", "--rm", "-T1"]}

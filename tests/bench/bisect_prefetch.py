@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness import bisect_debian  # noqa: E402
+from harness.drivers.bisect import debian as bisect_debian  # noqa: E402
 from images import debian  # noqa: E402
 
 

@@ -27,9 +27,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness import preflight, reproducers  # noqa: E402
-from harness.verify import kernel_cmdline  # noqa: E402
-from harness.vm import VM, VMConfig  # noqa: E402
+from harness.drivers import preflight
+from harness.base import reproducers  # noqa: E402
+from harness.drivers.verify import kernel_cmdline  # noqa: E402
+from harness.guest.vm import VM, VMConfig  # noqa: E402
 from images import initramfs  # noqa: E402
 from images.kernel import resolve  # noqa: E402
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import procs  # noqa: E402
+from harness.base import procs  # noqa: E402
 from helpers import KSTALL, gdb_pids, verify_with_fault, wait_for  # noqa: E402
 from verify_speed import cache_symbols, med  # noqa: E402
 

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 KSTALL = [str(REPO / "harness" / "kstall")]
 sys.path.insert(0, str(REPO))
 
-from harness import matrix  # noqa: E402
+from harness.drivers import matrix  # noqa: E402
 
 
 def timed(args: list[str]) -> float:

@@ -141,7 +141,7 @@ def test_modular_kernel_without_its_modules_gets_the_agents_diagnosis(tmp_path):
 # -- bad input: a clear error, exit 4, nothing left behind --------------------
 
 def assert_clean_error(tmp_path: Path, spec: str, words: str) -> None:
-    from harness import paths
+    from harness.base import paths
 
     def entries() -> set[Path]:
         return set((paths.cache_dir() / "kernels").glob("*/*"))

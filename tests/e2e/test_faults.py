@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import procs
+from harness.base import procs
 from helpers import (KSTALL, REPO, children_using, gdb_pids, interruptible, kstall_processes, verify_json,
                      verify_with_fault, wait_for)
 
@@ -252,7 +252,8 @@ def _stage_cache(tmp_path: Path, stage: str) -> Path:
     """A private cache at the right point: cold for the index, with the apt
     lists for the download, with the kernel but no symbols for their capture,
     a copy of the whole kernel entry otherwise."""
-    from harness import paths, symcache
+    from harness.base import paths
+    from images import symcache
     cache = tmp_path / "cache"
     if stage == "index":
         return cache
@@ -316,11 +317,11 @@ SIGNAL_AT = Path(__file__).with_name("signal_at.py")
 # stages over in milliseconds, hit on entry by tests/e2e/signal_at.py:
 # (stage, function, kstall arguments, the verdict of a whole run, how a run interrupted there ends)
 POINTS = [
-    ("classification", "harness.classify.classify_samples", ["verify", "debian:6.16.12", "perf-refresh"],
+    ("classification", "harness.analysis.classify.classify_samples", ["verify", "debian:6.16.12", "perf-refresh"],
      "VULNERABLE", "interrupted"),
-    ("results", "harness.verify._write_run", ["verify", "debian:6.17.8", "perf-refresh"],
+    ("results", "harness.drivers.verify._write_run", ["verify", "debian:6.17.8", "perf-refresh"],
      "NOT_REPRODUCED", "whole"),  # the run is written whole first
-    ("report-merge", "harness.reports.write_all", ["matrix", "MATRIX"], "NOT_REPRODUCED", "whole"),
+    ("report-merge", "harness.reports.render.write_all", ["matrix", "MATRIX"], "NOT_REPRODUCED", "whole"),
 ]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
+from harness.base import paths
 from helpers import KSTALL, children_using, kstall_processes, verify_with_fault, wait_for
 from netfault import CuttingProxy, closed_port
 

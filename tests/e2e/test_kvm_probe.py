@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import accel, paths
+from harness.guest import accel
+from harness.base import paths
 from images import appliance, initramfs
 from images.kernel import resolve
 
@@ -38,7 +39,7 @@ def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_pat
     initrd = initramfs.build()
     boots = [(k.sha256, k.boot_file(), k.machine()) for k in kernels]
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))  # no decision made yet
-    monkeypatch.setattr("harness.vm.QEMU", _kvm_that_runs_nothing(tmp_path))
+    monkeypatch.setattr("harness.guest.vm.QEMU", _kvm_that_runs_nothing(tmp_path))
     monkeypatch.setattr(accel, "kvm_available", lambda: (True, "/dev/kvm opens (stand-in)"))
     said: list[str] = []
     t0 = time.monotonic()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import verify
+from harness.drivers import verify
 from helpers import REPO, kstall, kstall_processes, verify_json
 
 pytestmark = pytest.mark.e2e

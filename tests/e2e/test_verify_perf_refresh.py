@@ -70,7 +70,8 @@ def test_truncated_vmlinuz_is_a_boot_failure_never_vulnerable(tmp_path):
 def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     """Writes a real int3 into the guest's kernel text through the gdbstub on the
     first attempt: the oops is the one the TCG text-patching race produces."""
-    from harness import symcache, verify
+    from images import symcache
+    from harness.drivers import verify
     from images.kernel import resolve
     from symbols import Kallsyms
     kernel = resolve("debian:6.17.8")
@@ -97,7 +98,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
 
 
 def test_qemu_listens_on_no_tcp_port_the_guest_has_no_network_and_the_run_dir_is_private(tmp_path):
-    from harness import verify
+    from harness.drivers import verify
     seen = []
 
     def look(vm, attempt):

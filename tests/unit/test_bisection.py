@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import bisect_git, cli
-from harness.bisection import CLEAN, REPRODUCES, SKIP, Bisection, Step, TooManyErrors
+from harness.drivers.bisect import git as bisect_git
+from harness import cli
+from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Bisection, Step, TooManyErrors
 from images import build as kbuild
 from images.kernel import SpecError
 

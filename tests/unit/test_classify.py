@@ -3,7 +3,7 @@
 import pytest
 from recorded import load_samples
 
-from harness import classify
+from harness.analysis import classify
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,8 @@ def test_real_dwarf_dump_shows_the_inlined_csd_lock_wait(sigs):
 def test_text_patching_stalled_by_the_emulator_is_an_error_tried_again(sigs):
     """6.1.192 under TCG: bpf-ringbuf detached its programs; CPU1 waits in
     text_poke_bp_batch's IPI, CPU0 keeps entering exc_int3 at __schedule."""
-    from harness.verdict import from_hang
-    from harness.watch import Outcome
+    from harness.analysis.verdict import from_hang
+    from harness.analysis.outcome import Outcome
     classes = classify.classify_samples(load_samples("bpf-ringbuf-6.1.192-text-poke"), sigs)
     by_cpu = {c.cpu: c.signature for c in classes}
     assert by_cpu[1].name == "text_poke_sync_wait" and by_cpu[1].role == "infra"

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 from recorded import FIXTURES
 
-from harness import console
+from harness.analysis import console
 
 CONSOLES = FIXTURES / "consoles"
 GOLDEN = tomllib.loads((CONSOLES / "golden.toml").read_text())["log"]

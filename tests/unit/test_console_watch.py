@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 from recorded import FIXTURES
 
-from harness import console
-from harness.watch import SUSPECT_AT, Ktap, Limits, Watch
+from harness.analysis import console
+from harness.analysis.ktap import Ktap
+from harness.guest.watch import SUSPECT_AT, Limits, Watch
 
 
 def reports(name):

@@ -18,9 +18,12 @@ from types import SimpleNamespace
 import pytest
 from recorded import FIXTURES
 
-from harness import console, stalls, threads
-from harness.watch import BlobReader, Ktap, LineReader, Limits, Watch
-from symbols import Kallsyms
+from harness.analysis import console, latency as stalls
+from harness.analysis import threads
+from harness.analysis.ktap import Ktap
+from harness.guest.streams import BlobReader, LineReader
+from harness.guest.watch import Limits, Watch
+from harness.analysis.kallsyms import Kallsyms
 
 N = int(os.environ.get("FUZZ_INPUTS", "10000"))
 SEED = 20261123

@@ -2,9 +2,11 @@
 """A freeze classified from recorded dumps becomes VULNERABLE; without a culprit it does not."""
 from recorded import load_samples
 
-from harness import classify, reproducers
-from harness.verdict import decide
-from harness.watch import Ktap, Outcome
+from harness.analysis import classify
+from harness.base import reproducers
+from harness.analysis.verdict import decide
+from harness.analysis.ktap import Ktap
+from harness.analysis.outcome import Outcome
 
 REPRO = reproducers.load("perf-refresh")
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from harness import leftovers
+from harness.base import leftovers
 
 
 def test_only_dead_owners_leftovers_are_swept(tmp_path, monkeypatch):

@@ -9,9 +9,11 @@ import pytest
 from lxml import etree
 from recorded import FIXTURES, kcidb_validator
 
-from harness import console, matrix, reports
-from harness.expect import judge
-from harness.watch import Ktap
+from harness.analysis import console
+from harness.drivers import matrix
+from harness.reports import render as reports
+from harness.analysis.expect import judge
+from harness.analysis.ktap import Ktap
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -159,12 +161,12 @@ def test_kcidb_json_validates_and_maps_verdicts(tmp_path):
     ("INCONCLUSIVE", "the kernel's config lacks CONFIG_PERF_EVENTS", "SKIP"),
     ("INCONCLUSIVE", "stuck: no CPU matched a culprit signature", "ERROR"), (None, "", "MISS")])
 def test_kcidb_status_mapping(verdict, reason, want):
-    from harness import kcidb
+    from harness.reports import kcidb
     assert kcidb.status({"status": "pass", "verdict": verdict, "reason": reason}) == want
 
 
 def test_a_wrong_kcidb_document_fails_the_schema():
-    from harness import kcidb
+    from harness.reports import kcidb
     good = kcidb.from_matrix(recorded_doc())
     v = kcidb_validator()
     assert v.is_valid(good)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import preflight, reproducers
+from harness.drivers import preflight
+from harness.base import reproducers
 from images import debian, initramfs, modules
 from images.kernel import Kernel, SpecError
 

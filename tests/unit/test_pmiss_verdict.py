@@ -4,9 +4,11 @@ import math
 
 import pytest
 
-from harness import pmiss, reproducers
-from harness.verdict import EXIT_CODES, decide
-from harness.watch import Ktap, Outcome
+from harness.analysis import pmiss
+from harness.base import reproducers
+from harness.analysis.verdict import EXIT_CODES, decide
+from harness.analysis.ktap import Ktap
+from harness.analysis.outcome import Outcome
 
 
 def test_gamma_quantile_matches_closed_forms():

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from harness import procs
+from harness.base import procs
 
 
 def test_ctrl_c_inside_the_block_is_raised_after_it():

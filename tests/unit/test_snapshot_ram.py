@@ -2,7 +2,7 @@
 """A snapshot's RAM copy: what the guest wrote, with its holes and zero pages left out."""
 import os
 
-from harness.snapshot import PAGE, copy_sparse
+from harness.guest.snapshot import PAGE, copy_sparse
 
 
 def test_copy_sparse_keeps_data_and_leaves_holes(tmp_path):

@@ -72,7 +72,7 @@ def test_initramfs_is_a_valid_newc_archive_with_a_console_node(tmp_path):
 
 
 def test_every_reproducer_data_file_loads():
-    from harness import reproducers
+    from harness.base import reproducers
     names = reproducers.names()
     assert {"perf-refresh", "bpf-ringbuf", "signal-malloc", "console-trigger"} <= set(names)
     for n in names:

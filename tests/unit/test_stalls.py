@@ -5,9 +5,11 @@ import re
 
 from recorded import FIXTURES, load_samples
 
-from harness import classify, reproducers, stalls
-from harness.verdict import decide
-from harness.watch import Ktap, Outcome
+from harness.analysis import classify, latency as stalls
+from harness.base import reproducers
+from harness.analysis.verdict import decide
+from harness.analysis.ktap import Ktap
+from harness.analysis.outcome import Outcome
 
 REPRO = reproducers.load("bpf-ringbuf")
 THRESHOLDS = REPRO.stall_thresholds()

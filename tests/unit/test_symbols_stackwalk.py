@@ -2,8 +2,8 @@
 """Symbolization and stack walking on recorded GDB dumps of a hung 6.16.12."""
 from recorded import FIXTURES, load_samples
 
-import stackwalk
-from symbols import Kallsyms
+from harness.analysis import stackwalk
+from harness.analysis.kallsyms import Kallsyms
 
 
 def syms(name="perf-refresh-6.16.12-4cpu") -> Kallsyms:

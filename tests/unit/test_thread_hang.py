@@ -9,8 +9,9 @@ import socket
 
 from recorded import FIXTURES
 
-from harness import thread_hang, threads
-from harness.watch import BlobReader
+from harness.analysis import thread_hang
+from harness.analysis import threads
+from harness.guest.streams import BlobReader
 
 
 def recorded(name: str) -> tuple[threads.Dump, dict[int, threads.ProcThread]]:

@@ -1,0 +1,187 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Names each vCPU's state from its stacks, using the signature data files.
+
+A dump (one GDB sample) holds every vCPU's frames; a CPU is classified per
+sample, then across samples: a CPU whose class and position are the same in
+every sample is stuck (a spin), not passing through.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.base import paths
+
+SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures")
+# GCC/LLVM clones: hrtimer_try_to_cancel.part.0, set_ptes.isra.0, foo.cold
+_CLONE_SUFFIX = re.compile(r"(\.(?:part|isra|constprop|cold|llvm|lto_priv)(?:\.\d+)?)+$")
+
+
+def base_name(function: str) -> str:
+    return _CLONE_SUFFIX.sub("", function or "")
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    title: str
+    role: str  # culprit | victim | benign | infra (the emulator's fault, not the kernel's)
+    priority: int
+    at: frozenset[str]
+    under: frozenset[str] = frozenset()
+    within: int = 12
+    depth: int = 1
+    and_under: frozenset[str] = frozenset()
+    and_within: int = 40
+    states: frozenset[str] = frozenset()
+    description: str = ""
+    bug: str = ""
+
+    @classmethod
+    def from_toml(cls, doc: dict[str, Any]) -> "Signature":
+        m = doc.get("match", {})
+        if doc.get("role") not in ("culprit", "victim", "benign", "infra"):
+            raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim, benign or infra")
+        return cls(name=doc["name"], title=doc["title"], role=doc["role"], priority=int(doc.get("priority", 0)),
+                   at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
+                   within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
+                   and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)), states=frozenset(m.get("states", ())),
+                   description=doc.get("description", "").strip(), bug=doc.get("bug", ""))
+
+
+def load_signatures(directory: Path = SIGNATURE_DIR) -> list[Signature]:
+    sigs = []
+    for p in sorted(directory.glob("*.toml")):
+        with open(p, "rb") as f:
+            sigs.append(Signature.from_toml(tomllib.load(f)))
+    return sorted(sigs, key=lambda s: -s.priority)
+
+
+USER = Signature("user", "in user mode", "benign", -1, frozenset())
+UNKNOWN = Signature("unknown", "unknown", "unknown", -2, frozenset())
+
+
+def positions(frames: list[dict], depth: int = 1) -> list[int]:
+    """Indices of the frames the CPU is 'in': the pc and the depth-1 frames
+    below it (a spin loop that calls helpers, e.g. hrtimer_cancel ->
+    hrtimer_try_to_cancel -> _raw_spin_lock_irqsave), frames inlined there
+    (DWARF lists the inlined function first, its container next), and for
+    every interrupt frame on the stack the pc it returns to (and depth-1
+    frames below that)."""
+    if not frames:
+        return []
+    starts = [0] + [j for j, f in enumerate(frames) if f.get("interrupted") and j]
+    out: list[int] = []
+    for start in starts:
+        i, taken = start, 0
+        while i < len(frames) and taken < depth:
+            if i not in out:
+                out.append(i)
+            if not frames[i].get("inlined"):
+                taken += 1
+            i += 1
+            if i < len(frames) and frames[i].get("interrupted"):
+                break
+    return out
+
+
+def matches(sig: Signature, cpu: dict) -> bool:
+    if cpu.get("state") in sig.states:
+        return True
+    frames = cpu.get("frames", [])
+    names = [base_name(f.get("function", "")) for f in frames]
+    for i in positions(frames, sig.depth):
+        if names[i] not in sig.at:
+            continue
+        if sig.under and not any(n in sig.under for n in names[i + 1:i + 1 + sig.within]):
+            continue
+        if sig.and_under and not any(n in sig.and_under for n in names[i + 1:i + 1 + sig.and_within]):
+            continue
+        return True
+    return False
+
+
+def in_user_mode(cpu: dict) -> bool:
+    return (int(cpu.get("regs", {}).get("cs", "0x10"), 16) & 3) == 3
+
+
+def classify_cpu(cpu: dict, sigs: list[Signature]) -> Signature:
+    if in_user_mode(cpu):
+        return USER
+    for sig in sigs:
+        if matches(sig, cpu):
+            return sig
+    return UNKNOWN
+
+
+# the roles a summary names (benign CPUs are left out)
+NAMED_ROLES = ("culprit", "victim", "infra", "unknown")
+
+
+@dataclass
+class CpuClass:
+    cpu: int
+    signature: Signature
+    samples: int
+    seen: dict[str, int]
+    stuck: bool
+    pc: str
+    frames: list[dict] = field(default_factory=list)
+    state: str = ""
+
+    def to_json(self) -> dict:
+        return {"cpu": self.cpu, "class": self.signature.title, "signature": self.signature.name,
+                "role": self.signature.role, "stuck": self.stuck, "samples": self.samples,
+                "seen": self.seen, "pc": self.pc, "state": self.state,
+                "frames": [frame_text(f) for f in self.frames]}
+
+
+def frame_text(f: dict) -> str:
+    """One frame as the kernel prints it: '? ' when unreliable, and the pc an
+    interrupt frame returns to marked as such."""
+    text = f.get("text") or f.get("addr", "?")
+    if f.get("interrupted"):
+        return f"--- interrupted at {text}"
+    if f.get("inlined"):
+        return f"{text} (inlined)"
+    return text if f.get("reliable", True) else f"? {text}"
+
+
+def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClass]:
+    """samples: GDB dumps ({"cpus": [...]}) of the same guest, oldest first."""
+    per_cpu: dict[int, list[tuple[Signature, dict]]] = {}
+    for s in samples:
+        for cpu in s.get("cpus", []):
+            per_cpu.setdefault(cpu["cpu"], []).append((classify_cpu(cpu, sigs), cpu))
+    out = []
+    for n, seq in sorted(per_cpu.items()):
+        counts = Counter(sig.name for sig, _ in seq)
+        by_name = {sig.name: sig for sig, _ in seq}
+        best = max(by_name.values(), key=lambda s: (counts[s.name], s.priority))
+        pcs = {base_name(c.get("frames", [{}])[0].get("function", "")) or c["regs"]["rip"] for _, c in seq}
+        last = [c for sig, c in seq if sig.name == best.name][-1]
+        frames = last.get("frames", [])
+        out.append(CpuClass(cpu=n, signature=best, samples=len(seq), seen=dict(counts),
+                            # a known class in every sample is a spin even if the loop
+                            # spans functions; an unknown one must also stay put
+                            stuck=len(seq) > 1 and len(counts) == 1 and (best is not UNKNOWN or len(pcs) == 1),
+                            pc=frames[0].get("text", "") if frames else last["regs"]["rip"],
+                            frames=frames, state=last.get("state", "")))
+    return out
+
+
+def summarize(classes: list[CpuClass]) -> str:
+    """'hrtimer_cancel self-deadlock on CPU0,CPU1; csd_lock_wait victim on CPU3'"""
+    groups: dict[str, list[int]] = {}
+    order: dict[str, int] = {}
+    for c in classes:
+        if c.signature.role in NAMED_ROLES:
+            groups.setdefault(c.signature.title, []).append(c.cpu)
+            order[c.signature.title] = c.signature.priority
+    parts = [f"{title} on " + ",".join(f"CPU{n}" for n in cpus)
+             for title, cpus in sorted(groups.items(), key=lambda kv: -order[kv[0]])]
+    return "; ".join(parts)

@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Recognises kernel console reports (panics, oopses, stalls, hangs) from the
+data in harness/analysis/console-patterns.toml, a line at a time, and names each the
+way syzbot does: the kind of report plus the function it points at
+("INFO: task hung in pipe_write"), read from the report's RIP or call trace.
+
+Console text is untrusted and messy: lines of several CPUs interleave, the
+UART garbles timestamps, unreliable `?` frames and old `[<ffff…>]` frames
+appear. The function comes from the first frame-shaped line that is neither
+unreliable nor in the data file's skip list (schedulers, lock primitives,
+interrupt entry, the reporters themselves); other lines are passed over.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base import paths
+
+PATTERNS = paths.data_file("harness", "analysis", "console-patterns.toml")
+_TIMESTAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
+_CALLER = re.compile(r"^\[\s*[TC]\d+\]\s?")  # CONFIG_PRINTK_CALLER's [T123] / [C1]
+_FUNC = r"(?P<func>[A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
+_FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)*(?P<unreliable>\?\s*)?" + _FUNC + r"(?:\s+\[[\w-]+\])?\s*$")
+_KERNEL_RIP = re.compile(r"^\s*RIP: 0010:(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
+_CLONE_SUFFIX = re.compile(r"(?:\.(?:constprop|isra|part|cold|llvm|lto_priv)(?:\.\d+)?)+$")
+TRACE_LINES = 80  # how far into a report its function is looked for
+
+
+@dataclass(frozen=True)
+class Pattern:
+    kind: str
+    name: str
+    regex: re.Pattern
+    reason: str = ""
+    title: str = ""      # syzbot-style template: "{func}" is the function, "{group}" a named group
+    func_from: str = ""  # "rip": first kernel RIP on; "trace": first Call Trace on
+
+
+@dataclass(frozen=True)
+class Patterns:
+    patterns: list[Pattern]
+    skip: re.Pattern  # frames that never name a report
+
+    def __iter__(self):
+        return iter(self.patterns)
+
+
+@dataclass
+class Report:
+    kind: str
+    name: str
+    message: str              # what the kernel said
+    guest_time: float | None  # printk timestamp
+    line: str
+    fields: dict = field(default_factory=dict)
+    reason: str = ""
+    excerpt: list[str] = field(default_factory=list)
+    pattern: Pattern | None = None
+    skip: re.Pattern | None = None
+
+    @property
+    def func(self) -> str | None:
+        """The function the report points at (None until its lines are in)."""
+        if not self.pattern or not self.pattern.func_from:
+            return None
+        return report_function(self.excerpt, self.pattern.func_from, self.skip)
+
+    @property
+    def title(self) -> str:
+        """syzbot-style: "BUG: soft lockup in smp_call_function_many_cond"; the
+        kernel's message for reports without a template."""
+        template = self.pattern.title if self.pattern else ""
+        if not template:
+            return self.message
+        func = self.func
+        if func is None and "{func}" in template:
+            template = template.replace(" in {func}", "").replace("{func}", "?")
+        try:
+            return template.format_map({**self.fields, "func": func})
+        except (KeyError, IndexError, ValueError):
+            return self.message
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "title": self.title, "message": self.message,
+                "function": self.func, "guest_time": self.guest_time, "fields": self.fields,
+                "reason": self.reason, "excerpt": self.excerpt}
+
+
+def load_patterns(path: Path = PATTERNS) -> Patterns:
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    pats = [Pattern(p["kind"], p["name"], re.compile(p["regex"]), p.get("reason", ""), p.get("title", ""),
+                    p.get("func_from", "")) for p in doc["pattern"]]
+    skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
+    return Patterns(pats, skip)
+
+
+def strip_prefix(line: str) -> tuple[str, float | None]:
+    """The line without its printk timestamp and caller id, and the timestamp."""
+    m = _TIMESTAMP.match(line)
+    body = line[m.end():] if m else line
+    c = _CALLER.match(body)
+    return (body[c.end():] if c else body), (float(m.group(1)) if m else None)
+
+
+def caller_id(line: str) -> str | None:
+    """CONFIG_PRINTK_CALLER's "T123"/"C1": which task or CPU printed the line."""
+    m = _TIMESTAMP.match(line)
+    c = _CALLER.match(line[m.end():] if m else line)
+    return c.group(0).strip(" []") if c else None
+
+
+def frame_function(line: str) -> tuple[str, bool] | None:
+    """(function, reliable) of a call-trace or kernel-RIP line, else None."""
+    body, _ = strip_prefix(line)
+    m = _KERNEL_RIP.match(body) or _FRAME.match(body)
+    if not m:
+        return None
+    return _CLONE_SUFFIX.sub("", m.group("func")), not m.groupdict().get("unreliable")
+
+
+def report_function(lines: list[str], func_from: str, skip: re.Pattern | None) -> str | None:
+    """The first reliable, unskipped frame after the report's first kernel
+    RIP ("rip") or "Call Trace:" ("trace"); lines that are not frames (other
+    CPUs' output, register dumps) are passed over. A trace ends at </TASK>.
+    With printk caller ids, only the lines of the report's own caller count."""
+    lines = lines[:TRACE_LINES]
+    caller = caller_id(lines[0]) if lines else None
+    if caller:
+        lines = [l for l in lines if caller_id(l) in (caller, None)]
+    start = None
+    for i, line in enumerate(lines[1:], 1):
+        body, _ = strip_prefix(line)
+        if (func_from == "rip" and _KERNEL_RIP.match(body)) or \
+                (func_from == "trace" and body.strip() == "Call Trace:"):
+            start = i
+            break
+    if start is None and func_from == "rip":  # a report without registers: its trace
+        return report_function(lines, "trace", skip)
+    if start is None:
+        return None
+    for line in lines[start:]:
+        if strip_prefix(line)[0].strip() == "</TASK>":
+            break
+        f = frame_function(line)
+        if f and f[1] and not (skip and skip.fullmatch(f[0])):
+            return f[0]
+    return None
+
+
+TITLED_KINDS = ("panic", "oops", "stall", "warning")  # the kernel's reports, not kstall's or QEMU's
+
+
+def titles(reports: list[dict]) -> list[dict]:
+    """The distinct titles of a run's kernel reports (run.json's
+    console_reports), first seen first, with how often each came."""
+    out: dict[str, dict] = {}
+    for r in reports:
+        if r.get("kind") in TITLED_KINDS and r.get("title"):
+            out.setdefault(r["title"], {"title": r["title"], "kind": r["kind"], "count": 0})["count"] += 1
+    return list(out.values())
+
+
+def titles_text(titles_: list[dict]) -> str:
+    return "; ".join(t["title"] + (f" (x{t['count']})" if t["count"] > 1 else "") for t in titles_)
+
+
+def match_line(line: str, patterns: Patterns) -> Report | None:
+    body, ts = strip_prefix(line)
+    for p in patterns:
+        m = p.regex.search(body)
+        if m:
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            message = groups.pop("title", None) or m.group(0)
+            return Report(p.kind, p.name, message.strip(), ts, line, groups, p.reason, [line], p, patterns.skip)
+    return None
+
+
+def scan(text: str, patterns: Patterns | None = None, excerpt_lines: int = TRACE_LINES) -> list[Report]:
+    """Every report in a whole console log (for recorded consoles and tests)."""
+    patterns = patterns or load_patterns()
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        r = match_line(line, patterns)
+        if r:
+            r.excerpt = lines[i:i + excerpt_lines]
+            out.append(r)
+    return out

@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: GPL-2.0
+"""P(miss): how likely a run that did not hang would have missed the bug.
+
+Calibration (repro/calibration/<reproducer>.toml, written by `kstall
+calibrate`) records runs on a kernel known to be affected: for each, how many
+passes over the path completed before the hang. Model: every pass hangs an
+affected kernel with the same probability, independently. With k hangs over
+n passes (completed ones plus the k that hung), the hang rate's one-sided
+lower confidence bound is lambda_lo = G(1 - confidence; k) / n, where G is the
+Gamma(k, 1) quantile (the Poisson/chi-square bound). A run that completed N
+passes without hanging then misses an affected kernel with probability at
+most exp(-lambda_lo * N).
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base import paths
+
+CAL_DIR = paths.data_file("repro", "calibration")
+
+
+def gamma_cdf(x: float, k: int) -> float:
+    """P(Gamma(k, 1) <= x) for integer k: 1 - e^-x * sum_{i<k} x^i / i!."""
+    if x <= 0:
+        return 0.0
+    term, total = 1.0, 1.0
+    for i in range(1, k):
+        term *= x / i
+        total += term
+    return 1.0 - math.exp(-x) * total
+
+
+def gamma_quantile(p: float, k: int) -> float:
+    lo, hi = 0.0, k + 20 * math.sqrt(k) + 20
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if gamma_cdf(mid, k) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass
+class Calibration:
+    reproducer: str
+    kernel: str
+    cpus: int
+    confidence: float
+    measured: str
+    runs: list[dict] = field(default_factory=list)
+    path: Path | None = None
+
+    @property
+    def hangs(self) -> list[dict]:
+        return [r for r in self.runs if r.get("verdict") == "VULNERABLE"]
+
+    def rate_lower_bound(self) -> tuple[float, int, int]:
+        """(lambda_lo per pass, k hangs, n passes)"""
+        k = len(self.hangs)
+        n = sum(int(r["count"]) + 1 for r in self.hangs)
+        if k == 0:
+            return 0.0, 0, n
+        return gamma_quantile(1 - self.confidence, k) / n, k, n
+
+
+def load(reproducer: str, directory: Path = CAL_DIR) -> Calibration | None:
+    path = directory / f"{reproducer}.toml"
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        d = tomllib.load(f)
+    return Calibration(reproducer=d["reproducer"], kernel=d["kernel"], cpus=int(d.get("cpus", 0)),
+                       confidence=float(d.get("confidence", 0.95)), measured=d.get("measured", ""),
+                       runs=list(d.get("run", [])), path=path)
+
+
+def fmt_p(log10: float) -> str:
+    if log10 < -12:
+        return "< 1e-12"
+    return f"{10 ** log10:.2g}"
+
+
+def p_miss(cal: Calibration | None, count: int, count_name: str) -> dict:
+    """The P(miss) record run.json carries for a run that completed count passes."""
+    if cal is None or not cal.hangs:
+        return {"p_miss": None, "p_miss_log10": None, "text": "P(miss) unknown",
+                "method": "no calibration with hangs for this reproducer (run `harness/kstall calibrate`)"}
+    lam, k, n = cal.rate_lower_bound()
+    log10 = -lam * count / math.log(10)
+    times = sorted(float(r.get("seconds", 0)) for r in cal.hangs)
+    completed = n - k
+    method = (f"calibrated on {cal.kernel} ({cal.cpus} vCPUs, {cal.measured}): {k}/{len(cal.runs)} runs hung, "
+              f"after {completed} completed {count_name} in all ({n} passes counting the {k} that hung; "
+              f"median time to hang {times[len(times) // 2]:.2f}s); {cal.confidence:.0%} lower bound on the "
+              f"hang rate {lam:.3g} per pass; P(miss) <= exp(-{lam:.3g} x {count}) = 10^{log10:.0f}")
+    return {"p_miss": max(10 ** log10, 0.0) if log10 > -300 else 0.0, "p_miss_log10": round(log10, 1),
+            "text": f"P(miss) {fmt_p(log10)}", "method": method, "rate_lower_bound": lam,
+            "calibration": str(cal.path.relative_to(paths.REPO)) if cal.path else None}
+
+
+def count_for(cal: Calibration | None, target: float) -> int:
+    """Passes needed for P(miss) <= target (0 when there is no calibration)."""
+    if cal is None or not cal.hangs:
+        return 0
+    lam, _, _ = cal.rate_lower_bound()
+    return math.ceil(-math.log(target) / lam) if lam > 0 else 0

@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Names a user-space hang from a thread dump: futex groups, the lock's owner,
+and the hang class (signature files in harness/analysis/signatures/threads/).
+
+Threads are grouped by the futex word they wait on. The owner of a word comes
+from the word itself when the lock records one (a pthread_mutex_t's __owner,
+as jemalloc's mutexes have; only trusted when the waiters went through
+pthread_mutex_lock), otherwise from the stacks: the thread that waits inside a
+signal handler and was interrupted in allocator code that runs with the lock
+held. A signature matches an owner that waits for its own lock inside its
+handler: the self-deadlock.
+"""
+from __future__ import annotations
+
+import fnmatch
+import signal
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base import paths
+from harness.analysis.classify import base_name
+from harness.analysis.threads import Dump, ProcThread, futex_words
+
+SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures", "threads")
+
+
+@dataclass(frozen=True)
+class ThreadSignature:
+    name: str
+    title: str
+    role: str
+    lock_wait: tuple[str, ...]
+    handler_alloc: tuple[str, ...]
+    held_in: tuple[tuple[str, ...], ...]  # tiers, most certain first
+    mutex_lock: tuple[str, ...]
+    just_acquired: tuple[str, ...] = ()
+    depth: int = 4
+    within: int = 12
+    description: str = ""
+
+    @classmethod
+    def from_toml(cls, doc: dict) -> "ThreadSignature":
+        m = doc["match"]
+        return cls(doc["name"], doc["title"], doc.get("role", "culprit"), tuple(m["lock_wait"]),
+                   tuple(m["handler_alloc"]), tuple(tuple(tier) for tier in m["held_in"]),
+                   tuple(m.get("mutex_lock", ())), tuple(m.get("just_acquired", ())), int(m.get("depth", 4)),
+                   int(m.get("within", 12)),
+                   doc.get("description", "").strip())
+
+
+def load_signatures(directory: Path = SIGNATURE_DIR) -> list[ThreadSignature]:
+    out = []
+    for p in sorted(directory.glob("*.toml")):
+        with open(p, "rb") as f:
+            out.append(ThreadSignature.from_toml(tomllib.load(f)))
+    return out
+
+
+def _is(func: str | None, patterns: tuple[str, ...]) -> bool:
+    name = base_name(func or "")
+    return bool(name) and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def signal_name(n: int | None) -> str:
+    try:
+        return signal.Signals(n).name if n else "signal"
+    except ValueError:
+        return f"signal {n}"
+
+
+@dataclass
+class Thread:
+    lwp: int
+    name: str
+    frames: list[dict]
+    futex: int | None = None
+    state: str = ""
+    kstack: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def split(self) -> tuple[list[dict], dict | None, list[dict]]:
+        """Frames inside the innermost signal frame, that frame, and the
+        frames it interrupted."""
+        for i, f in enumerate(self.frames):
+            if f.get("sigtramp"):
+                return self.frames[:i], f, self.frames[i + 1:]
+        return self.frames, None, []
+
+    def handler(self) -> str:
+        inner, tramp, _ = self.split()
+        return (inner[-1].get("func") or "??") if tramp and inner else ""
+
+    def line(self, n: int = 8) -> str:
+        parts = [f"<{signal_name(f.get('signal'))} handler called>" if f.get("sigtramp") else (f.get("func") or "??")
+                 for f in self.frames[:n]]
+        return " < ".join(parts) + (" < ..." if len(self.frames) > n else "") or f"(no stack: {self.error})"
+
+    def to_json(self) -> dict:
+        return {"lwp": self.lwp, "name": self.name, "state": self.state,
+                "futex": f"{self.futex:#x}" if self.futex is not None else None, "frames": self.frames,
+                "kstack": self.kstack, "error": self.error or None}
+
+
+@dataclass
+class Group:
+    word: int
+    waiters: list[int]
+    owner: int | None = None
+    owner_from: str = ""  # "__owner" | "stacks"
+
+    def to_json(self) -> dict:
+        return {"word": f"{self.word:#x}", "waiters": self.waiters, "owner": self.owner, "owner_from": self.owner_from}
+
+
+@dataclass
+class Analysis:
+    threads: list[Thread]
+    groups: list[Group]
+    signature: ThreadSignature | None = None
+    owner: Thread | None = None
+    group: Group | None = None
+    signal: str = ""
+
+    @property
+    def queued(self) -> list[int]:
+        return [w for w in self.group.waiters if w != self.owner.lwp] if self.group and self.owner else []
+
+    def summary(self) -> str:
+        if self.signature and self.owner and self.group:
+            n = len(self.queued)
+            return (f"{self.signature.title.format(signal=self.signal)} (LWP {self.owner.lwp} holds "
+                    f"{self.group.word:#x} and waits for it in its handler {self.owner.handler()}; "
+                    f"{n} thread{'s' if n != 1 else ''} queued)")
+        if self.groups:
+            g = max(self.groups, key=lambda g: len(g.waiters))
+            owner = f"owner LWP {g.owner} ({g.owner_from})" if g.owner else "no owner found" + self._suspects(g)
+            return f"{len(g.waiters)} threads wait on futex {g.word:#x}; {owner}; no hang signature matched"
+        return "no thread waits on a futex; no hang signature matched"
+
+    def _suspects(self, g: Group) -> str:
+        """Where the group's waiters that wait inside a signal handler, or
+        whose stack was lost, were: what a reader needs when no owner is named."""
+        out = []
+        for t in self.threads:
+            if t.lwp not in g.waiters:
+                continue
+            if not t.frames:
+                out.append(f"LWP {t.lwp}: no stack")
+            elif t.handler():
+                out.append(f"LWP {t.lwp} waits in {t.handler()}, interrupted in "
+                           + " < ".join(f.get("func") or "??" for f in t.split()[2][:3]))
+        return f" ({'; '.join(out)})" if out else ""
+
+    def to_json(self) -> dict:
+        return {"signature": self.signature.name if self.signature else None, "summary": self.summary(),
+                "owner": self.owner.lwp if self.owner else None,
+                "owner_from": self.group.owner_from if self.group else None,
+                "word": f"{self.group.word:#x}" if self.group else None,
+                "handler": self.owner.handler() if self.owner else None, "signal": self.signal or None,
+                "queued": self.queued, "groups": [g.to_json() for g in self.groups],
+                "threads": [t.to_json() for t in self.threads]}
+
+    def table(self) -> str:
+        """The thread table, the futex groups and the verdict, for people."""
+        rows = [f"{'LWP':>7}  {'NAME':<15} {'ST':<2} {'WAITS ON':<20} STACK (innermost first)"]
+        for t in self.threads:
+            waits = f"futex {t.futex:#x}" if t.futex is not None else "-"
+            rows.append(f"{t.lwp:>7}  {t.name[:15]:<15} {t.state[:2]:<2} {waits:<20} {t.line()}")
+        rows.append("")
+        for g in self.groups:
+            owner = f"owner LWP {g.owner} (from {g.owner_from})" if g.owner else "owner unknown"
+            rows.append(f"futex {g.word:#x}: {len(g.waiters)} waiting (LWP {', '.join(map(str, g.waiters))}); {owner}")
+        rows.append(self.summary())
+        return "\n".join(rows) + "\n"
+
+
+def merge(dump: Dump, proc: dict[int, ProcThread]) -> list[Thread]:
+    words = futex_words(dump, proc)
+    out = []
+    for t in sorted(dump.threads, key=lambda t: t["lwp"]):
+        p = proc.get(t["lwp"])
+        out.append(Thread(t["lwp"], (p.comm if p else "") or t.get("name") or "", t.get("frames") or [],
+                          words.get(t["lwp"]), p.state if p else "", p.kstack if p else [], t.get("error") or ""))
+    return out
+
+
+def _waits_in_handler(t: Thread, sig: ThreadSignature) -> bool:
+    inner, tramp, _ = t.split()
+    return (tramp is not None and any(_is(f.get("func"), sig.lock_wait) for f in inner[:sig.depth])
+            and any(_is(f.get("func"), sig.handler_alloc) for f in inner))
+
+
+def _interrupted_in(t: Thread, patterns: tuple[str, ...], sig: ThreadSignature) -> bool:
+    """The signal interrupted this thread in one of patterns, and not while it
+    was itself waiting for a lock (then it holds none it waits for)."""
+    outer = t.split()[2]
+    if outer and _is(outer[0].get("func"), sig.lock_wait):
+        return False
+    return any(_is(f.get("func"), patterns) for f in outer[:sig.within])
+
+
+def _just_acquired(t: Thread, sig: ThreadSignature) -> bool:
+    """Interrupted in its own lock wait, called from code that holds the lock."""
+    outer = t.split()[2]
+    return (bool(outer) and _is(outer[0].get("func"), sig.just_acquired)
+            and any(_is(f.get("func"), tier) for f in outer[1:sig.within] for tier in sig.held_in))
+
+
+def _owner_from_stacks(members: list[Thread], sig: ThreadSignature) -> Thread | None:
+    """Interrupted where the lock is surely held beats interrupted where it
+    may not have been taken yet (the signature's tiers). Last, with every
+    waiter's stack known, the only one that may just have taken it."""
+    for patterns in sig.held_in:
+        found = [t for t in members if _waits_in_handler(t, sig) and _interrupted_in(t, patterns, sig)]
+        if found:
+            return found[0]
+    if all(t.frames for t in members):
+        found = [t for t in members if _waits_in_handler(t, sig) and _just_acquired(t, sig)]
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def analyse(dump: Dump, proc: dict[int, ProcThread], sigs: list[ThreadSignature] | None = None) -> Analysis:
+    sigs = load_signatures() if sigs is None else sigs
+    threads = merge(dump, proc)
+    by_lwp = {t.lwp: t for t in threads}
+    words: dict[int, list[int]] = {}
+    for t in threads:
+        if t.futex is not None:
+            words.setdefault(t.futex, []).append(t.lwp)
+    groups = [Group(w, lwps) for w, lwps in sorted(words.items(), key=lambda kv: -len(kv[1]))]
+    a = Analysis(threads, groups)
+    for g in groups:
+        members = [by_lwp[l] for l in g.waiters]
+        word = dump.lock_words.get(g.word, {})
+        through_mutex = any(_is(f.get("func"), s.mutex_lock) for s in sigs for t in members for f in t.frames)
+        if through_mutex and word.get("owner") in by_lwp:
+            g.owner, g.owner_from = word["owner"], "__owner"
+        for sig in sigs:
+            if g.owner is None:
+                t = _owner_from_stacks(members, sig)
+                if t is not None:
+                    g.owner, g.owner_from = t.lwp, "stacks"
+            owner = by_lwp.get(g.owner) if g.owner is not None else None
+            if a.signature is None and owner is not None and owner.lwp in g.waiters and _waits_in_handler(owner, sig):
+                a.signature, a.owner, a.group = sig, owner, g
+                a.signal = signal_name(owner.split()[1].get("signal"))
+    return a

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Where kstall keeps things: the repository, the cache, results, guest binaries."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """Downloaded kernels, symbols, initramfs images: ~/.cache/kstall unless KSTALL_CACHE."""
+    env = os.environ.get("KSTALL_CACHE")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kstall"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def results_dir() -> Path:
+    """One directory per run below this: results/ unless KSTALL_RESULTS."""
+    env = os.environ.get("KSTALL_RESULTS")
+    return Path(env) if env else REPO / "results"
+
+
+def guest_dir() -> Path:
+    """The static guest binaries `make guest` builds."""
+    env = os.environ.get("KSTALL_GUEST_DIR")
+    return Path(env) if env else REPO / "build" / "guest"
+
+
+def write_atomic(path: Path, data: bytes | str) -> Path:
+    """Write via a temporary file unique to this process and thread, then
+    rename: readers never see a partial file, and concurrent writers of the
+    same content (two matrix cells building one initramfs) do not collide."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+def data_file(*parts: str) -> Path:
+    """A data file shipped in the repository (signatures, patterns, calibration)."""
+    return REPO.joinpath(*parts)

@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: GPL-2.0
+"""GDB under pexpect: started the same way for the vCPUs (QEMU's gdbstub) and
+for a process's threads (its core)."""
+from __future__ import annotations
+
+import os
+
+import pexpect
+
+from harness.base import procs
+
+GDB = os.environ.get("KSTALL_GDB", "gdb")
+
+
+class DebugError(RuntimeError):
+    pass
+
+
+def spawn_gdb(args: list[str], log, timeout: float) -> pexpect.spawn:
+    """GDB under pexpect, quiet and unpaged, logging what it prints; it dies
+    with kstall. The caller closes it (child.close(force=True))."""
+    base = ["-nx", "-q", "-ex", "set pagination off", "-ex", "set confirm off", "-ex", "set width 0",
+            "-ex", "set style enabled off"]
+    try:
+        child = pexpect.spawn(GDB, base + args, encoding="utf-8", timeout=timeout, echo=False,
+                              env={**os.environ, "TERM": "dumb"}, preexec_fn=procs.die_with_parent)
+    except pexpect.ExceptionPexpect as e:
+        raise DebugError(f"cannot start {GDB}: {e}") from None
+    child.logfile_read = log
+    child.delaybeforesend = None  # pexpect's default 50 ms per command is for terminals that drop input
+    child.ptyproc.delayafterclose = 0.01  # (0.1 s) GDB has said EOF by then; a live one is killed anyway
+    return child

@@ -1,0 +1,276 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Reads every vCPU's state from a stopped guest: GDB first, QMP as fallback.
+
+GDB runs interactively under pexpect against QEMU's gdbstub (a unix socket),
+with gdbscripts/kstall_gdb.py loaded. Several samples are taken a fraction of
+a second apart (`continue &`, sleep, `interrupt`) so that a CPU spinning in
+one place can be told from one that merely passed through it. If GDB cannot
+attach, QMP's human monitor gives the same dump format (registers from
+`info registers`, stack and code bytes from `x`), walked by the same code.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pexpect
+
+from harness.base import paths
+from harness.guest.qmp import QMP, QMPError
+
+from harness.analysis import stackwalk
+from harness.analysis.kallsyms import Kallsyms
+from harness.debug.gdb import DebugError, spawn_gdb
+
+GDB_SCRIPT = paths.REPO / "gdbscripts" / "kstall_gdb.py"
+PROMPT = "(gdb) "
+
+
+@dataclass
+class Samples:
+    dumps: list[dict] = field(default_factory=list)
+    method: str = ""       # gdb | qmp
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+    resumed: bool = False  # the guest was left running afterwards
+
+
+class GdbSession:
+    """One interactive GDB for the guest, started with its symbols; attach()
+    connects it (which stops the guest). close() always reaps it."""
+
+    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None,
+                 timeout: float = 20.0, load: bool = True) -> None:
+        self.timeout = timeout
+        args = ["-ex", "set architecture i386:x86-64"]
+        if vmlinux:
+            args += ["-ex", f"file {vmlinux}"]
+        args += ["-ex", f"source {GDB_SCRIPT}"]
+        self.log = open(log_path, "a")
+        try:
+            self.child = spawn_gdb(args, self.log, timeout)
+        except DebugError:
+            self.log.close()
+            raise
+        self.symbols = symbols
+        if load:
+            self.load()
+
+    def load(self) -> None:
+        """Wait for GDB to have started and read the symbols. (Apart from
+        __init__, so that it can wait on another thread: GDB itself must be
+        forked by the main one, as PR_SET_PDEATHSIG fires when the thread that
+        forked it ends.)"""
+        try:
+            self._expect_prompt()
+            if self.symbols:
+                self.run(f"kstall-symbols {self.symbols}")
+        except DebugError:  # a GDB that died or hung on the way in is reaped here
+            self.close(resume=True)
+            raise
+
+    def attach(self, gdb_socket: Path) -> None:
+        out = self.run(f"target remote {gdb_socket}")
+        # (with a vmlinux, GDB also says "<source>: No such file or directory":
+        # that is about source files, not the socket)
+        if "Remote debugging using" not in out or re.search(
+                r"(Connection refused|Remote connection closed|Connection timed out|"
+                rf"{re.escape(str(gdb_socket))}: No such file)", out):
+            raise DebugError(f"gdb could not attach: {out.strip()[-200:]}")
+
+    def _expect_prompt(self, timeout: float | None = None) -> str:
+        try:
+            self.child.expect_exact(PROMPT, timeout=timeout or self.timeout)
+        except (pexpect.TIMEOUT, pexpect.EOF) as e:
+            raise DebugError(f"gdb stopped answering ({type(e).__name__})") from None
+        return self.child.before
+
+    def run(self, command: str, timeout: float | None = None) -> str:
+        self.child.sendline(command)
+        return self._expect_prompt(timeout)
+
+    def sample(self, out: Path) -> dict:
+        text = self.run(f"kstall-sample {out}")
+        if not out.exists():
+            raise DebugError(f"kstall-sample wrote nothing: {text.strip()[-300:]}")
+        return json.loads(out.read_text())
+
+    def let_run(self, seconds: float) -> None:
+        """Let the guest run for a moment, then stop it again."""
+        self.run("continue &")
+        time.sleep(seconds)
+        self.child.sendline("interrupt")
+        try:
+            self.child.expect([r"received signal SIGINT", r"stopped"], timeout=self.timeout)
+        except (pexpect.TIMEOUT, pexpect.EOF):
+            raise DebugError("guest did not stop on interrupt") from None
+        self.run("echo")
+
+    def close(self, resume: bool) -> None:
+        try:
+            if self.child.isalive():
+                self.run("detach" if resume else "disconnect", timeout=5)
+                self.child.sendline("quit")
+                self.child.expect(pexpect.EOF, timeout=5)
+        except (DebugError, pexpect.ExceptionPexpect, OSError):
+            pass
+        finally:
+            self.child.close(force=True)
+            self.log.close()
+
+
+class Prepared:
+    """A GdbSession started in the background while a hang is only suspected,
+    so that its start (fork, GDB, symbols: about 0.6 s) is not on the path
+    from a detected hang to its verdict."""
+
+    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None) -> None:
+        self.session: GdbSession | None = None
+        self.error = ""
+        try:
+            self.starting: GdbSession | None = GdbSession(log_path, symbols, vmlinux, load=False)
+        except DebugError as e:
+            self.starting, self.error = None, str(e)
+        self.thread = threading.Thread(target=self._load, name="gdb-prepare", daemon=True)
+        self.thread.start()
+
+    def _load(self) -> None:
+        if self.starting is None:
+            return
+        try:
+            self.starting.load()
+            self.session = self.starting
+        except DebugError as e:
+            self.error = str(e)
+
+    def take(self, timeout: float = 50.0) -> GdbSession | None:
+        """The started session (now the caller's to close), or None."""
+        self.thread.join(timeout)  # load() is bounded: two waits of 20 s at most, then a 5 s close
+        session, self.session = self.session, None
+        return session
+
+    def close(self) -> None:
+        session = self.take()
+        if session is not None:
+            session.close(resume=True)
+
+
+def sample_with_gdb(gdb_socket: Path, out_dir: Path, symbols: Path | None, vmlinux: Path | None,
+                    count: int, interval: float, resume: bool, prepared: Prepared | None = None) -> list[dict]:
+    if prepared is not None:
+        session = prepared.take()
+        if session is None:  # not a second start: a GDB that could not start once will not now
+            raise DebugError(prepared.error or "gdb did not start in time")
+    else:
+        session = GdbSession(out_dir / "gdb.log", symbols, vmlinux)
+    dumps = []
+    try:
+        session.attach(gdb_socket)
+        for i in range(count):
+            if i:
+                session.let_run(interval)
+            dumps.append(session.sample(out_dir / f"sample-{i}.json"))
+    finally:
+        session.close(resume)
+    return dumps
+
+
+# -- QMP fallback --------------------------------------------------------------
+
+_REG = re.compile(r"\b(RIP|RSP|RBP|RFL|CS)\s*=\s*([0-9a-f]+)", re.I)
+
+
+def _hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
+    """n bytes of guest virtual memory through HMP 'x' on that CPU; None if
+    unmapped. Output lines look like 'ffa0000000493c28: 0x... 0x...'."""
+    out = qmp.hmp(f"x /{(n + 7) // 8}gx {addr:#x}", cpu=cpu, timeout=10)
+    data = bytearray()
+    for line in out.splitlines():
+        _, sep, rest = line.partition(":")
+        if sep:
+            for v in re.findall(r"0x([0-9a-f]+)", rest):
+                data += int(v, 16).to_bytes(8, "little")
+    return bytes(data[:n]) if data else None
+
+
+def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
+                    stack_bytes: int = 8192) -> dict:
+    t0 = time.monotonic()
+    cpus = []
+    states = {c["cpu-index"]: c for c in qmp.cmd("query-cpus-fast")}
+    for n in sorted(states):
+        text = qmp.hmp("info registers", cpu=n)
+        regs = {k.lower(): int(v, 16) for k, v in _REG.findall(text)}
+        if "rfl" in regs:
+            regs["eflags"] = regs.pop("rfl")
+        rip, rsp = regs.get("rip", 0), regs.get("rsp", 0)
+        user = (regs.get("cs", 0x10) & 3) == 3
+        regions = []
+        if not user and rsp:
+            data = _hmp_bytes(qmp, n, rsp, stack_bytes - (rsp & 7))
+            if data:
+                regions.append((rsp, data))
+        code = {}
+        if syms is not None:
+            for a in stackwalk.candidates(regions, syms):
+                b = _hmp_bytes(qmp, n, a - 8, 8)
+                if b:
+                    code[a] = b[1:]
+        frames = ([f.to_json() for f in stackwalk.walk(rip, regions, code, syms)] if syms and not user else
+                  [{"addr": f"{rip:#x}", "text": f"{rip:#x}", "function": "", "reliable": True, "slot": None}])
+        cpus.append({"cpu": n, "thread": n + 1, "state": "unknown",
+                     "regs": {k: f"{v:#x}" for k, v in regs.items() if k in ("rip", "rsp", "rbp", "eflags", "cs")},
+                     "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions],
+                     "code": {f"{a:#x}": b.hex() for a, b in code.items()},
+                     "frames": frames, "unwinder": "stack-scan" if syms else "none"})
+    doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp"}
+    (out_dir / f"sample-{index}.json").write_text(json.dumps(doc))
+    return doc
+
+
+MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop runs
+
+
+def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmlinux: Path | None = None,
+           count: int = 3, interval: float = 0.2, resume: bool = False, prepared: Prepared | None = None) -> Samples:
+    """count samples of every vCPU, interval seconds of guest run apart.
+    With resume the guest keeps running afterwards (a possible false alarm).
+    A prepared GDB is used when it started; either way it is taken."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    result = Samples()
+    try:  # QMP and the gdbstub share QEMU's main loop: when one is dead, GDB would wait out its timeouts
+        qmp.cmd("query-status", timeout=MAIN_LOOP_TIMEOUT)
+    except (QMPError, OSError) as e:
+        result.errors.append(f"qmp: query-status: {e} within {MAIN_LOOP_TIMEOUT:.0f}s (QEMU's main loop, which "
+                             "also serves the gdbstub, is not answering: GDB not tried)")
+        if prepared is not None:
+            prepared.close()
+        result.seconds = round(time.monotonic() - t0, 2)
+        return result
+    try:
+        result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume, prepared)
+        result.method = "gdb"
+    except DebugError as e:
+        result.errors.append(f"gdb: {e}")
+        syms = Kallsyms.load(symbols) if symbols and symbols.exists() else None
+        try:
+            qmp.cmd("stop", timeout=MAIN_LOOP_TIMEOUT)  # a GDB that hung may have met a QEMU that did
+            for i in range(count):
+                if i:
+                    qmp.cmd("cont")
+                    time.sleep(interval)
+                    qmp.cmd("stop")
+                result.dumps.append(sample_with_qmp(qmp, out_dir, syms, i))
+            result.method = "qmp"
+            if resume:
+                qmp.cmd("cont")
+        except (QMPError, OSError) as e2:
+            result.errors.append(f"qmp: {e2}")
+    result.resumed = resume
+    result.seconds = round(time.monotonic() - t0, 2)
+    return result

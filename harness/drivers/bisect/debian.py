@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall bisect debian`: bisect over Debian's kernel package versions.
+
+No build: every candidate is a Debian package kstall can download. While one
+step runs, the kernels the next step may need (one for either outcome) are
+downloaded in the background, as mozregression does. The state is written
+after every step (bisect.json), so `--resume DIR` continues an interrupted
+bisection from its recorded steps.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from harness.base import paths, procs, rundir as results
+from harness.drivers.bisect.steps import StepPolicy, run_step
+from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors
+from images import debian
+from images.kernel import SpecError, resolve
+
+SCHEMA = "kstall.bisect/1"
+
+
+def candidates(old: str, new: str) -> list[str]:
+    """Upstream versions from old to new (inclusive) that debian: can fetch."""
+    kernels = [k for k, _ in debian.available() if k.flavour == "amd64"]
+    versions = sorted({k.upstream for k in kernels}, key=debian.version_key)
+    for v in (old, new):
+        if v not in versions:
+            debian.find(kernels, v)  # raises with the nearest versions
+    lo, hi = sorted((versions.index(old), versions.index(new)))
+    if versions.index(old) > versions.index(new):
+        raise SpecError(f"--old {old} is newer than --new {new}")
+    return versions[lo:hi + 1]
+
+
+class Prefetcher:
+    """Downloads kernels ahead of the steps that will need them (bounded: one
+    download at a time, never more than a few queued)."""
+
+    def __init__(self, echo: Callable[[str], None], enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.echo = echo
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-prefetch",
+                                                          initializer=procs.background_priority)
+        self.queued: dict[str, concurrent.futures.Future] = {}
+
+    def __call__(self, versions: list[str]) -> None:
+        if not self.enabled:
+            return
+        for v in versions:
+            if v not in self.queued:
+                self.queued[v] = self.pool.submit(self._fetch, v)
+
+    def _fetch(self, version: str) -> None:
+        try:
+            resolve(f"debian:{version}", fetch=True)
+        except SpecError as e:  # the step itself will report it
+            self.echo(f"prefetch of {version} failed: {e}")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def upstream_range(outcome: Outcome) -> str:
+    if not outcome.last_old or not outcome.first_new:
+        return ""
+    return f"v{outcome.last_old}..v{outcome.first_new}"
+
+
+def summary_line(outcome: Outcome) -> str:
+    if outcome.direction == "regression":
+        return (f"last version without the hang: {outcome.last_old}; first version with it: {outcome.first_new} "
+                f"(upstream range {upstream_range(outcome)})")
+    if outcome.direction == "fix":
+        return (f"last version with the bug: {outcome.last_old}; first version without it (the fix): "
+                f"{outcome.first_new} (upstream range {upstream_range(outcome)})")
+    return outcome.message
+
+
+def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Callable[[str], None],
+        prefetch: bool = True, resumed: dict[str, Step] | None = None, argv: list[str] | None = None) -> dict:
+    cands = candidates(old, new)
+    log = open(out.work / "bisect.log", "a")
+    started = time.time()
+    doc: dict = {"schema": SCHEMA, "kind": "debian", "id": out.id, "old": old, "new": new,
+                 "reproducer": policy.reproducer, "candidates": cands, "pmiss_target": policy.pmiss_target,
+                 "prefetch": prefetch, "command": argv or [], "steps": [], "status": "running"}
+
+    def save() -> None:
+        doc["steps"] = [s.to_json() for s in b.steps.values()]
+        paths.write_atomic(out.work / "bisect.json", json.dumps(doc, indent=2) + "\n")
+
+    def test(version: str) -> Step:
+        n = len(b.steps) + 1
+        echo(f"step {n}: debian:{version} ...")
+        step, docs = run_step(f"debian:{version}", version, policy, echo)
+        if step.state == REPRODUCES and not policy.bad_end_runs:
+            policy.learn_from_bad_end(docs[-1])
+        return step
+
+    def on_step(step: Step) -> None:
+        n = len(b.steps)
+        line = (f"step {n}: {step.candidate:<9} {step.state:<10} {step.verdict:<14} {step.seconds:6.1f}s  "
+                f"{step.p_miss or step.line}")
+        echo(line)
+        log.write(line + "\n")
+        log.flush()
+        save()
+
+    fetcher = Prefetcher(echo, prefetch)
+    b = Bisection(cands, test, resumed, fetcher, on_step)
+    echo(f"{len(cands)} Debian versions from {old} to {new}: {', '.join(cands)}")
+    try:
+        outcome = b.run()
+        doc["status"] = "done"
+    except TooManyErrors as e:
+        outcome = Outcome("none", message=f"stopped: {e}")
+        doc["status"] = "errors"
+    except BaseException:
+        doc["status"] = "interrupted"
+        save()
+        raise
+    finally:
+        fetcher.close()
+        log.close()
+    doc.update({"direction": outcome.direction, "last_old": outcome.last_old, "first_new": outcome.first_new,
+                "skipped_between": outcome.skipped_between, "message": outcome.message,
+                "upstream_range": upstream_range(outcome), "summary": summary_line(outcome),
+                "verifies": len(b.steps), "wall_s": round(time.time() - started, 1),
+                "seconds_per_step": round((time.time() - started) / max(len(b.steps), 1), 1)})
+    save()
+    return doc
+
+
+def load_steps(directory: Path) -> dict[str, Step]:
+    """Steps recorded by an earlier (interrupted) bisection, for --resume."""
+    p = directory / "bisect.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"{directory}: no bisect.json to resume from")
+    d = json.loads(p.read_text())
+    return {s["candidate"]: Step(**s) for s in d.get("steps", [])}

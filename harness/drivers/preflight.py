@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Before a kernel boots: has it what the guest agent and the reproducer need?
+
+The options are data (repro/agent.toml and each reproducer's [kernel] table),
+checked against the kernel's config when kstall has one:
+- an option the agent needs is missing: kstall cannot reach the guest, an
+  error before anything boots;
+- an option the reproducer needs is missing: its path cannot run, so the
+  verdict is INCONCLUSIVE at once, naming the options;
+- an option that is a module (=m): its module and their dependencies (taken
+  when the kernel was fetched, images/modules.py) go into the initramfs, in
+  load order.
+Without a config (a bare file: kernel) nothing can be checked here; the agent
+still says on the console what it lacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base import reproducers
+from harness.base.reproducers import KernelNeeds, Reproducer
+from images import modules
+from images.kernel import Kernel, SpecError
+
+
+@dataclass
+class Check:
+    missing: list[str] = field(default_factory=list)   # the reproducer's options the kernel lacks
+    modules: list[Path] = field(default_factory=list)  # to load in the guest, in order
+    config_checked: bool = False
+
+    def reason(self) -> str:
+        return ("the kernel's config lacks " + ", ".join(f"CONFIG_{o}" for o in self.missing)
+                + ", which the reproducer's path needs (checked before booting)")
+
+
+def _absent(kernel: Kernel, options: tuple[str, ...]) -> list[str]:
+    return [o for o in options if kernel.config_value(f"CONFIG_{o}") not in ("y", "m")]
+
+
+def check(kernel: Kernel, repro: Reproducer | None) -> Check:
+    agent = reproducers.agent_needs()
+    needs: list[KernelNeeds] = [agent] + ([repro.needs] if repro else [])
+    out = Check(config_checked=kernel.config is not None and kernel.config.is_file())
+    if out.config_checked:
+        lacking = _absent(kernel, agent.options)
+        if lacking:
+            raise SpecError(f"{kernel.canonical} has no {', '.join('CONFIG_' + o for o in lacking)}: kstall's guest "
+                            "agent needs them to reach the host (a virtio console on PCI, an initramfs)")
+        out.missing = _absent(kernel, repro.needs.options) if repro else []
+    names = []
+    for need in needs:
+        for option, module in need.modules:
+            is_module = kernel.config_value(f"CONFIG_{option}") == "m" if out.config_checked else None
+            if module in kernel.modules:
+                names.append(module)
+            elif is_module:
+                raise SpecError(f"{kernel.canonical}: CONFIG_{option}=m, and kstall has no {module} module for this "
+                                "kernel: give the kernel with its modules (deb:, rpm:, image:, or a /boot file: "
+                                "kernel with /lib/modules beside it)")
+    sequence = modules.to_load(kernel.modules, names)
+    if sequence and kernel.modules_dir is None:
+        raise SpecError(f"{kernel.canonical}: its module list names no module directory")
+    out.modules = [kernel.modules_dir / f"{m}.ko" for m in sequence] if sequence else []
+    for p in out.modules:
+        if not p.is_file():
+            raise SpecError(f"{kernel.canonical}: module file {p} is missing from the cache (remove "
+                            f"{p.parent.parent} to fetch the kernel again)")
+    return out

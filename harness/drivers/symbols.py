@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall symbols`: boot a kernel once just to capture its text symbols."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from harness.guest import accel
+from harness.drivers import preflight
+from images import symcache
+from harness.drivers.verify import ensure_guest
+from harness.guest.vm import VM, VMConfig
+from harness.guest.watch import Limits, Watch
+from images import initramfs
+from images.kernel import Kernel
+
+
+def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
+    ensure_guest(echo)
+    initrd = initramfs.build(modules=preflight.check(kernel, None).modules)
+    kind = accel.choose(accel_mode, kernel.sha256, kernel.boot_file(), initrd, echo, kernel.machine())
+    with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
+        cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
+                       machine=kernel.machine(),
+                       cmdline="console=ttyS0 nokaslr quiet panic=-1 tsc=reliable kstall.repro=none kstall.syms=1")
+        with VM(cfg) as vm:
+            echo(f"booting {kernel.canonical} to capture /proc/kallsyms")
+            vm.start()
+            w = Watch(vm, Limits(boot_timeout=120, run_timeout=60))
+            out = w.watch()
+            deadline = time.monotonic() + 10
+            while w.syms.data is None and time.monotonic() < deadline and vm.alive():
+                w.syms.read()
+                time.sleep(0.01)
+    if w.syms.data is None:
+        raise RuntimeError(f"no symbols arrived ({out.kind}: {out.detail})")
+    path = symcache.store(kernel.sha256, w.syms.data)
+    return {"path": path, "lines": int(w.syms_info.get("lines", 0)), "bytes": len(w.syms.data),
+            "guest_ms": int(w.syms_info.get("ms", 0)),
+            "capture_s": (w.syms.done_at or 0) - (w.hello_at or 0)}

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: GPL-2.0
+"""KVM when a guest proves it runs, TCG otherwise, and a message saying which.
+
+/dev/kvm opening proves nothing: on this project's machines it is a shim
+whose VMs start and then either abort at the first vCPU reset or spin at
+100% without running a single guest instruction. So the first kernel kstall
+boots on a host boot is booted under KVM to its agent's hello, bounded by
+what a working KVM needs (KSTALL_KVM_PROBE_S, 3 s; a Debian kernel reaches
+its agent in under a second there), not by TCG's boot time. That decides for
+the whole host boot: where no guest ran, every later run uses TCG without
+probing again; where one did, each further kernel is confirmed once the same
+way. Decisions are cached per host boot in <cache>/kvm-probe.json, under a
+lock, so guests started side by side probe once.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from harness.base import paths
+from harness.guest.vm import VM, VMConfig, VMError, kvm_available
+from harness.guest.watch import Limits, Watch
+
+PROBE_BOUND_S = float(os.environ.get("KSTALL_KVM_PROBE_S", "3"))
+HOST = "host"  # the key of the host-wide decision, beside one key per kernel
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _state_file() -> Path:
+    return paths.cache_dir() / "kvm-probe.json"
+
+
+@contextmanager
+def _decisions() -> Iterator[dict]:
+    """This host boot's decisions, locked against other kstall processes;
+    what the block adds is written back."""
+    path = _state_file()
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        mine = known.setdefault(_boot_id(), {})
+        before = json.dumps(mine, sort_keys=True)
+        yield mine
+        if json.dumps(mine, sort_keys=True) != before:
+            # only this boot's decisions are worth keeping
+            paths.write_atomic(path, json.dumps({_boot_id(): mine}, indent=1) + "\n")
+
+
+def _recorded() -> dict:
+    try:
+        return json.loads(_state_file().read_text()).get(_boot_id(), {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def guest_ran_under_kvm() -> bool:
+    """Whether a guest has run under KVM on this host boot: what libguestfs,
+    which starts its own QEMU with KVM whenever /dev/kvm opens, must be told
+    before it may use KVM."""
+    return bool(_recorded().get(HOST, {}).get("works"))
+
+
+def probe(cfg: VMConfig, bound: float = PROBE_BOUND_S) -> tuple[bool, str, float]:
+    """Boot cfg (accel kvm) to its agent's hello within bound seconds:
+    (whether it got there, why not, seconds taken)."""
+    t0 = time.monotonic()
+    try:
+        with VM(cfg) as vm:
+            vm.start()
+            out = Watch(vm, Limits(boot_timeout=bound, run_timeout=bound)).watch()
+    except VMError as e:
+        return False, str(e), time.monotonic() - t0
+    seconds = time.monotonic() - t0
+    if out.kind == "done":
+        return True, f"a guest reached its agent under KVM in {seconds:.1f}s", seconds
+    if out.kind == "boot-failure" and out.detail.startswith("no guest agent"):
+        return False, f"a guest started under KVM but did not reach its agent within {bound:g}s", seconds
+    return False, f"{out.kind}: {out.detail}", seconds
+
+
+def probe_config(kernel: Path, initrd: Path, machine: str, log_dir: Path) -> VMConfig:
+    """The probe guest: the run's kernel and machine, one vCPU, no reproducer."""
+    return VMConfig(kernel=kernel, initrd=initrd, log_dir=log_dir, cpus=1, accel="kvm", machine=machine,
+                    cmdline="console=ttyS0 nokaslr quiet panic=-1 kstall.repro=none")
+
+
+def choose(requested: str, kernel_sha: str, kernel: Path, initrd: Path, echo: Callable[[str], None],
+           machine: str = "q35") -> str:
+    if requested == "tcg":
+        return "tcg"
+    ok, why = kvm_available()
+    if not ok:
+        if requested == "kvm":
+            raise VMError(f"--accel kvm: {why}")
+        echo(f"KVM unavailable ({why}): using TCG")
+        return "tcg"
+    with _decisions() as known:
+        host = known.get(HOST)
+        if host is None or (host["works"] and kernel_sha not in known):
+            what = "whether KVM runs guests on this host" if host is None else "KVM with this kernel"
+            echo(f"probing {what} (a boot bounded by {PROBE_BOUND_S:g}s)")
+            works, detail, seconds = probe(probe_config(kernel, initrd, machine, paths.cache_dir() / "kvm-probe"))
+            known[kernel_sha] = {"works": works, "detail": detail, "seconds": round(seconds, 1)}
+            if host is None:
+                host = known[HOST] = known[kernel_sha]
+            if not works:
+                echo(f"{detail}: using TCG")
+        decided = known[HOST] if not host["works"] else known[kernel_sha]
+    if decided["works"]:
+        return "kvm"
+    if requested == "kvm":
+        raise VMError(f"--accel kvm: KVM did not run a guest here ({decided['detail']})")
+    return "tcg"

@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The guest's streams as they arrive on QEMU's unix sockets: text lines (the
+console, the agent channel) and tagged blobs (the symbols port). The guest is
+not trusted: lines and blobs are bounded, and what is not kstall's is dropped."""
+from __future__ import annotations
+
+import re
+import socket
+import time
+
+from harness.base.untrusted import num
+
+
+class LineReader:
+    """Lines from a guest's stream. The guest is not trusted: a line longer
+    than max_line is cut there (the rest comes as further lines), so an
+    endless line costs neither memory nor time."""
+
+    def __init__(self, sock: socket.socket | None, max_line: int = 16384) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.eof = sock is None
+        self.max_line = max_line
+
+    def read(self) -> list[str]:
+        if self.sock is None or self.eof:
+            return []
+        try:
+            data = self.sock.recv(1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            self.eof = True
+            return []
+        return self.feed(data)
+
+    def feed(self, data: bytes) -> list[str]:
+        *lines, self.buf = (self.buf + data).split(b"\n")
+        out = []
+        for raw in lines:
+            out += [raw[i:i + self.max_line] for i in range(0, max(len(raw), 1), self.max_line)]
+        while len(self.buf) >= self.max_line:
+            out.append(self.buf[:self.max_line])
+            self.buf = self.buf[self.max_line:]
+        return [l.decode(errors="replace").rstrip("\r") for l in out]
+
+
+class BlobReader:
+    """The syms port: blobs as 'TAG <n>\\n' then n bytes (KALLSYMS, CORE)."""
+    MAX_BYTES = 256 << 20  # guest data is not trusted: a bigger blob is dropped
+    TAGS = ("KALLSYMS", "CORE")  # and so is one kstall did not ask for
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.head: tuple[str, int] | None = None
+        self.blobs: dict[str, bytes] = {}
+        self.arrived: dict[str, float] = {}
+        self.eof = sock is None
+
+    @property
+    def data(self) -> bytes | None:
+        return self.blobs.get("KALLSYMS")
+
+    @property
+    def done_at(self) -> float | None:
+        return self.arrived.get("KALLSYMS")
+
+    def read(self) -> None:
+        if self.sock is None or self.eof:
+            return
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.eof = True
+            return
+        self.feed(chunk)
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        while True:
+            if self.head is None:
+                nl = self.buf.find(b"\n")
+                if nl < 0:
+                    if len(self.buf) > 256:  # no header in sight: not ours
+                        self.buf.clear()
+                    return
+                m = re.match(rb"([A-Z]+) (\d+)$", bytes(self.buf[:nl]))
+                del self.buf[:nl + 1]
+                size = num(m.group(2).decode()) if m else None
+                if size is None or size > self.MAX_BYTES or m.group(1).decode() not in self.TAGS:
+                    self.buf.clear()
+                    return
+                self.head = (m.group(1).decode(), size)
+            tag, n = self.head
+            if len(self.buf) < n:
+                return
+            self.blobs[tag], self.arrived[tag] = bytes(self.buf[:n]), time.monotonic()
+            del self.buf[:n]
+            self.head = None
