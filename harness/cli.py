@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness.base import leftovers, paths, procs, reproducers
 from harness.analysis.verdict import EXIT_CODES
+from images import schemes
 from images.kernel import SpecError
 
 # verify, matrix and calibrate pull in the VM side (QEMU, pexpect); they are
@@ -187,7 +188,7 @@ def cmd_kernels(a: argparse.Namespace) -> int:
 
 def cmd_symbols(a: argparse.Namespace) -> int:
     from images import symcache
-    from images.kernel import resolve
+    from images.schemes import resolve
     try:
         kernel = resolve(a.kernel, progress=echo_stderr)
     except SpecError as e:
@@ -435,8 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
                        "4 ERROR, 2 usage. Arguments after -- go to the reproducer.",
                        epilog="example: kstall verify debian:6.16.12 perf-refresh --cpus 4")
-    v.add_argument("kernel", help="kernel spec: debian:VERSION (e.g. debian:6.16.12, debian:6.1.192), "
-                   "deb:PATH[,PATH...], rpm:PATH[,PATH...], image:DISK[#RELEASE], file:PATH or build:TREE[@REV]")
+    v.add_argument("kernel", help=f"kernel spec: {schemes.help_text()}")
     v.add_argument("reproducer", help=f"one of: {', '.join(reproducers.names())}")
     v.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     v.add_argument("--json", action="store_true", help="print run.json instead of the summary")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The kernel libguestfs's appliance boots, and the environment that points
-libguestfs at it.
+"""libguestfs for kstall: the kernel its appliance boots, the environment that
+points it there, and images/guestfs_child.py run in it, bounded.
 
 Debian's libguestfs builds its appliance (supermin) around a kernel installed
 on the host; kstall's build machines have none, and a user's /boot kernels
@@ -15,18 +15,20 @@ cache.
 """
 from __future__ import annotations
 
-import fcntl
+import json
 import os
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
-from harness.guest import accel
-from harness.base import paths
-from images import debian, modules
+from harness.base import kvm_decisions, paths, procs
+from images import cached, debian, modules
+from images.download import download
 from images.kernel import Progress, SpecError
 
 APPLIANCE_LINE = "6.1."  # bookworm's stock kernel line
+CHILD = Path(__file__).with_name("guestfs_child.py")
+EXTRACT_TIMEOUT = 900
 
 
 def _kernel_dir(progress: Progress | None) -> tuple[Path, str]:
@@ -36,20 +38,13 @@ def _kernel_dir(progress: Progress | None) -> tuple[Path, str]:
         raise SpecError(f"no Debian {APPLIANCE_LINE}x amd64 kernel in the suites for libguestfs's appliance")
     k = max(ks, key=lambda k: (debian.version_key(k.upstream), debian.version_key(k.abi)))
     d = paths.cache_dir() / "appliance" / k.release
-    if (d / "ready").exists():
-        return d, k.release
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d.parent / f"{k.release}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (d / "ready").exists():
-            return d, k.release
+
+    def make() -> None:
         if progress:
             progress(f"preparing a kernel for libguestfs's appliance ({k.package}, once)")
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
         url, fname, size, sha = archive.uris(k.image_package)
         deb = d / fname
-        debian._download(url, deb, size, sha, k.image_package, progress)
+        download(url, deb, size, sha, k.image_package, progress)
         subprocess.run(["dpkg-deb", "-x", str(deb), str(d / "root")], check=True, timeout=600)
         deb.unlink()
         root = d / "root"
@@ -57,6 +52,7 @@ def _kernel_dir(progress: Progress | None) -> tuple[Path, str]:
             (root / "lib").symlink_to("usr/lib")
         modules.Tree(root, k.release).ensure_dep()
         (d / "ready").touch()
+    cached.make_once(d, make, done="ready")
     return d, k.release
 
 
@@ -74,7 +70,26 @@ def environment(progress: Progress | None = None) -> dict[str, str]:
     env = dict(os.environ, LIBGUESTFS_BACKEND="direct", SUPERMIN_KERNEL=str(vmlinuz),
                SUPERMIN_KERNEL_VERSION=release, SUPERMIN_MODULES=str(root / "lib" / "modules" / release),
                LIBGUESTFS_CACHEDIR=str(cache))
-    if not accel.guest_ran_under_kvm():
+    if not kvm_decisions.guest_ran_under_kvm():
         env["LIBGUESTFS_BACKEND_SETTINGS"] = ":".join(filter(None, [env.get("LIBGUESTFS_BACKEND_SETTINGS"),
                                                                     "force_tcg"]))
     return env
+
+
+def run_child(args: list[str], progress: Progress | None, timeout: float = EXTRACT_TIMEOUT) -> dict:
+    env = environment(progress)
+    try:
+        p = procs.run_bounded([sys.executable, str(CHILD), *args],
+                              timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"libguestfs took longer than {timeout:.0f}s ({args[0]})") from None
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " | ".join(p.stderr.strip().splitlines()[-4:])
+        if "No module named 'guestfs'" in p.stderr:
+            raise SpecError("python3-guestfs is not installed: run `make deps`") from None
+        raise SpecError(f"libguestfs failed ({args[0]}): {tail}") from None
+    if "error" in out:
+        raise SpecError(out["error"])
+    return out

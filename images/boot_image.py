@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import paths
-from images import image
+from images import appliance
 from images.kernel import Kernel, Progress, SpecError
 
 UNIT = paths.data_file("images", "kstall-agent.service")
@@ -87,7 +87,7 @@ def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,
             unit.write(UNIT.read_text())
             unit.flush()
             args = ["extract", str(part), "qcow2", extract[0], str(extract[1])] if extract else ["install", str(part)]
-            info = image.run_child([*args, str(paths.guest_dir()), unit.name], progress)
+            info = appliance.run_child([*args, str(paths.guest_dir()), unit.name], progress)
         part.replace(layer)
         return info
     finally:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import paths, procs
-from images import symcache
-from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
+from images import cached, symcache
+from images.kernel import Kernel, Progress, SpecError, sha256_file
 
 KCONFIG_DIR = paths.data_file("images", "kconfig")
 PROGRESS_EVERY = 15.0
@@ -240,7 +240,7 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
         spec = f"build:{text}"
         # the work tree can change without its identity changing (untracked files): always make
         if (dest / "kernel.json").is_file() and sha is not None:
-            k = load_meta(dest, spec)
+            k = cached.load_meta(dest, spec)
             if not symcache.cached(k.sha256):
                 symcache.store(k.sha256, (dest / "System.map").read_bytes())
             k.origin["cached"] = True
@@ -277,28 +277,23 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
             targets = ["bzImage"] + (["vmlinux"] if opts.debuginfo else [])
             _make([f"-j{jobs}", "CC=ccache gcc", *targets], src, out, log, env, deadline, what, progress)
         seconds = round(time.monotonic() - t0, 1)
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        shutil.copy2(out / "arch" / "x86" / "boot" / "bzImage", tmp / "bzImage")
-        shutil.copy2(out / ".config", tmp / "config")
-        shutil.copy2(out / "System.map", tmp / "System.map")
-        shutil.copy2(out / "build.log", tmp / "build.log")
-        if opts.debuginfo:
-            shutil.copy2(out / "vmlinux", tmp / "vmlinux")
         release = (out / "include" / "config" / "kernel.release").read_text().strip()
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp.rename(dest)
-        digest = sha256_file(dest / "bzImage")
+
+        def fill(tmp: Path) -> Kernel:
+            for name, target in (("arch/x86/boot/bzImage", "bzImage"), (".config", "config"),
+                                 ("System.map", "System.map"), ("build.log", "build.log")) + \
+                    ((("vmlinux", "vmlinux"),) if opts.debuginfo else ()):
+                shutil.copy2(out / name, tmp / target)
+            return Kernel(spec=spec, canonical=f"build:{tree}@{ident}", vmlinuz=dest / "bzImage",
+                          sha256=sha256_file(tmp / "bzImage"), release=release,
+                          upstream=release.split("-")[0].split("+")[0], config=dest / "config",
+                          vmlinux=dest / "vmlinux" if opts.debuginfo else None,
+                          origin={"tree": str(tree), "rev": rev, "commit": sha or ident,
+                                  "label": f"build-{tree.name}-{ident}", "fragments": [str(f) for f in fragments],
+                                  "config_mismatches": missing, "build_s": seconds, "jobs": jobs})
+        k = cached.publish(dest, fill)
         # with nokaslr the link-time addresses are the running ones: no symbol capture boot
-        symcache.store(digest, (dest / "System.map").read_bytes())
-        k = Kernel(spec=spec, canonical=f"build:{tree}@{ident}", vmlinuz=dest / "bzImage", sha256=digest,
-                   release=release, upstream=release.split("-")[0].split("+")[0], config=dest / "config",
-                   vmlinux=dest / "vmlinux" if opts.debuginfo else None,
-                   origin={"tree": str(tree), "rev": rev, "commit": sha or ident, "label": f"build-{tree.name}-{ident}",
-                           "fragments": [str(f) for f in fragments], "config_mismatches": missing,
-                           "build_s": seconds, "jobs": jobs})
-        write_meta(dest, k)
+        symcache.store(k.sha256, (dest / "System.map").read_bytes())
         if progress:
             progress(f"{what}: built {release} in {seconds:.0f}s")
         k.origin["cached"] = False

@@ -20,24 +20,20 @@ needed (the modules, when they are built in) is not downloaded.
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import http.client
 import json
 import re
 import shutil
 import subprocess
-import sys
 import time
-import urllib.parse
-import urllib.request
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
 from harness.base import paths, procs
-from images import packages
-from images.kernel import Kernel, Progress, SpecError, damage, load_meta, write_meta
+from images import cached, packages
+from images.download import download as fetch_file, why_failed
+from images.kernel import Kernel, Progress, SpecError
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
@@ -253,100 +249,34 @@ def kernel_dir(k: DebKernel) -> Path:
     return paths.cache_dir() / "kernels" / "debian" / f"{k.release}_{k.version}"
 
 
-def _why(e: BaseException) -> str:
-    return str(getattr(e, "reason", None) or getattr(e, "strerror", None) or e or type(e).__name__)
-
-
-def _download(url: str, dest: Path, size: int, sha256: str, label: str, progress: Progress | None) -> None:
-    """Fetch url into dest, checked against size and sha256. A network or disk
-    failure is a SpecError that says which of the two it was."""
-    h = hashlib.sha256()
-    done = 0
-    last = 0.0
-    t0 = time.monotonic()
-    tty = sys.stderr.isatty()
-    host = urllib.parse.urlsplit(url).netloc
-    try:
-        r = urllib.request.urlopen(url, timeout=60)
-    except (OSError, http.client.HTTPException) as e:
-        raise SpecError(f"cannot download {label} from {host}: {_why(e)}") from None
-    with r:
-        try:
-            f = open(dest, "wb")
-        except OSError as e:
-            raise SpecError(f"cannot store {label} in {dest.parent}: {_why(e)}") from None
-        with f:
-            while True:
-                try:
-                    chunk = r.read(1 << 20)
-                except (OSError, http.client.HTTPException) as e:
-                    raise SpecError(f"download of {label} from {host} broke off after {done} of {size} bytes: "
-                                    f"{_why(e)}") from None
-                if not chunk:
-                    break
-                try:
-                    f.write(chunk)
-                    f.flush()
-                except OSError as e:
-                    raise SpecError(f"cannot store {label} in {dest.parent}: {_why(e)}") from None
-                h.update(chunk)
-                done += len(chunk)
-                now = time.monotonic()
-                if progress and (now - last > (0.5 if tty else 10) or done == size):
-                    last = now
-                    rate = done / max(now - t0, 1e-3) / 1e6
-                    pct = 100 * done // max(size, 1)
-                    bar = "#" * (pct // 5) + "-" * (20 - pct // 5)
-                    progress(f"\r[{bar}] {pct:3d}% {done / 1e6:.0f}/{size / 1e6:.0f} MB {rate:.0f} MB/s {label}"
-                             if tty else f"{label}: {pct}% of {size / 1e6:.0f} MB ({rate:.0f} MB/s)")
-    if progress and tty:
-        progress("\n")
-    if done < size:  # the server closed the connection early
-        raise SpecError(f"download of {label} from {host} broke off after {done} of {size} bytes")
-    if done != size or h.hexdigest() != sha256:
-        raise SpecError(f"download of {label} from {host} is corrupt ({done} of {size} bytes, sha256 mismatch)")
-
-
 def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -> Path:
     """Download and extract k (once; later calls hit the cache)."""
     d = kernel_dir(k)
-    if (d / "kernel.json").exists():
-        return d
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (d / "kernel.json").exists():
-            return d
-        work = d / "download"
-        work.mkdir(exist_ok=True)
+    work = d / "download"
 
-        def fetch(pkg: str):
-            def get() -> Path:
-                url, fname, size, sha = archive.uris(pkg)
-                for old in work.iterdir():  # one package on disk at a time
-                    old.unlink()
-                _download(url, work / fname, size, sha, pkg, progress)
-                return work / fname
-            return get
+    def fetch(pkg: str):
+        def get() -> Path:
+            url, fname, size, sha = archive.uris(pkg)
+            for old in work.iterdir():  # one package on disk at a time
+                old.unlink()
+            fetch_file(url, work / fname, size, sha, pkg, progress)
+            return work / fname
+        return get
+
+    def make() -> None:
+        work.mkdir(exist_ok=True)
         try:
             # the config first: it tells whether the modules package is needed at all
             order = dict.fromkeys([k.config_package, k.image_package, k.modules_package or k.image_package])
             c = packages.collect([fetch(p) for p in order], d, k.package)
-            kernel = packages.kernel_from(c, k.canonical, k.canonical, k.upstream,
-                                          {"package": k.package, "image_package": k.image_package,
-                                           "version": k.version, "suite": k.suite})
-            write_meta(d, kernel)
-        except (SpecError, OSError) as e:
-            for p in d.iterdir():  # no half-unpacked kernel holding the space a full disk needs
-                if p.is_dir():
-                    shutil.rmtree(p)
-                elif p.name != "lock":
-                    p.unlink()
-            if isinstance(e, OSError):
-                raise SpecError(f"cannot unpack {k.package} into {d}: {_why(e)}") from None
-            raise
+            cached.write_meta(d, packages.kernel_from(c, k.canonical, k.canonical, k.upstream,
+                                                      {"package": k.package, "image_package": k.image_package,
+                                                       "version": k.version, "suite": k.suite}))
+        except OSError as e:  # no half-unpacked kernel holds the space a full disk needs: make_once clears it
+            raise SpecError(f"cannot unpack {k.package} into {d}: {why_failed(e)}") from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    cached.make_once(d, make)
     return d
 
 
@@ -354,22 +284,17 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     archive = Archive()
     k = find(archive.kernels(progress), text)
     d = kernel_dir(k)
-    why = (d / "kernel.json").exists() and damage(d)
-    if why:
-        if progress:
-            progress(f"cached {k.package} is damaged ({why}): fetching it again")
-        with open(d / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if damage(d):  # another kstall may have fetched it meanwhile
-                (d / "kernel.json").unlink(missing_ok=True)
-    if not (d / "kernel.json").exists():
+    why = cached.drop_if_damaged(d)
+    if why and progress:
+        progress(f"cached {k.package} was damaged ({why}): fetching it again")
+    if not (d / cached.META).exists():
         if not fetch:
             raise SpecError(f"{spec} ({k.package}) is not downloaded yet")
         download(k, archive, progress)
-    return load_meta(d, spec)
+    return cached.load_meta(d, spec)
 
 
 def available(progress: Progress | None = None) -> list[tuple[DebKernel, bool]]:
     """Every kernel debian: can fetch, and whether it is cached."""
-    return [(k, (kernel_dir(k) / "kernel.json").exists()) for k in Archive().kernels(progress)]
+    return [(k, (kernel_dir(k) / cached.META).exists()) for k in Archive().kernels(progress)]
 

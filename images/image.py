@@ -14,21 +14,15 @@ times), so a second verify of an unchanged image does not start libguestfs.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-from harness.base import paths, procs
-from images import appliance
+from harness.base import paths
+from images import appliance, boot_image, cached
+from images.kernel import Kernel, Progress, SpecError, sha256_file
 from images.packages import upstream_of
-from images.kernel import Kernel, Progress, SpecError, load_meta, sha256_file, write_meta
-
-EXTRACT_TIMEOUT = 900
-
 
 def image_chain(path: Path) -> tuple[str, list[Path]]:
     """(format, the image and its backing files) from qemu-img."""
@@ -65,25 +59,6 @@ def identity(files: list[Path]) -> str:
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
-def run_child(args: list[str], progress: Progress | None, timeout: float = EXTRACT_TIMEOUT) -> dict:
-    env = appliance.environment(progress)
-    try:
-        p = procs.run_bounded([sys.executable, str(Path(__file__).with_name("guestfs_child.py")), *args],
-                              timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise SpecError(f"libguestfs took longer than {timeout:.0f}s ({args[0]})") from None
-    try:
-        out = json.loads(p.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        tail = " | ".join(p.stderr.strip().splitlines()[-4:])
-        if "No module named 'guestfs'" in p.stderr:
-            raise SpecError("python3-guestfs is not installed: run `make deps`") from None
-        raise SpecError(f"libguestfs failed ({args[0]}): {tail}") from None
-    if "error" in out:
-        raise SpecError(out["error"])
-    return out
-
-
 def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None,
             boot_layer: bool = False) -> Kernel:
     """boot_layer: --boot-image will follow; when the image has to be read,
@@ -95,19 +70,9 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     fmt, chain = image_chain(path)
     ident = identity(chain)
     d = paths.cache_dir() / "kernels" / "image" / f"{ident[:20]}-{wanted or 'default'}"
-    if not (d / "kernel.json").exists():
-        if not fetch:
-            raise SpecError(f"{spec} has not been read yet")
-        d.mkdir(parents=True, exist_ok=True)
-        with open(d / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (d / "kernel.json").exists():
-                try:
-                    _extract(spec, path, fmt, wanted, ident, d, progress, boot_layer)
-                except BaseException:
-                    shutil.rmtree(d, ignore_errors=True)  # nothing half-read stays behind
-                    raise
-    kernel = load_meta(d, spec)
+    if not (d / cached.META).exists() and not fetch:
+        raise SpecError(f"{spec} has not been read yet")
+    kernel = cached.kernel_once(d, spec, lambda: _extract(spec, path, fmt, wanted, ident, d, progress, boot_layer))
     kernel.origin["image"] = str(path)  # the same content may have moved since it was read
     if progress:
         progress(f"image: kernel {kernel.release}: {kernel.origin.get('why')}")
@@ -115,14 +80,13 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
 
 
 def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, progress: Progress | None,
-             boot_layer: bool) -> None:
+             boot_layer: bool) -> Kernel:
     if progress:
         progress(f"reading {path.name} with libguestfs (read-only)")
     if boot_layer:
-        from images import boot_image
         info = boot_image.make_layer(path, fmt, ident, progress, extract=(wanted, d))
     else:
-        info = run_child(["extract", str(path), fmt, wanted, str(d)], progress)
+        info = appliance.run_child(["extract", str(path), fmt, wanted, str(d)], progress)
     vmlinuz = d / "vmlinuz"
     kernel = Kernel(spec=spec, canonical=f"image:{path.name}#{info['release']}", vmlinuz=vmlinuz,
                     sha256=sha256_file(vmlinuz), release=info["release"], upstream=upstream_of(info["release"]),
@@ -133,4 +97,4 @@ def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, 
                             "root_uuid": info["root_uuid"], "init": info["init"],
                             "initrd": str(d / "initrd") if info.get("initrd") else None,
                             "label": f"image-{path.stem}-{info['release']}"})
-    write_meta(d, kernel)
+    return kernel

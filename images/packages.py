@@ -13,7 +13,6 @@ not even opened (debian: then skips downloading them).
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import re
 import shutil
@@ -22,7 +21,8 @@ import tarfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from images import modules
+from harness.base import paths
+from images import cached, modules
 from images.kernel import Kernel, SpecError, sha256_file
 
 _VMLINUZ = re.compile(r"boot/vmlinuz-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinuz")
@@ -173,8 +173,6 @@ def upstream_of(release: str | None) -> str | None:
 def resolve_local(spec: str, scheme: str, text: str, upstream_of_package: Callable[[Path], str | None]) -> Kernel:
     """A kernel from package files the user names (deb:, rpm:), cached by
     their content: a second verify of the same files reads none of them."""
-    from harness.base import paths
-    from images.kernel import load_meta, write_meta
     files = [Path(p).expanduser().resolve() for p in text.split(",") if p]
     if not files:
         raise SpecError(f"{spec}: name at least one package file")
@@ -185,22 +183,15 @@ def resolve_local(spec: str, scheme: str, text: str, upstream_of_package: Callab
     digests = sorted(sha256_file(f) for f in files)
     key = hashlib.sha256("\n".join(digests).encode()).hexdigest()[:20]
     d = paths.cache_dir() / "kernels" / scheme / key
-    if not (d / "kernel.json").exists():
-        d.mkdir(parents=True, exist_ok=True)
-        with open(d / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (d / "kernel.json").exists():
-                try:
-                    # smallest first: a config-only package (linux-base) says whether the big modules one is needed
-                    ordered = sorted(files, key=lambda f: f.stat().st_size)
-                    c = collect([lambda f=f: f for f in ordered], d, ", ".join(f.name for f in files))
-                    upstream = next(filter(None, (upstream_of_package(f) for f in files)), None)
-                    write_meta(d, kernel_from(c, spec, f"{scheme}:{c.release}", upstream,
-                                              {"files": [str(f) for f in files], "sha256": digests}))
-                except BaseException:
-                    shutil.rmtree(d, ignore_errors=True)  # bad input leaves nothing behind
-                    raise
-    return load_meta(d, spec)
+
+    def make() -> Kernel:
+        # smallest first: a config-only package (linux-base) says whether the big modules one is needed
+        ordered = sorted(files, key=lambda f: f.stat().st_size)
+        c = collect([lambda f=f: f for f in ordered], d, ", ".join(f.name for f in files))
+        upstream = next(filter(None, (upstream_of_package(f) for f in files)), None)
+        return kernel_from(c, spec, f"{scheme}:{c.release}", upstream,
+                           {"files": [str(f) for f in files], "sha256": digests})
+    return cached.kernel_once(d, spec, make)
 
 
 def tool_output(cmd: list[str], timeout: float = 60) -> str:

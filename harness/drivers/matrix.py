@@ -25,7 +25,8 @@ from harness.analysis import expect
 from harness.base import procs, reproducers, rundir as results
 from harness.drivers import verify
 from harness.guest.cores import CoreBudget
-from images.kernel import SpecError, resolve
+from images.kernel import SpecError
+from images.schemes import resolve
 
 from harness.analysis.expect import EXPECTATIONS, FAILING
 

@@ -37,7 +37,8 @@ from harness.analysis.outcome import Outcome
 from harness.guest.watch import Limits, Watch
 from images import boot_image, initramfs
 from images.build import BuildOptions
-from images.kernel import Kernel, SpecError, resolve
+from images.kernel import Kernel, SpecError
+from images.schemes import resolve
 
 Echo = Callable[[str], None]
 
@@ -419,7 +420,7 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     repro = reproducers.load(repro_name)
     t_start = time.time()
     ensure_guest(echo)  # before resolve: a first --boot-image installs the guest binaries into the image's layer
-    kernel = resolve(spec, progress=echo, build=dataclasses.replace(opts.build or BuildOptions(),
+    kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(opts.build or BuildOptions(),
                                                                    reproducer=repro.name), boot_image=opts.boot_image)
     check = preflight.check(kernel, repro)
     if check.modules:

@@ -9,69 +9,22 @@ what a working KVM needs (KSTALL_KVM_PROBE_S, 3 s; a Debian kernel reaches
 its agent in under a second there), not by TCG's boot time. That decides for
 the whole host boot: where no guest ran, every later run uses TCG without
 probing again; where one did, each further kernel is confirmed once the same
-way. Decisions are cached per host boot in <cache>/kvm-probe.json, under a
-lock, so guests started side by side probe once.
+way. The decisions are kept per host boot (harness/base/kvm_decisions.py),
+under a lock, so guests started side by side probe once.
 """
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from harness.base import paths
+from harness.base.kvm_decisions import HOST, decisions
 from harness.guest.vm import VM, VMConfig, VMError, kvm_available
 from harness.guest.watch import Limits, Watch
 
 PROBE_BOUND_S = float(os.environ.get("KSTALL_KVM_PROBE_S", "3"))
-HOST = "host"  # the key of the host-wide decision, beside one key per kernel
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def _state_file() -> Path:
-    return paths.cache_dir() / "kvm-probe.json"
-
-
-@contextmanager
-def _decisions() -> Iterator[dict]:
-    """This host boot's decisions, locked against other kstall processes;
-    what the block adds is written back."""
-    path = _state_file()
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            known = json.loads(path.read_text())
-        except (OSError, ValueError):
-            known = {}
-        mine = known.setdefault(_boot_id(), {})
-        before = json.dumps(mine, sort_keys=True)
-        yield mine
-        if json.dumps(mine, sort_keys=True) != before:
-            # only this boot's decisions are worth keeping
-            paths.write_atomic(path, json.dumps({_boot_id(): mine}, indent=1) + "\n")
-
-
-def _recorded() -> dict:
-    try:
-        return json.loads(_state_file().read_text()).get(_boot_id(), {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
-def guest_ran_under_kvm() -> bool:
-    """Whether a guest has run under KVM on this host boot: what libguestfs,
-    which starts its own QEMU with KVM whenever /dev/kvm opens, must be told
-    before it may use KVM."""
-    return bool(_recorded().get(HOST, {}).get("works"))
 
 
 def probe(cfg: VMConfig, bound: float = PROBE_BOUND_S) -> tuple[bool, str, float]:
@@ -108,7 +61,7 @@ def choose(requested: str, kernel_sha: str, kernel: Path, initrd: Path, echo: Ca
             raise VMError(f"--accel kvm: {why}")
         echo(f"KVM unavailable ({why}): using TCG")
         return "tcg"
-    with _decisions() as known:
+    with decisions() as known:
         host = known.get(HOST)
         if host is None or (host["works"] and kernel_sha not in known):
             what = "whether KVM runs guests on this host" if host is None else "KVM with this kernel"

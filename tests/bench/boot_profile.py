@@ -27,12 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from harness.drivers import preflight
+from harness.drivers import preflight  # noqa: E402
 from harness.base import reproducers  # noqa: E402
 from harness.drivers.verify import kernel_cmdline  # noqa: E402
 from harness.guest.vm import VM, VMConfig  # noqa: E402
 from images import initramfs  # noqa: E402
-from images.kernel import resolve  # noqa: E402
+from images.schemes import resolve  # noqa: E402
 
 QBOOT = "/usr/share/qemu/qboot.rom"
 # name -> (machine, extra QEMU arguments, extra kernel command line, PVH boot)

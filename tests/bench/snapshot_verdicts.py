@@ -23,7 +23,7 @@ KSTALL = [str(REPO / "harness" / "kstall")]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
-from harness.analysis import expect
+from harness.analysis import expect  # noqa: E402
 from harness.drivers import matrix  # noqa: E402
 from verify_speed import med  # noqa: E402
 

@@ -115,7 +115,7 @@ def test_image_with_a_fixed_kernel_is_not_reproduced(tmp_path):
 # -- preflight and the agent's own diagnosis ---------------------------------
 
 def test_kernel_without_bpf_syscall_is_inconclusive_before_booting(tmp_path):
-    from images.kernel import resolve
+    from images.schemes import resolve
     k = resolve("debian:6.16.12")
     d = tmp_path / "kernel"
     d.mkdir()
@@ -130,7 +130,7 @@ def test_kernel_without_bpf_syscall_is_inconclusive_before_booting(tmp_path):
 
 
 def test_modular_kernel_without_its_modules_gets_the_agents_diagnosis(tmp_path):
-    from images.kernel import resolve
+    from images.schemes import resolve
     bare = tmp_path / "vmlinuz-6.1"
     shutil.copy(resolve("debian:6.1.192").vmlinuz, bare)  # no config, no modules beside it
     rc, doc, err = verify_json(tmp_path / "r", f"file:{bare}", "perf-refresh")
@@ -176,7 +176,7 @@ def test_unknown_scheme_lists_the_new_ones():
 def test_module_that_fails_to_load_is_an_error_naming_it(tmp_path):
     """bookworm's 6.1 installed under a root (/boot and /lib/modules, as file:
     reads a machine's own kernel), with virtio_ring.ko damaged."""
-    from images.kernel import resolve
+    from images.schemes import resolve
     k = resolve("debian:6.1.192")
     root = tmp_path / "root"
     (root / "boot").mkdir(parents=True)

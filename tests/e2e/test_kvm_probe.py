@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.guest import accel
-from harness.base import paths
+from harness.base import kvm_decisions, paths
 from images import appliance, initramfs
-from images.kernel import resolve
+from images.schemes import resolve
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +50,7 @@ def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_pat
     assert took <= 5.0, f"deciding took {took:.1f}s: {said}"
     assert sum(s.startswith("probing") for s in said) == 1, said  # once per host boot, not per kernel
     assert any("did not reach its agent" in s for s in said), said
-    assert not accel.guest_ran_under_kvm()
+    assert not kvm_decisions.guest_ran_under_kvm()
     with pytest.raises(Exception, match="KVM did not run a guest"):
         accel.choose("kvm", *boots[0][:2], initrd, said.append, boots[0][2])
     # libguestfs, which would start its own QEMU with KVM because /dev/kvm opens, gets TCG

@@ -5,7 +5,8 @@ import subprocess
 import pytest
 
 from images import debian, filekernel, initramfs
-from images.kernel import SpecError, resolve
+from images.kernel import SpecError
+from images.schemes import resolve
 
 
 def k(upstream, abi_suffix="deb13", flavour="amd64", version=None):

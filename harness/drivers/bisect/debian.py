@@ -19,7 +19,8 @@ from harness.base import paths, procs, rundir as results
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors
 from images import debian
-from images.kernel import SpecError, resolve
+from images.kernel import SpecError
+from images.schemes import resolve
 
 SCHEMA = "kstall.bisect/1"
 

@@ -38,7 +38,8 @@ from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
 from images import build as kbuild
 from images.build import git
-from images.kernel import SpecError, resolve
+from images.kernel import SpecError
+from images.schemes import resolve
 
 SCHEMA = "kstall.bisect/1"
 EXIT_OLD, EXIT_NEW, EXIT_SKIP, EXIT_ABORT = 0, 1, 125, 128
@@ -97,7 +98,7 @@ def test_commit(tree: Path, sha: str, policy: StepPolicy, build: kbuild.BuildOpt
     spec = f"build:{tree}@{sha}"
     t0 = time.monotonic()
     try:
-        kernel = resolve(spec, progress=echo, build=dataclasses.replace(build, reproducer=policy.reproducer))
+        kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(build, reproducer=policy.reproducer))
     except kbuild.BuildError as e:
         echo(f"{label}: build failed, skipping: {str(e).splitlines()[0]}")
         took = round(time.monotonic() - t0, 1)

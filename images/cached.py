@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Kernels in the cache: one directory each, holding kernel.json beside the
+files it names, made once and whole whatever other kstall processes do.
+
+Every scheme that fetches, extracts or builds goes through make_once (or
+publish, for a directory that is rebuilt in place): under the directory's
+lock, only if it is still missing, and on any failure what was half made is
+removed, so that a killed or failed fetch leaves nothing that looks usable.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from harness.base.paths import write_atomic
+from images.kernel import Kernel, sha256_file
+
+META = "kernel.json"
+LOCK = "lock"
+
+
+def write_meta(directory: Path, kernel: Kernel) -> None:
+    write_atomic(directory / META, json.dumps(kernel.to_json(), indent=2) + "\n")
+
+
+def load_meta(d: Path, spec: str) -> Kernel:
+    """The Kernel write_meta stored in d, named as the user named it."""
+    meta = json.loads((d / META).read_text())
+
+    def here(recorded: str | None) -> Path | None:
+        """A recorded path, or the same name in d when the cache was moved."""
+        if not recorded:
+            return None
+        p = Path(recorded)
+        return d / p.name if not p.exists() and (d / p.name).exists() else p
+    opt = {k: here(meta.get(k)) for k in ("config", "vmlinux", "modules_dir")}
+    origin = meta.get("origin", {})
+    if origin.get("initrd"):
+        origin["initrd"] = str(here(origin["initrd"]))
+    return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=here(meta["vmlinuz"]), sha256=meta["sha256"],
+                  release=meta.get("release"), upstream=meta.get("upstream"), origin=origin,
+                  modules=meta.get("modules", {}), **opt)
+
+
+def damage(d: Path) -> str | None:
+    """Why the kernel cached in d cannot be used as it is (a truncated or
+    changed vmlinuz, unreadable metadata); None when it is intact."""
+    try:
+        k = load_meta(d, "")
+    except (OSError, ValueError, KeyError) as e:
+        return f"kernel.json unreadable ({e})"
+    if not k.vmlinuz or not k.vmlinuz.is_file():
+        return "vmlinuz missing"
+    if sha256_file(k.vmlinuz) != k.sha256:
+        return f"vmlinuz sha256 mismatch ({k.vmlinuz.stat().st_size} bytes)"
+    return None
+
+
+def clear(d: Path) -> None:
+    """Everything in d but its lock (which another process may be waiting on)."""
+    for p in d.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.name != LOCK:
+            p.unlink(missing_ok=True)
+
+
+def make_once(d: Path, make: Callable[[], None], done: str = META) -> None:
+    """Run make to fill d unless d/done exists, under d's lock; whatever a
+    failed or interrupted make left in d is removed."""
+    if (d / done).exists():
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (d / done).exists():
+            return
+        try:
+            make()
+        except BaseException:
+            clear(d)
+            raise
+
+
+def kernel_once(d: Path, spec: str, make: Callable[[], Kernel]) -> Kernel:
+    """The kernel cached in d, made by make (which fills d) if it is not there."""
+    make_once(d, lambda: write_meta(d, make()))
+    return load_meta(d, spec)
+
+
+def drop_if_damaged(d: Path) -> str | None:
+    """Why the kernel in d was unusable, after removing its kernel.json so it
+    is made again; None when it is intact (or absent)."""
+    why = (d / META).exists() and damage(d)
+    if not why:
+        return None
+    with open(d / LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if damage(d):  # another kstall may have fetched it meanwhile
+            (d / META).unlink(missing_ok=True)
+    return why
+
+
+def publish(dest: Path, fill: Callable[[Path], Kernel]) -> Kernel:
+    """A directory rebuilt in place (build: of a work tree): fill a fresh one
+    beside dest (fill returns the Kernel with dest's paths), then put it in
+    dest's place whole, kernel.json included. The caller holds the lock."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        kernel = fill(tmp)
+        write_meta(tmp, kernel)
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return kernel

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Kernel specs: what a user names ('debian:6.16.12', 'file:bzImage') turned
+into a bootable Kernel by its scheme's module. This table is the one place
+that lists the schemes; a new scheme is a module beside images/debian.py and
+a line here (its syntax and help follow it into errors and --help).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from images import build, deb, debian, filekernel, image, rpm
+from images.kernel import Kernel, Progress, SpecError
+
+
+@dataclass(frozen=True)
+class Request:
+    """How a spec is resolved: fetch (download, read or build it when it is
+    not cached), progress lines, the build: options, and whether an image:
+    kernel will be booted with its own userspace (--boot-image)."""
+    fetch: bool = True
+    progress: Progress | None = None
+    build: build.BuildOptions | None = None
+    boot_image: bool = False
+
+
+def _build(spec: str, text: str, r: Request) -> Kernel:
+    if not r.fetch:
+        raise SpecError(f"{spec} is built on demand, not fetched")
+    return build.build(text, r.build or build.BuildOptions(), r.progress)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    syntax: str   # debian:VERSION
+    help: str
+    resolve: Callable[[str, str, Request], Kernel]  # (spec, text after the colon, request)
+
+    @property
+    def name(self) -> str:
+        return self.syntax.partition(":")[0]
+
+
+SCHEMES = {s.name: s for s in (
+    Scheme("debian:VERSION", "a Debian kernel, fetched from Debian's suites (debian:6.16.12, debian:6.1.192)",
+           lambda spec, text, r: debian.resolve(spec, text, r.fetch, r.progress)),
+    Scheme("deb:PATH[,PATH...]", "Debian or Ubuntu kernel package files",
+           lambda spec, text, r: deb.resolve(spec, text)),
+    Scheme("rpm:PATH[,PATH...]", "Fedora/RHEL kernel package files",
+           lambda spec, text, r: rpm.resolve(spec, text)),
+    Scheme("image:DISK[#RELEASE]", "the kernel a qcow2 or raw disk image boots",
+           lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_image)),
+    Scheme("file:PATH", "a bzImage, or an installed /boot/vmlinuz-RELEASE with its modules",
+           lambda spec, text, r: filekernel.resolve(spec, text)),
+    Scheme("build:TREE[@REV]", "built from a kernel git tree, out of tree", _build),
+)}
+
+
+def syntax() -> str:
+    """'debian:VERSION, deb:PATH[,PATH...], ... or build:TREE[@REV]'"""
+    forms = [s.syntax for s in SCHEMES.values()]
+    return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def help_text() -> str:
+    """The schemes for --help: each with what it names."""
+    return "; ".join(f"{s.syntax}: {s.help}" for s in SCHEMES.values())
+
+
+def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build_options=None,
+            boot_image: bool = False) -> Kernel:
+    """A bootable Kernel for spec; downloaded, read or built when fetch (and
+    cached after). build_options: images.build.BuildOptions for build: specs."""
+    name, sep, text = spec.partition(":")
+    if not sep or not text:
+        raise SpecError(f"kernel spec {spec!r} has no scheme: use {syntax()}")
+    scheme = SCHEMES.get(name)
+    if scheme is None:
+        raise SpecError(f"unknown kernel scheme {name!r} in {spec!r}: use {syntax()}")
+    return scheme.resolve(spec, text, Request(fetch, progress, build_options, boot_image))

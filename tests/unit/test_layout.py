@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The import graph read from the sources: no circle, and every import goes
+down the pipeline's floors (ARCHITECTURE.md), never up."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("harness", "images", "gdbscripts")
+# bottom to top; a module may import its own floor and the floors below
+FLOORS = ("harness.base", "images", "harness.analysis", "harness.guest", "harness.debug", "harness.drivers",
+          "harness.reports", "harness", "gdbscripts")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for f in (REPO / pkg).rglob("*.py"):
+            name = ".".join(f.relative_to(REPO).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def edges(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (anywhere in it, TYPE_CHECKING included)"""
+    out: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        pkg = m if f.name == "__init__.py" else m.rpartition(".")[0]
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                base = n.module or ""
+                if n.level:
+                    parts = pkg.split(".")
+                    base = ".".join(parts[:len(parts) - n.level + 1] + ([base] if base else []))
+                names = [f"{base}.{a.name}" for a in n.names] + [base]
+            else:
+                continue
+            for t in names:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != m:
+                    out[m].add(t)
+                    break
+    return out
+
+
+def floor(module: str) -> int:
+    """The floor of the most specific folder that holds module."""
+    return max(((len(f), i) for i, f in enumerate(FLOORS) if module == f or module.startswith(f + ".")),
+               default=(0, -1))[1]
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle():
+    assert circles(edges(modules())) == []
+
+
+def test_every_import_goes_down_the_floors():
+    up = [f"{m} -> {t}" for m, ts in edges(modules()).items() for t in ts if floor(t) > floor(m)]
+    assert up == [], "imports from a lower floor into a higher one:\n" + "\n".join(sorted(up))
+
+
+def test_images_import_nothing_of_the_harness_but_its_base():
+    bad = [f"{m} -> {t}" for m, ts in edges(modules()).items() if m.startswith("images")
+           for t in ts if not t.startswith(("images", "harness.base"))]
+    assert bad == []
+
+
+def test_every_module_sits_on_a_floor():
+    assert all(floor(m) >= 0 for m in modules())
