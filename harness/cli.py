@@ -117,13 +117,13 @@ def print_human(doc: dict) -> None:
     ev = doc.get("evidence", {})
     stalls = ev.get("stalls") or {}
     for s in stalls.get("stalled", []):
-        print(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {s['threshold_ms']:g} ms, "
-              f"{s.get('nulls') or 0} NULL returns")
+        nulls = f", {s['nulls']} NULL returns" if s.get("nulls") is not None else ""
+        print(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {s['threshold_ms']:g} ms{nulls}")
     if ev.get("nmi_injection"):
         n = ev["nmi_injection"]
         print(f"  NMIs injected: {n['sent']} at {n['achieved_rate']}/s")
     from harness.analysis.classify import NAMED_ROLES
-    hang_verdict = doc["signature"] not in (None, "reserve-latency-stall")
+    hang_verdict = doc["signature"] not in (None, stalls.get("signature"))
     for c in doc.get("cpus", []) if hang_verdict or doc["verdict"] == "INCONCLUSIVE" else []:
         if c["role"] in NAMED_ROLES:
             stuck = "stuck" if c["stuck"] else "moving"

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Stall evidence from a reproducer's KTAP diagnostics, and its chart.
+"""Latency stalls a reproducer measures itself, judged by what its data file
+declares ([stall] in repro/NAME.toml, harness/base/reproducers.py StallSpec):
+per timed path a threshold, a title and the prefix of its progress fields.
+A new latency reproducer needs no Python here.
 
-bpf-ringbuf prints, per reserve path (sched_switch, nmi) and CPU:
+The reproducer prints, per path and CPU (bpf-ringbuf's, for one):
     # stats path=nmi cpu=0 reserves=401 nulls=1 max_ns=385686 over=0 sum_ns=3722446
     # hist path=nmi cpu=0 10=10 11=77 12=302     (log2(ns) bucket=count)
-and, while it runs, progress lines with the running maxima:
+and, while it runs, progress lines with each path's running figures:
     # progress count=84 ... nmi_max_ns=36324135 switch_max_ns=37287683 over=0
 A run that froze never prints the final lines; the last progress line then
 is the evidence.
@@ -15,14 +18,27 @@ import html
 import math
 import re
 
+from harness.base.reproducers import StallSpec
 from harness.base.untrusted import num
 
 _KV = re.compile(r"(\w{1,32})=(\d{1,20})\b")  # bounded: guest text, no quadratic scans
-PROGRESS_KEYS = {"nmi": "nmi", "sched_switch": "switch"}  # progress field prefixes
-PATH_TITLES = {"nmi": "NMI reserve", "sched_switch": "sched_switch reserve"}
+# one color per path, in the order the data file declares them
+COLORS = ("#c0392b", "#2c7fb8", "#27ae60", "#8e44ad", "#d35400")
 
 
-def parse(lines: list[str], progress: dict | None = None) -> dict:
+def _from_progress(spec: StallSpec, progress: dict) -> dict:
+    """Each path's figures from the last progress line (PREFIX_max_ns, PREFIX_over, ...)."""
+    out = {}
+    for path in spec.paths:
+        prefix = path.progress + "_"
+        fields = {k[len(prefix):]: num(v, 0) for k, v in progress.items() if k.startswith(prefix)}
+        if "max_ns" in fields:
+            out[path.name] = {"max_ns": fields["max_ns"], "over": fields.get("over", 0),
+                              "nulls": fields.get("nulls", 0), "per_cpu": [], "hist": {}, "from_progress": True}
+    return out
+
+
+def parse(lines: list[str], spec: StallSpec, progress: dict | None = None) -> dict:
     paths: dict[str, dict] = {}
     for line in lines:
         m = re.match(r"^# (stats|hist) path=(\w+) cpu=(\d{1,6})(.*)$", line)
@@ -40,42 +56,51 @@ def parse(lines: list[str], progress: dict | None = None) -> dict:
     for path, p in paths.items():
         cpus = sorted(p["per_cpu"].values(), key=lambda c: c["cpu"])
         p["per_cpu"] = cpus
-        for k in ("reserves", "nulls", "over", "sum_ns"):
+        # every counter is summed over the CPUs, the maximum is the largest
+        for k in dict.fromkeys(k for c in cpus for k in c if k not in ("cpu", "hist", "max_ns")):
             p[k] = sum(c.get(k, 0) for c in cpus)
         p["max_ns"] = max((c.get("max_ns", 0) for c in cpus), default=0)
-        p["mean_ns"] = p["sum_ns"] // p["reserves"] if p["reserves"] else 0
+        measured = p.get(spec.count_field, 0)
+        p["mean_ns"] = p.get("sum_ns", 0) // measured if measured else 0
         hist: dict[int, int] = {}
         for c in cpus:
             for b, n in c.get("hist", {}).items():
                 hist[b] = hist.get(b, 0) + n
         p["hist"] = dict(sorted(hist.items()))
     if not complete and progress:
-        for path, key in PROGRESS_KEYS.items():
-            if f"{key}_max_ns" in progress:
-                paths[path] = {"max_ns": num(progress[f"{key}_max_ns"], 0), "over": num(progress.get(f"{key}_over"), 0),
-                               "nulls": num(progress.get(f"{key}_nulls"), 0), "per_cpu": [], "hist": {},
-                               "from_progress": True}
+        paths = _from_progress(spec, progress)
     first = next((int(m.group(1)) for l in lines if (m := re.match(r"^# first-stall count=(\d{1,20})\b", l))), None)
     return {"complete": complete, "paths": paths, "first_stall_count": first}
 
 
-def evaluate(stalls: dict, thresholds: dict[str, float], min_stalls: int) -> list[dict]:
+def evaluate(data: dict, spec: StallSpec) -> list[dict]:
     """Paths that stalled: max latency past the path's threshold (ms), with at
-    least min_stalls reserves counted past it by the reproducer."""
+    least min_stalls measurements counted past it by the reproducer."""
     out = []
-    for path, p in stalls["paths"].items():
+    thresholds, titles = spec.thresholds(), spec.titles()
+    for path, p in data["paths"].items():
         ms = thresholds.get(path)
         over = p.get("over", 0)
-        if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= min_stalls:
-            out.append({"path": path, "title": PATH_TITLES.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
+        if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= spec.min_stalls:
+            out.append({"path": path, "title": titles.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
                         "over": over, "nulls": p.get("nulls"), "threshold_ms": ms})
     return sorted(out, key=lambda s: -s["max_ms"])
 
 
-def describe(stalled: list[dict]) -> str:
+def describe(stalled: list[dict], measure: str) -> str:
     """'NMI reserve stalled 99.2 ms (3 reserves >= 50 ms)'"""
-    return "; ".join(f"{s['title']} stalled {s['max_ms']:.1f} ms ({s['over']} reserve"
+    return "; ".join(f"{s['title']} stalled {s['max_ms']:.1f} ms ({s['over']} {measure}"
                      f"{'s' if s['over'] != 1 else ''} >= {s['threshold_ms']:g} ms)" for s in stalled)
+
+
+def evidence(spec: StallSpec, lines: list[str], progress: dict) -> dict:
+    """run.json's evidence.stalls (with the measurement under "data"): enough
+    to judge, describe and chart the run from the run record alone."""
+    data = parse(lines, spec, progress)
+    stalled = evaluate(data, spec)
+    return {"threshold_ms": spec.thresholds(), "titles": spec.titles(), "min_stalls": spec.min_stalls,
+            "measure": spec.measure, "title": spec.title, "signature": spec.signature,
+            "stalled": stalled, "text": describe(stalled, spec.measure), "data": data}
 
 
 def _fmt_ns(ns: float) -> str:
@@ -85,10 +110,10 @@ def _fmt_ns(ns: float) -> str:
     return f"{ns:.3g}ns"
 
 
-def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
+def svg(stalls: dict, thresholds: dict[str, float], titles: dict[str, str], title: str) -> str:
     """A small log2 latency histogram per path (counts on a log scale), with
     each path's stall threshold marked: self-contained SVG for run dirs and
-    reports."""
+    reports. thresholds and titles: per path, in the data file's order."""
     # bucket keys are strings once the data has been through JSON (matrix.json)
     paths = [(k, dict(p, hist={int(b): n for b, n in p["hist"].items()}))
              for k, p in stalls.get("paths", {}).items() if p.get("hist")]
@@ -99,15 +124,14 @@ def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
     lo, hi = min(buckets), max(buckets)
     width, row_h, left, plot_w = 680, 110, 160, 500
     bw = plot_w / (hi - lo + 1)
-    colors = {"nmi": "#c0392b", "sched_switch": "#2c7fb8"}
+    order = list(thresholds) + [k for k, _ in paths if k not in thresholds]
     parts = [f'<svg class="latency" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-             f'height="{row_h * len(paths) + 40}" role="img" aria-label="reserve latency histograms">'
-             f'<text x="0" y="14" font-size="13">{html.escape(title or "bpf_ringbuf_reserve latency (log2 buckets)")}'
-             "</text>"]
+             f'height="{row_h * len(paths) + 40}" role="img" aria-label="latency histograms">'
+             f'<text x="0" y="14" font-size="13">{html.escape(title)}</text>']
     for i, (path, p) in enumerate(paths):
         top = 30 + i * row_h
         peak = max(p["hist"].values())
-        parts.append(f'<text x="0" y="{top + 45}" font-size="12">{html.escape(PATH_TITLES.get(path, path))}</text>'
+        parts.append(f'<text x="0" y="{top + 45}" font-size="12">{html.escape(titles.get(path, path))}</text>'
                      f'<text x="0" y="{top + 61}" font-size="11">max {_fmt_ns(p.get("max_ns", 0))}</text>')
         for b in range(lo, hi + 1):
             n = p["hist"].get(b, 0)
@@ -115,7 +139,7 @@ def svg(stalls: dict, thresholds: dict[str, float], title: str = "") -> str:
             x = left + (b - lo) * bw
             if n:
                 parts.append(f'<rect x="{x:.1f}" y="{top + 75 - h:.1f}" width="{max(bw - 1, 1):.1f}" height="{h:.1f}" '
-                             f'fill="{colors.get(path, "#666")}"><title>{path}: {n} reserves in '
+                             f'fill="{COLORS[order.index(path) % len(COLORS)]}"><title>{path}: {n} in '
                              f'[{_fmt_ns(2 ** b)}, {_fmt_ns(2 ** (b + 1))})</title></rect>')
         for b in range(lo, hi + 1, max(1, (hi - lo) // 6)):
             parts.append(f'<text x="{left + (b - lo) * bw:.1f}" y="{top + 90}" font-size="10">{_fmt_ns(2 ** b)}</text>')

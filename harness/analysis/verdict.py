@@ -41,7 +41,7 @@ class Verdict:
 
 def from_stalls(outcome: Outcome, stall: dict) -> Verdict:
     return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}; measured {stall['text']}",
-                   summary=stall["text"], confidence="high", signature="reserve-latency-stall")
+                   summary=stall["text"], confidence="high", signature=stall["signature"])
 
 
 def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: list[str],
@@ -90,7 +90,7 @@ def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, e
 def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes: list[classify.CpuClass] | None,
            debug_errors: list[str], pmiss: dict, report_reason: str = "", stall: dict | None = None,
            process: tuple[thread_hang.Analysis | None, str] | None = None) -> Verdict:
-    """stall: stall evidence (harness.drivers.verify.stall_evidence) for reproducers
+    """stall: stall evidence (harness/analysis/latency.py evidence()) for reproducers
     that measure latencies; a stall past the threshold is VULNERABLE.
     process: (thread analysis, error) for reproducers whose hang is a process's."""
     kind = outcome.kind

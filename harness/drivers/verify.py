@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.guest import accel, snapshot
-from harness.analysis import classify, console, pmiss, latency as stalls, thread_hang
+from harness.analysis import classify, console, latency, pmiss, thread_hang
 from harness.debug import process, vcpus as debug
 from harness.base import paths, procs, reproducers, rundir as results
 from harness.drivers import preflight
@@ -133,8 +133,8 @@ def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, d
     """The reproducer's command line: stop conditions, its defaults, the stall
     threshold from its data file, then the user's arguments (which win)."""
     args = [repro.count_arg, str(target), repro.duration_arg, f"{duration:g}", *repro.default_args]
-    for _, ms, arg in repro.stall_paths:
-        args += [arg, f"{ms:g}"]
+    for path in repro.stall.paths if repro.stall else ():
+        args += [path.arg, f"{path.threshold_ms:g}"]
     return args + list(opts.repro_args)
 
 
@@ -241,7 +241,8 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                    extra_args=disk.qemu_args() if disk else [])
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
-                    stalls=repro.min_stalls if repro.stall_paths else 0)
+                    stalls=repro.stall.min_stalls if repro.stall else 0,
+                    stall_measure=repro.stall.measure if repro.stall else "")
     t0 = time.monotonic()
     raise_later: BaseException | None = None
     gate = Gate(opts.budget, cpus, opts.cancel) if opts.budget else None  # waits for a boot core
@@ -328,14 +329,14 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                       "to_outcome_s": round(outcome.at - t0, 2),
                       "repro_s": round(outcome.at - w.repro_started_at, 2) if w.repro_started_at else None,
                       "total_s": round(time.monotonic() - t0, 2)})
-    stall = stall_evidence(repro, w)
+    stall = latency.evidence(repro.stall, w.ktap.lines, w.progress) if repro.stall else None
     if stall:
         if outcome.kind in ("freeze", "stuck"):
             stall["frozen_s"] = r.timings.get("hang_observed_s")
         watch_doc["stalls"] = stall
         if stall["data"]["paths"]:
-            chart = stalls.svg(stall["data"], repro.stall_thresholds(),
-                               f"{kernel.canonical}: bpf_ringbuf_reserve latency")
+            chart = latency.svg(stall["data"], stall["threshold_ms"], stall["titles"],
+                                f"{kernel.canonical}: {stall['title']}")
             if chart:
                 (out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.reports if rep.kind == "infra"), "")
@@ -398,17 +399,6 @@ def qemu_at_fault(vm: VM, w: Watch, outcome: Outcome) -> Outcome:
     if after.kind == "done":
         return after
     return Outcome(after.kind, f"{after.detail} (while kstall read its vCPUs, after a {outcome.kind})", outcome.at)
-
-
-def stall_evidence(repro: reproducers.Reproducer, w: Watch) -> dict | None:
-    """Latency data and the paths that stalled, for reproducers that measure it."""
-    if not repro.stall_paths:
-        return None
-    data = stalls.parse(w.ktap.lines, w.progress)
-    thresholds = repro.stall_thresholds()
-    stalled = stalls.evaluate(data, thresholds, repro.min_stalls)
-    return {"threshold_ms": thresholds, "min_stalls": repro.min_stalls, "stalled": stalled,
-            "text": stalls.describe(stalled), "data": data}
 
 
 def _attempt_doc(a: Attempt, n: int) -> dict:

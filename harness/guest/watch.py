@@ -11,7 +11,7 @@ reads them as they come and stops with an Outcome:
                 moved for `stuck_after` seconds: some CPUs are wedged, or (a
                 user-space reproducer, signal-malloc) the process is
   stall         the reproducer's own latency measurement passed its stall
-                threshold (bpf-ringbuf: a reserve slower than threshold_ms)
+                threshold (its data file's [stall]: bpf-ringbuf's reserves slower than threshold_ms)
   panic, oops   a kernel report on the console (after a grace period that
                 lets the report finish)
   infra         an emulator fault recognised on the console (retryable)
@@ -55,6 +55,7 @@ class Limits:
     run_timeout: float = 180.0
     report_grace: float = 1.5
     stalls: int = 0  # > 0: end with "stall" once the progress line's over= reaches this
+    stall_measure: str = "measurement"  # what the reproducer times (its data file's [stall] measure)
 
 
 class Watch:
@@ -275,8 +276,8 @@ class Watch:
         if now - (self.go_at or self.hello_at) > L.run_timeout:
             return Outcome("timeout", f"run exceeded {L.run_timeout:.0f}s", now)
         if self.stall_at is not None:
-            return Outcome("stall", f"the reproducer measured {self.progress.get('over')} reserve(s) past its "
-                           "stall threshold", now)
+            return Outcome("stall", f"the reproducer measured {self.progress.get('over')} "
+                           f"{L.stall_measure}(s) past its stall threshold", now)
         if self.last_hb_at is not None and now - self.last_hb_at >= L.freeze_after:
             return Outcome("freeze", f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
         running = self.repro_started_at is not None and self.exit_code is None and not self.ktap.results

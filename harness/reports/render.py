@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.analysis import console, latency as stalls
+from harness.analysis import console, latency
 from harness.reports import kcidb
 from harness.base import paths
 from harness.analysis.expect import FAILING, STATUS_TEXT
@@ -339,7 +339,9 @@ def _detail(i: int, c: dict) -> str:
         f"CPU{x['cpu']}: {x['class']}\n" + "\n".join("    " + f for f in x.get("frames", []))
         for x in c["cpus"] if x.get("role") != "benign") or c.get("backtraces") or "(no stacks: the guest did not hang)"
     pm = c.get("p_miss") or {}
-    chart = stalls.svg(c["latency"], (c.get("stalls") or {}).get("threshold_ms") or {}, f"{c['id']}: reserve latency") \
+    st = c.get("stalls") or {}
+    what = f"{st.get('measure', 'measurement')} latency"
+    chart = latency.svg(c["latency"], st.get("threshold_ms") or {}, st.get("titles") or {}, f"{c['id']}: {what}") \
         if c.get("latency") else ""
     facts = [f"expected <b>{e(c['expect'])}</b>, got <b>{e(c['verdict'] or 'nothing')}</b>: "
              f"<span class=\"{'failing' if c['failing'] else ''}\">{e(STATUS_TEXT[c['status']])}</span>"]
@@ -355,7 +357,7 @@ def _detail(i: int, c: dict) -> str:
             f'<p class="badge">{e(c["line"] or c["reason"] or "")}</p><p>{"<br>".join(facts)}</p>'
             + (f'<table class="cpus"><tr><th>CPU</th><th>class</th><th>at</th><th></th></tr>{cpus}</table>'
                if cpus else "")
-            + (f'<details open><summary>reserve latency</summary>{chart}</details>' if chart else "")
+            + (f'<details open><summary>{e(what)}</summary>{chart}</details>' if chart else "")
             + f'<details open><summary>{"thread stacks" if c.get("process") else "per-CPU backtraces"}</summary>'
             f'<pre>{e(traces)}</pre></details>'
             f'<details><summary>console excerpt</summary><pre>{e(chr(10).join(c["console_excerpt"]) or "(empty)")}'

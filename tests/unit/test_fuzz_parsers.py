@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import pytest
 from recorded import FIXTURES
 
-from harness.analysis import console, latency as stalls
+from harness.analysis import console, latency
+from harness.base import reproducers
 from harness.analysis import threads
 from harness.analysis.ktap import Ktap
 from harness.guest.streams import BlobReader, LineReader
@@ -110,7 +111,9 @@ PARSERS = {
     "watch.Ktap": lambda pats: Ktap().feed,
     "watch.agent_line": lambda pats: (lambda w: lambda l: w._on_agent(l, 1.0))(watch()),
     "watch.console_line": lambda pats: (lambda w: lambda l: (w._on_console(l, 1.0), w.summary()))(watch()),
-    "stalls.parse": lambda pats: (lambda l: stalls.parse([l, l.replace("hist", "stats")], {"nmi_max_ns": l[:20]})),
+    "latency.parse": lambda pats: (lambda l: latency.parse([l, l.replace("hist", "stats")],
+                                                           reproducers.load("bpf-ringbuf").stall,
+                                                           {"nmi_max_ns": l[:20]})),
     "threads.from_agent_line": lambda pats: (lambda l: threads.from_agent_line("KSTALL thread " + l)),
     "threads.parse_syscall": lambda pats: threads.parse_syscall,
     "threads.parse_kstack": lambda pats: threads.parse_kstack,

@@ -5,7 +5,7 @@ import re
 
 from recorded import FIXTURES, load_samples
 
-from harness.analysis import classify, latency as stalls
+from harness.analysis import classify, latency
 from harness.base import reproducers
 from harness.analysis.verdict import decide
 from harness.analysis.ktap import Ktap
@@ -13,6 +13,8 @@ from harness.analysis.outcome import Outcome
 
 REPRO = reproducers.load("bpf-ringbuf")
 THRESHOLDS = REPRO.stall_thresholds()
+SPEC = REPRO.stall
+TITLES = SPEC.titles()
 
 
 def replay(name):
@@ -35,12 +37,12 @@ def test_thresholds_come_from_the_data_file():
 
 def test_fixed_kernel_run_has_histograms_and_no_stall():
     lines, progress = replay("bpf-ringbuf-7.3.4-fixed.log")
-    data = stalls.parse(lines, progress)
+    data = latency.parse(lines, SPEC, progress)
     assert data["complete"] and set(data["paths"]) == {"nmi", "sched_switch"}
     nmi = data["paths"]["nmi"]
     assert nmi["reserves"] >= 500 and nmi["max_ns"] < 1e6 and sum(nmi["hist"].values()) == nmi["reserves"]
-    assert stalls.evaluate(data, THRESHOLDS, 1) == []
-    chart = stalls.svg(data, THRESHOLDS, "7.3.4")
+    assert latency.evaluate(data, SPEC) == []
+    chart = latency.svg(data, THRESHOLDS, TITLES, "7.3.4")
     assert chart.startswith("<svg") and chart.count("<rect") >= 5 and "stall threshold 50 ms" in chart
 
 
@@ -48,26 +50,27 @@ def test_chart_after_a_json_round_trip():
     """matrix.json stores the histograms; `kstall report` charts them again."""
     import json
     lines, progress = replay("bpf-ringbuf-7.3.4-fixed.log")
-    data = json.loads(json.dumps(stalls.parse(lines, progress)))
-    assert stalls.svg(data, THRESHOLDS).count("<rect") >= 5
+    data = json.loads(json.dumps(latency.parse(lines, SPEC, progress)))
+    assert latency.svg(data, THRESHOLDS, TITLES, "round trip").count("<rect") >= 5
 
 
 def test_stalled_run_is_judged_from_its_last_progress_line():
     lines, progress = replay("bpf-ringbuf-6.16.12-stall.log")
-    data = stalls.parse(lines, progress)
+    data = latency.parse(lines, SPEC, progress)
     assert not data["complete"] and data["first_stall_count"] is not None
-    stalled = stalls.evaluate(data, THRESHOLDS, 1)
+    stalled = latency.evaluate(data, SPEC)
     assert stalled and stalled[0]["path"] == "sched_switch" and stalled[0]["max_ms"] > 500
-    text = stalls.describe(stalled)
+    text = latency.describe(stalled, SPEC.measure)
     assert "sched_switch reserve stalled" in text and ">= 300 ms" in text
-    evidence = {"threshold_ms": THRESHOLDS, "min_stalls": 1, "stalled": stalled, "text": text, "data": data}
+    evidence = latency.evidence(SPEC, lines, progress)
+    assert evidence["stalled"] == stalled and evidence["text"] == text
     v = decide(Outcome("stall", "measured", 0), Ktap(), 46, REPRO, [], [], {}, "", evidence)
-    assert v.verdict == "VULNERABLE" and v.summary == text
+    assert v.verdict == "VULNERABLE" and v.summary == text and v.signature == "reserve-latency-stall"
 
 
 def test_a_path_below_its_threshold_is_not_a_stall():
     data = {"paths": {"nmi": {"max_ns": 49_000_000, "over": 0}, "sched_switch": {"max_ns": 99_000_000, "over": 0}}}
-    assert stalls.evaluate(data, THRESHOLDS, 1) == []
+    assert latency.evaluate(data, SPEC) == []
 
 
 def test_nmi_context_rqspinlock_wait_is_the_culprit():
