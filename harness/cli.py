@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The `kstall` command line."""
+"""The `kstall` command line: parses, calls one driver (harness/drivers/),
+prints what it returns (harness/reports/text.py) and maps it to an exit status."""
 from __future__ import annotations
 
 import argparse
@@ -8,16 +9,18 @@ import sys
 import time
 from pathlib import Path
 
-from harness.base import leftovers, paths, procs, reproducers
-from harness.analysis.verdict import EXIT_CODES
+from harness.analysis.record import RunRecord
+from harness.analysis.verdict import VerdictKind
+from harness.base import leftovers, paths, procs, reproducers, rundir
+from harness.reports import formats, matrix_doc, text
 from images import schemes
 from images.kernel import SpecError
 
-# verify, matrix and calibrate pull in the VM side (QEMU, pexpect); they are
-# imported where they are used so that `kstall report` runs anywhere
+# the drivers pull in the VM side (QEMU, pexpect); they are imported where
+# they are used, so that `kstall report` and `--help` run anywhere
 
 EXIT_USAGE = 2
-EXIT_ERROR = EXIT_CODES["ERROR"]
+EXIT_ERROR = VerdictKind.ERROR.exit_code
 
 
 def echo_stderr(msg: str) -> None:
@@ -27,6 +30,8 @@ def echo_stderr(msg: str) -> None:
         sys.stderr.write(f"kstall: {msg}\n")
     sys.stderr.flush()
 
+
+# -- options shared by several commands ----------------------------------------
 
 def add_vm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("guest")
@@ -96,13 +101,13 @@ def forwarded_args(a: argparse.Namespace) -> list[str]:
 
 
 def options_from(a: argparse.Namespace):
-    from harness.drivers import verify as verify_mod
-    return verify_mod.Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
-                              pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
-                              freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
-                              vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
-                              build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
-                              snapshot=not a.no_snapshot)
+    from harness.drivers.options import Options
+    return Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
+                   pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
+                   freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
+                   vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
+                   build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
+                   snapshot=not a.no_snapshot)
 
 
 def build_options_from(a: argparse.Namespace):
@@ -112,53 +117,21 @@ def build_options_from(a: argparse.Namespace):
     return BuildOptions(fragments=list(a.config), debuginfo=a.debuginfo, jobs=a.jobs, timeout=a.build_timeout)
 
 
-def print_human(doc: dict) -> None:
-    print(doc["line"])
-    ev = doc.get("evidence", {})
-    stalls = ev.get("stalls") or {}
-    for s in stalls.get("stalled", []):
-        nulls = f", {s['nulls']} NULL returns" if s.get("nulls") is not None else ""
-        print(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {s['threshold_ms']:g} ms{nulls}")
-    if ev.get("nmi_injection"):
-        n = ev["nmi_injection"]
-        print(f"  NMIs injected: {n['sent']} at {n['achieved_rate']}/s")
-    from harness.analysis.classify import NAMED_ROLES
-    hang_verdict = doc["signature"] not in (None, stalls.get("signature"))
-    for c in doc.get("cpus", []) if hang_verdict or doc["verdict"] == "INCONCLUSIVE" else []:
-        if c["role"] in NAMED_ROLES:
-            stuck = "stuck" if c["stuck"] else "moving"
-            print(f"  CPU{c['cpu']}: {c['class']:<30} at {c['pc']} ({stuck}, "
-                  f"{c['seen'].get(c['signature'], 0)}/{c['samples']} samples)")
-    if doc["verdict"] == "NOT_REPRODUCED" and ev.get("p_miss"):
-        print(f"  {ev['p_miss']['method']}")
-    if ev.get("console_titles"):
-        from harness.analysis.console import titles_text
-        print(f"  kernel reported: {titles_text(ev['console_titles'])}")
-    if doc["verdict"] not in ("VULNERABLE", "NOT_REPRODUCED") and doc["summary"]:
-        print(f"  reason: {doc['reason']}")
-    t = doc.get("timings", {})
-    boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"
-    counted = f"{ev.get('count')} {ev.get('count_name')}; " if ev.get("count") is not None else ""
-    print(f"  {counted}{boot}, verdict after {doc.get('wall_s')}s; "
-          f"results: {doc.get('results_dir') or 'not kept'}")
-
+# -- the commands ----------------------------------------------------------------
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from harness.drivers import verify as verify_mod
+    from harness.drivers import verify
     try:
-        res = verify_mod.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
+        res = verify.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
     except KeyError as e:
         echo_stderr(str(e.args[0]))
         return EXIT_USAGE
     except SpecError as e:
         if a.json:
-            print(json.dumps({"verdict": "ERROR", "exit_code": EXIT_ERROR, "reason": str(e)}))
+            print(json.dumps({"verdict": VerdictKind.ERROR, "exit_code": EXIT_ERROR, "reason": str(e)}))
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
-    if a.json:
-        print(verify_mod.dumps(res.doc))
-    else:
-        print_human(res.doc)
+    print(json.dumps(res.record.to_json(), indent=2, default=str) if a.json else text.run_text(res.record))
     return res.verdict.exit_code
 
 
@@ -187,10 +160,10 @@ def cmd_kernels(a: argparse.Namespace) -> int:
 
 
 def cmd_symbols(a: argparse.Namespace) -> int:
+    from harness.drivers import symbols
     from images import symcache
-    from images.schemes import resolve
     try:
-        kernel = resolve(a.kernel, progress=echo_stderr)
+        kernel = schemes.resolve(a.kernel, progress=echo_stderr)
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
@@ -200,10 +173,9 @@ def cmd_symbols(a: argparse.Namespace) -> int:
         return 0
     if path:
         path.unlink()
-    from harness.drivers import symbols as symcapture
     t0 = time.monotonic()
     try:
-        info = symcapture.capture(kernel, echo_stderr, a.accel)
+        info = symbols.capture(kernel, echo_stderr, a.accel)
     except Exception as e:  # noqa: BLE001 - report any capture failure plainly
         echo_stderr(f"error: symbol capture failed: {e}")
         return EXIT_ERROR
@@ -214,42 +186,16 @@ def cmd_symbols(a: argparse.Namespace) -> int:
 
 def cmd_threads(a: argparse.Namespace) -> int:
     """Thread table, futex groups and lock owner of a live process or a core."""
-    import shutil
-    import tempfile
-
-    from harness.analysis import thread_hang, threads
-    from harness.debug import process
-    work = Path(tempfile.mkdtemp(prefix="kstall-threads-"))  # private (0700)
+    from harness.debug.process import DumpError
+    from harness.drivers import threads
     try:
-        if a.target.startswith("core:"):
-            core, proc = Path(a.target[5:]), {}
-            if not core.is_file():
-                echo_stderr(f"error: no core file {core}")
-                return EXIT_ERROR
-            if a.exe is None:
-                echo_stderr("error: a core needs --exe BINARY (the program that dumped it, with its symbols)")
-                return EXIT_USAGE
-            exe = a.exe
-        elif a.target.isdigit():
-            pid = int(a.target)
-            try:
-                exe = a.exe or Path(f"/proc/{pid}/exe").resolve(strict=True)
-                proc = threads.read_proc(pid)
-            except OSError as e:
-                echo_stderr(f"error: process {pid}: {e.strerror or e}")
-                return EXIT_ERROR
-            core = a.keep_core or work / "core"
-            process.capture_live(pid, core, a.timeout * 3)
-        else:
-            echo_stderr(f"error: {a.target!r} is neither a PID nor core:FILE")
-            return EXIT_USAGE
-        dump = process.dump_core(core, exe, work / "gdb.log", proc, a.timeout)
-        analysis = thread_hang.analyse(dump, proc)
-    except process.DumpError as e:
+        analysis, dump, exe = threads.examine(a.target, a.exe, a.keep_core, a.timeout)
+    except threads.Usage as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
+    except DumpError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     for err in dump.errors:
         echo_stderr(f"gdb: {err}")
     if a.json:
@@ -260,15 +206,14 @@ def cmd_threads(a: argparse.Namespace) -> int:
 
 
 def cmd_matrix(a: argparse.Namespace) -> int:
+    from harness.analysis import expect
     from harness.drivers import matrix
-    from harness.reports import render as reports
-    from harness.base import rundir as results
-    from harness.drivers import verify as verify_mod
+    from harness.drivers.options import Options
     try:
-        m = matrix.load(a.file)
-        shard = matrix.parse_shard(a.shard) if a.shard else None
-        cells = matrix.select(m.cells, shard, a.only, a.exclude)
-    except matrix.MatrixError as e:
+        m = expect.load(a.file)
+        shard = expect.parse_shard(a.shard) if a.shard else None
+        cells = expect.select(m.cells, shard, a.only, a.exclude)
+    except expect.MatrixError as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
     if not cells:
@@ -276,61 +221,58 @@ def cmd_matrix(a: argparse.Namespace) -> int:
         return EXIT_USAGE
     jobs = a.jobs or matrix.default_jobs()
     label = "matrix" + (f"-shard-{a.shard.replace('/', 'of')}" if a.shard else "")
-    out = results.RunDir(label, a.results)
-    base = verify_mod.Options(accel=a.accel, attempts=a.attempts, memory_mb=a.memory, pmiss_target=a.pmiss,
-                              snapshot=not a.no_snapshot)
+    out = rundir.RunDir(label, a.results)
+    base = Options(accel=a.accel, attempts=a.attempts, memory_mb=a.memory, pmiss_target=a.pmiss,
+                   snapshot=not a.no_snapshot)
     runner = matrix.Runner(cells, out, jobs, a.cores, echo_stderr, base, verbose=a.verbose)
     echo_stderr(f"{len(cells)} cells over {len({c.kernel for c in cells})} kernels from {a.file}"
                 f"{f', shard {a.shard}' if a.shard else ''}; {jobs} jobs on {runner.budget.cores} cores "
                 "(guests boot ahead and run in turn)")
     started = time.time()
     res = runner.run()
-    doc = reports.matrix_doc(m, res, out.work, out.id, a.shard, started, jobs, runner.budget.cores,
-                             interrupted=runner.interrupted is not None)
+    doc = matrix_doc.matrix_doc(m, res, out.work, out.id, a.shard, started, jobs, runner.budget.cores,
+                                interrupted=runner.interrupted is not None)
     with procs.signals_deferred():  # the reports are written whole, then a Ctrl-C acts
-        reports.write_all(out.work, doc)
+        formats.write_all(out.work, doc)
         path = out.finalize()
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(reports.summary_text(doc))
-        print(f"\nreports: {path}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap,kcidb.json}}")
+        print(text.matrix_table(doc))
+        print(f"\nreports: {formats.listing(path)}")
     return 130 if runner.interrupted else doc["exit_code"]
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from harness.reports import render as reports
-    from harness.base import rundir as results
     try:
-        docs = [reports.load_doc(d) for d in a.dirs]
+        docs = [matrix_doc.load_doc(d) for d in a.dirs]
     except (FileNotFoundError, ValueError) as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
-    doc = reports.merge(docs)
+    doc = matrix_doc.merge(docs)
     if len(a.dirs) == 1 and a.out is None:
         target = a.dirs[0]
-        reports.write_all(target, doc)
+        formats.write_all(target, doc)
     else:
-        out = results.RunDir("matrix-merged", a.out)
+        out = rundir.RunDir("matrix-merged", a.out)
         try:
             for d in a.dirs:
-                reports.copy_runs(d, out.work)
+                matrix_doc.copy_runs(d, out.work)
             doc["id"] = out.id
-            reports.write_all(out.work, doc)
+            formats.write_all(out.work, doc)
         except BaseException:
             out.abandon()
             raise
         target = out.finalize()
-    print(reports.summary_text(doc))
-    print(f"\nreports: {target}/{{summary.md,report.html,junit.xml,matrix.json,matrix.ktap,kcidb.json}}")
+    print(text.matrix_table(doc))
+    print(f"\nreports: {formats.listing(target)}")
     return doc["exit_code"]
 
 
 def cmd_bisect_debian(a: argparse.Namespace) -> int:
     from harness.drivers.bisect import debian as bisect_debian
-    from harness.base import rundir as results
-    from harness.drivers.bisect.steps import StepPolicy
     from harness.drivers.bisect.search import REPRODUCES
+    from harness.drivers.bisect.steps import StepPolicy
     resumed = None
     if a.resume and not a.resume.exists() and a.resume.name.endswith(".incomplete"):
         a.resume = a.resume.with_name(a.resume.name[1:-len(".incomplete")])  # a killed one, kept by the sweep
@@ -354,8 +296,8 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
     if resumed:
         bad = next((s for s in resumed.values() if s.state == REPRODUCES and s.runs), None)
         if bad and (Path(bad.runs[-1]) / "run.json").exists():
-            policy.learn_from_bad_end(json.loads((Path(bad.runs[-1]) / "run.json").read_text()))
-    out = results.RunDir(f"bisect-debian-{a.old}-{a.new}-{a.reproducer}", a.results)
+            policy.learn_from_bad_end(RunRecord.from_json(json.loads((Path(bad.runs[-1]) / "run.json").read_text())))
+    out = rundir.RunDir(f"bisect-debian-{a.old}-{a.new}-{a.reproducer}", a.results)
     opts_root = out.work / "runs"
     policy.opts.results_root = opts_root
     try:
@@ -372,7 +314,6 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
 
 def cmd_bisect_git(a: argparse.Namespace) -> int:
     from harness.drivers.bisect import git as bisect_git
-    from harness.base import rundir as results
     from harness.drivers.bisect.steps import StepPolicy
     resumed = None
     try:
@@ -394,7 +335,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
     policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
-    out = results.RunDir(f"bisect-git-{a.tree.resolve().name}-{a.old[:12]}-{a.new[:12]}-{a.reproducer}", a.results)
+    out = rundir.RunDir(f"bisect-git-{a.tree.resolve().name}-{a.old[:12]}-{a.new[:12]}-{a.reproducer}", a.results)
     policy.opts.results_root = out.work / "runs"
     try:
         doc = bisect_git.run(a.tree, a.old, a.new, a.reproducer, policy, build, out, echo_stderr,
@@ -427,11 +368,14 @@ def cmd_bisect_step(a: argparse.Namespace) -> int:
         return bisect_git.EXIT_ABORT
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
-                                "read every vCPU with GDB, classify the hang, give a verdict.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from harness.drivers import calibrate
+    return calibrate.run(a.kernel, a.reproducer, options_from(a), a.runs, a.write, echo_stderr)
 
+
+# -- the parser: one function per command ----------------------------------------
+
+def _verify_parser(sub) -> None:
     v = sub.add_parser("verify", help="boot a kernel, run a reproducer, give a verdict",
                        description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
                        "4 ERROR, 2 usage. Arguments after -- go to the reproducer.",
@@ -447,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_vm_options(v)
     v.set_defaults(func=cmd_verify)
 
+
+def _kernel_parsers(sub) -> None:
     k = sub.add_parser("kernels", help="list cached kernels, or what debian: can fetch")
     k.add_argument("--available", action="store_true", help="every kernel in the Debian suites")
     k.add_argument("--all-flavours", action="store_true", help="include cloud and rt flavours")
@@ -459,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     s.set_defaults(func=cmd_symbols)
 
+
+def _matrix_parsers(sub) -> None:
     mx = sub.add_parser("matrix", help="run a kernel x reproducer matrix (CI), write reports",
                         description="Runs every cell of a matrix file (format: ci/README.md) and writes matrix.json, "
                         "junit.xml, summary.md and report.html into a new results directory. Exit status 1 when a "
@@ -489,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", type=Path, help="results root for the merged report")
     rp.set_defaults(func=cmd_report)
 
+
+def _bisect_parsers(sub) -> None:
     bs = sub.add_parser("bisect", help="find the version or commit that introduced or fixed a hang")
     bsub = bs.add_subparsers(dest="kind", required=True, metavar="KIND")
     bd = bsub.add_parser("debian", help="bisect over Debian kernel package versions (no build)",
@@ -519,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_vm_options(bg)
     bg.set_defaults(func=cmd_bisect_git)
 
+
+
+def _bisect_step_parser(sub) -> None:
     st = sub.add_parser("bisect-step", help="one step of `git bisect run`: build, verify, exit 0/1/125",
                         description="Builds the commit under test (BISECT_HEAD, else HEAD) out of tree and verifies "
                         "it. Exit 0 when it is in the old state, 1 in the new state, 125 when it can not be judged "
@@ -536,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_vm_options(st)
     st.set_defaults(func=cmd_bisect_step)
 
+
+def _threads_parser(sub) -> None:
     th = sub.add_parser("threads", help="thread dump of a stuck process: futex groups, lock owner, hang class",
                         description="Dump every thread of a live process (through gdb's gcore; the process "
                         "is left as it was) or of a core file, one bounded gdb command per thread. Prints "
@@ -548,8 +503,26 @@ def build_parser() -> argparse.ArgumentParser:
     th.add_argument("--json", action="store_true", help="machine-readable output")
     th.set_defaults(func=cmd_threads)
 
-    from harness.drivers import calibrate
-    calibrate.add_parser(sub, add_vm_options, options_from)
+
+
+def _calibrate_parser(sub) -> None:
+    c = sub.add_parser("calibrate", help="measure a reproducer on an affected kernel (for P(miss))")
+    c.add_argument("kernel")
+    c.add_argument("reproducer")
+    c.add_argument("repro_args", nargs="*")
+    c.add_argument("--runs", type=int, default=5)
+    c.add_argument("--write", action="store_true", help="write repro/calibration/REPRODUCER.toml")
+    add_vm_options(c)
+    c.set_defaults(func=cmd_calibrate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
+                                "read every vCPU with GDB, classify the hang, give a verdict.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_verify_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
+                _threads_parser, _calibrate_parser):
+        add(sub)
     return p
 
 

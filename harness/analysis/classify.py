@@ -11,6 +11,7 @@ import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,20 @@ def base_name(function: str) -> str:
     return _CLONE_SUFFIX.sub("", function or "")
 
 
+class Role(StrEnum):
+    """What a CPU in a signature's state does to the run."""
+    CULPRIT = "culprit"  # it causes the hang: the verdict is VULNERABLE
+    VICTIM = "victim"    # it waits on a culprit
+    BENIGN = "benign"    # idle, in user mode: says nothing
+    INFRA = "infra"      # the emulator's fault, not the kernel's: ERROR, retried
+    UNKNOWN = "unknown"  # matched no signature
+
+
 @dataclass(frozen=True)
 class Signature:
     name: str
     title: str
-    role: str  # culprit | victim | benign | infra (the emulator's fault, not the kernel's)
+    role: Role
     priority: int
     at: frozenset[str]
     under: frozenset[str] = frozenset()
@@ -44,9 +54,9 @@ class Signature:
     @classmethod
     def from_toml(cls, doc: dict[str, Any]) -> "Signature":
         m = doc.get("match", {})
-        if doc.get("role") not in ("culprit", "victim", "benign", "infra"):
+        if doc.get("role") not in set(Role) - {Role.UNKNOWN}:
             raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim, benign or infra")
-        return cls(name=doc["name"], title=doc["title"], role=doc["role"], priority=int(doc.get("priority", 0)),
+        return cls(name=doc["name"], title=doc["title"], role=Role(doc["role"]), priority=int(doc.get("priority", 0)),
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
                    within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
                    and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)), states=frozenset(m.get("states", ())),
@@ -61,8 +71,8 @@ def load_signatures(directory: Path = SIGNATURE_DIR) -> list[Signature]:
     return sorted(sigs, key=lambda s: -s.priority)
 
 
-USER = Signature("user", "in user mode", "benign", -1, frozenset())
-UNKNOWN = Signature("unknown", "unknown", "unknown", -2, frozenset())
+USER = Signature("user", "in user mode", Role.BENIGN, -1, frozenset())
+UNKNOWN = Signature("unknown", "unknown", Role.UNKNOWN, -2, frozenset())
 
 
 def positions(frames: list[dict], depth: int = 1) -> list[int]:
@@ -119,7 +129,7 @@ def classify_cpu(cpu: dict, sigs: list[Signature]) -> Signature:
 
 
 # the roles a summary names (benign CPUs are left out)
-NAMED_ROLES = ("culprit", "victim", "infra", "unknown")
+NAMED_ROLES = (Role.CULPRIT, Role.VICTIM, Role.INFRA, Role.UNKNOWN)
 
 
 @dataclass

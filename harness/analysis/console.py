@@ -164,10 +164,6 @@ def titles(reports: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def titles_text(titles_: list[dict]) -> str:
-    return "; ".join(t["title"] + (f" (x{t['count']})" if t["count"] > 1 else "") for t in titles_)
-
-
 def match_line(line: str, patterns: Patterns) -> Report | None:
     body, ts = strip_prefix(line)
     for p in patterns:

@@ -1,6 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0
-"""A matrix cell's status: its verdict judged against the expectation."""
+"""A matrix file (ci/README.md): its cells, each a kernel, a reproducer and
+the verdict expected of it, and a cell's status: its verdict judged against
+that expectation."""
 from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.analysis.record import RunRecord
+from harness.analysis.verdict import VerdictKind
+from harness.base import reproducers
 
 EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "any")
 FAILING = ("regression", "unexpected-pass", "mismatch", "error")
@@ -29,3 +40,106 @@ def judge(expect: str, verdict: str | None, xfail: str | None = None, skip: str 
     if xfail:
         return "xpass" if status == "pass" else "xfail"
     return status
+
+
+class MatrixError(ValueError):
+    pass
+
+
+@dataclass
+class Cell:
+    kernel: str
+    reproducer: str
+    expect: str = "any"
+    xfail: str | None = None
+    skip: str | None = None
+    cpus: int | None = None
+    args: list[str] = field(default_factory=list)
+    duration: float | None = None
+    count: int | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.kernel}/{self.reproducer}"
+
+
+@dataclass
+class Matrix:
+    path: Path
+    kernels: list[str]
+    reproducers: list[str]
+    cells: list[Cell]
+
+
+def load(path: Path) -> Matrix:
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise MatrixError(f"{path}: {e}") from None
+    repros = doc.get("reproducer", [])
+    kernels = doc.get("kernel", [])
+    if not repros or not kernels:
+        raise MatrixError(f"{path}: needs at least one [[kernel]] and one [[reproducer]]")
+    known = set(reproducers.names())
+    default = doc.get("defaults", {}).get("expect", "any")
+    cells = []
+    for k in kernels:
+        if "spec" not in k:
+            raise MatrixError(f"{path}: a [[kernel]] has no spec")
+        for table in ("expect", "xfail", "skip"):
+            for name in k.get(table, {}):
+                if name not in {r["name"] for r in repros}:
+                    raise MatrixError(f"{path}: {k['spec']}: {table} names {name!r}, not a [[reproducer]] here")
+        for r in repros:
+            if r.get("name") not in known:
+                raise MatrixError(f"{path}: unknown reproducer {r.get('name')!r}; known: {', '.join(sorted(known))}")
+            want = k.get("expect", {}).get(r["name"], default)
+            if want not in EXPECTATIONS:
+                raise MatrixError(f"{path}: {k['spec']} x {r['name']}: expect must be one of {', '.join(EXPECTATIONS)}")
+            cells.append(Cell(kernel=k["spec"], reproducer=r["name"], expect=want,
+                              xfail=k.get("xfail", {}).get(r["name"]), skip=k.get("skip", {}).get(r["name"]),
+                              cpus=r.get("cpus"), args=list(r.get("args", [])), duration=r.get("duration"),
+                              count=r.get("count")))
+    return Matrix(path, [k["spec"] for k in kernels], [r["name"] for r in repros], cells)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise MatrixError(f"--shard {text!r}: expected I/N, e.g. 1/2") from None
+    if not 1 <= i <= n:
+        raise MatrixError(f"--shard {text!r}: I must be between 1 and N")
+    return i, n
+
+
+def select(cells: list[Cell], shard: tuple[int, int] | None = None, only: list[str] | None = None,
+           exclude: list[str] | None = None) -> list[Cell]:
+    def hit(cell: Cell, patterns: list[str]) -> bool:
+        return any(fnmatch.fnmatch(name, p) for p in patterns for name in (cell.id, cell.kernel, cell.reproducer))
+    out = [c for c in cells if (not only or hit(c, only)) and not (exclude and hit(c, exclude))]
+    if shard:
+        i, n = shard
+        out = [c for k, c in enumerate(out) if k % n == i - 1]
+    return out
+
+
+def judge_cell(cell: Cell, verdict: str | None) -> str:
+    return judge(cell.expect, verdict, cell.xfail, cell.skip)
+
+
+@dataclass
+class CellResult:
+    """A cell's run: its record, or none (skipped, not run), judged against
+    the cell's expectation."""
+    cell: Cell
+    status: str
+    record: RunRecord | None = None
+    run_dir: Path | None = None
+    seconds: float = 0.0
+    kernel_wait_s: float = 0.0
+
+    @property
+    def verdict(self) -> VerdictKind | None:
+        return self.record.verdict.verdict if self.record else None

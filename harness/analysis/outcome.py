@@ -1,12 +1,41 @@
 # SPDX-License-Identifier: GPL-2.0
-"""How a run ended, as the watch saw it (harness/guest/watch.py names the kinds)."""
+"""How a run ended: what the watch (harness/guest/watch.py) saw, or why there
+was nothing to watch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class OutcomeKind(StrEnum):
+    DONE = "done"                  # the agent reported the reproducer's exit and powered off
+    FREEZE = "freeze"              # heartbeats stopped for `freeze_after` seconds
+    STUCK = "stuck"                # heartbeats go on, the progress count does not: some CPUs are
+                                   # wedged, or (a user-space reproducer) the process is
+    STALL = "stall"                # the reproducer's own latency measurement passed its threshold
+    PANIC = "panic"                # a kernel report on the console (after a grace period that
+    OOPS = "oops"                  # lets the report finish)
+    INFRA = "infra"                # an emulator fault recognised on the console (retryable)
+    BOOT_FAILURE = "boot-failure"  # no agent within the boot timeout, or the kernel said it cannot boot
+    AGENT_ERROR = "agent-error"    # the guest agent said why it cannot run (a module, no virtio port)
+    QEMU_EXIT = "qemu-exit"        # QEMU went away before the agent said it was done
+    QEMU_STOPPED = "qemu-stopped"  # QEMU itself was stopped (SIGSTOP/SIGTSTP from outside kstall)
+    TIMEOUT = "timeout"            # the run took longer than its limit
+    INTERRUPTED = "interrupted"    # Ctrl-C, SIGTERM, or the matrix run was stopped
+    PREFLIGHT = "preflight"        # the kernel lacks what the reproducer needs: nothing booted
+    ERROR = "error"                # kstall could not run it (bad input, QEMU would not start)
+
+    @property
+    def hang(self) -> bool:
+        """A hang whose vCPUs (or threads) are read."""
+        return self in (OutcomeKind.FREEZE, OutcomeKind.STUCK)
 
 
 @dataclass
 class Outcome:
-    kind: str
+    kind: OutcomeKind
     detail: str
     at: float  # monotonic
+
+    def __post_init__(self) -> None:
+        self.kind = OutcomeKind(self.kind)  # a bare string is checked here, once

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Turns what a run observed into one verdict (the contract in DESIGN.md).
+"""Turns what a run observed into one verdict (the contract in ARCHITECTURE.md).
 
 VULNERABLE      a hang or stall whose stacks match a culprit signature
 CRASHED         a kernel panic or oops (with its title), not an emulator fault
@@ -11,18 +11,34 @@ A boot failure is never VULNERABLE.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from harness.analysis import classify, thread_hang
+from harness.analysis.classify import Role
+from harness.analysis.outcome import OutcomeKind
 from harness.base.reproducers import Reproducer
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
 
-EXIT_CODES = {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4}
+class VerdictKind(StrEnum):
+    VULNERABLE = "VULNERABLE"
+    CRASHED = "CRASHED"
+    NOT_REPRODUCED = "NOT_REPRODUCED"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    ERROR = "ERROR"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self]
+
+
+EXIT_CODES = {VerdictKind.NOT_REPRODUCED: 0, VerdictKind.VULNERABLE: 1, VerdictKind.CRASHED: 1,
+              VerdictKind.INCONCLUSIVE: 3, VerdictKind.ERROR: 4}
 
 
 @dataclass
 class Verdict:
-    verdict: str
+    verdict: VerdictKind
     reason: str
     summary: str = ""
     confidence: str = ""
@@ -30,9 +46,12 @@ class Verdict:
     retryable: bool = False
     p_miss: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.verdict = VerdictKind(self.verdict)
+
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return self.verdict.exit_code
 
     def line(self) -> str:
         """'VULNERABLE: hrtimer_cancel self-deadlock on CPU1; ...'"""
@@ -40,7 +59,7 @@ class Verdict:
 
 
 def from_stalls(outcome: Outcome, stall: dict) -> Verdict:
-    return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}; measured {stall['text']}",
+    return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}; measured {stall['text']}",
                    summary=stall["text"], confidence="high", signature=stall["signature"])
 
 
@@ -51,26 +70,28 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
         if stalled:
             return from_stalls(outcome, stall)
         if any(e.startswith("qmp:") for e in debug_errors):  # QEMU answered neither its gdbstub nor QMP
-            return Verdict("ERROR", f"{outcome.kind}: {outcome.detail}; QEMU did not answer QMP or its gdbstub, "
+            return Verdict(VerdictKind.ERROR, f"{outcome.kind}: {outcome.detail}; QEMU did not answer QMP or its "
+                           "gdbstub, "
                            f"so no vCPU could be read ({'; '.join(debug_errors)})")
-        return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; CPU state could not be read "
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; CPU state could not be read "
                        f"({'; '.join(debug_errors) or 'no samples'})")
     summary = classify.summarize(classes)
-    culprits = [c for c in classes if c.signature.role == "culprit"]
+    culprits = [c for c in classes if c.signature.role == Role.CULPRIT]
     if culprits:
         sig = culprits[0].signature
         all_samples = all(c.seen.get(c.signature.name, 0) == c.samples for c in culprits)
-        victims = any(c.signature.role == "victim" for c in classes)
+        victims = any(c.signature.role == Role.VICTIM for c in classes)
         confidence = "high" if all_samples and (victims or all(c.stuck for c in culprits)) else "medium"
         if stall is not None and stall.get("frozen_s"):
             summary += f" (stalled at least {stall['frozen_s']:.1f} s: frozen from the last sign of life to the last sample)"
-        return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}", summary=summary,
+        return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}", summary=summary,
                        confidence=confidence, signature=sig.name)
     if stalled:
         return from_stalls(outcome, stall)
-    if any(c.signature.role == "infra" for c in classes):
-        return Verdict("ERROR", f"emulator fault: {outcome.kind}: {outcome.detail}; {summary}", retryable=True)
-    return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; no CPU matched a culprit signature"
+    if any(c.signature.role == Role.INFRA for c in classes):
+        return Verdict(VerdictKind.ERROR, f"emulator fault: {outcome.kind}: {outcome.detail}; {summary}",
+                       retryable=True)
+    return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; no CPU matched a culprit signature"
                    + (f" ({summary})" if summary else ""), summary="")
 
 
@@ -78,11 +99,11 @@ def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, e
     """A user-space reproducer stuck while the kernel heartbeats on: named
     by its threads, never by the vCPUs."""
     if analysis is None:
-        return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; no thread dump ({error})")
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; no thread dump ({error})")
     if analysis.signature is None:
-        return Verdict("INCONCLUSIVE", f"{outcome.kind}: {outcome.detail}; {analysis.summary()}")
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; {analysis.summary()}")
     owner_from = analysis.group.owner_from if analysis.group else ""
-    return Verdict("VULNERABLE", f"{outcome.kind}: {outcome.detail}; the kernel stayed responsive",
+    return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}; the kernel stayed responsive",
                    summary=analysis.summary(), signature=analysis.signature.name,
                    confidence="high" if owner_from == "__owner" or analysis.queued else "medium")
 
@@ -94,45 +115,46 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
     that measure latencies; a stall past the threshold is VULNERABLE.
     process: (thread analysis, error) for reproducers whose hang is a process's."""
     kind = outcome.kind
-    if kind == "infra":
-        return Verdict("ERROR", f"emulator fault: {report_reason or outcome.detail} ({outcome.detail})",
+    if kind == OutcomeKind.INFRA:
+        return Verdict(VerdictKind.ERROR, f"emulator fault: {report_reason or outcome.detail} ({outcome.detail})",
                        retryable=True)
-    if kind == "boot-failure":
-        return Verdict("ERROR", f"boot failure: {outcome.detail}")
-    if kind == "agent-error":
-        return Verdict("ERROR", f"the guest agent could not run: {outcome.detail}")
-    if kind in ("panic", "oops"):
+    if kind == OutcomeKind.BOOT_FAILURE:
+        return Verdict(VerdictKind.ERROR, f"boot failure: {outcome.detail}")
+    if kind == OutcomeKind.AGENT_ERROR:
+        return Verdict(VerdictKind.ERROR, f"the guest agent could not run: {outcome.detail}")
+    if kind in (OutcomeKind.PANIC, OutcomeKind.OOPS):
         if outcome.detail.startswith("Attempted to kill init"):
-            return Verdict("ERROR", f"the guest agent died: {outcome.detail}")
-        return Verdict("CRASHED", f"kernel {kind}: {outcome.detail}", summary=f"kernel {kind}: {outcome.detail}",
-                       confidence="high")
-    if kind == "stuck" and process is not None:
+            return Verdict(VerdictKind.ERROR, f"the guest agent died: {outcome.detail}")
+        return Verdict(VerdictKind.CRASHED, f"kernel {kind}: {outcome.detail}",
+                       summary=f"kernel {kind}: {outcome.detail}", confidence="high")
+    if kind == OutcomeKind.STUCK and process is not None:
         return from_process_hang(outcome, *process)
-    if kind in ("freeze", "stuck"):
+    if kind.hang:
         return from_hang(outcome, classes or [], debug_errors, stall)
-    if kind == "stall":
+    if kind == OutcomeKind.STALL:
         if stall and stall["stalled"]:
             return from_stalls(outcome, stall)
-        return Verdict("INCONCLUSIVE", f"{outcome.detail}, but its counters do not confirm it")
-    if kind in ("qemu-exit", "qemu-stopped"):
-        return Verdict("ERROR", outcome.detail)
-    if kind == "timeout":
-        return Verdict("ERROR", f"{outcome.detail} without a verdict")
-    if kind == "interrupted":
-        return Verdict("ERROR", outcome.detail)
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.detail}, but its counters do not confirm it")
+    if kind in (OutcomeKind.QEMU_EXIT, OutcomeKind.QEMU_STOPPED):
+        return Verdict(VerdictKind.ERROR, outcome.detail)
+    if kind == OutcomeKind.TIMEOUT:
+        return Verdict(VerdictKind.ERROR, f"{outcome.detail} without a verdict")
+    if kind == OutcomeKind.INTERRUPTED:
+        return Verdict(VerdictKind.ERROR, outcome.detail)
     # done: the reproducer ran to its end
     result = ktap.results[-1] if ktap.results else None
     if result is None:
-        return Verdict("ERROR", f"reproducer reported no KTAP result ({outcome.detail})")
+        return Verdict(VerdictKind.ERROR, f"reproducer reported no KTAP result ({outcome.detail})")
     if result["directive"] == "SKIP":
-        return Verdict("INCONCLUSIVE", f"reproducer skipped: {result['reason']}")
+        return Verdict(VerdictKind.INCONCLUSIVE, f"reproducer skipped: {result['reason']}")
     if not result["ok"]:
-        return Verdict("INCONCLUSIVE", f"reproducer failed: {result['reason'] or outcome.detail}")
+        return Verdict(VerdictKind.INCONCLUSIVE, f"reproducer failed: {result['reason'] or outcome.detail}")
     if stall and stall["stalled"]:
         return from_stalls(outcome, stall)
     if count < repro.min_count:
         what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
-        return Verdict("INCONCLUSIVE", f"path {what}")
-    return Verdict("NOT_REPRODUCED", f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
+        return Verdict(VerdictKind.INCONCLUSIVE, f"path {what}")
+    return Verdict(VerdictKind.NOT_REPRODUCED,
+                   f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
                    summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
                    confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss)

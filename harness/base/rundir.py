@@ -19,9 +19,6 @@ from pathlib import Path
 
 from harness.base import leftovers, paths
 
-SCHEMA = "kstall.run/1"
-
-
 def out_of_space(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
@@ -67,16 +64,3 @@ class RunDir:
 
     def abandon(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
-
-
-def backtraces_text(classes: list) -> str:
-    """Human-readable per-CPU classes and stacks for backtraces.txt."""
-    out = []
-    for c in classes:
-        j = c.to_json()
-        stuck = "stuck" if j["stuck"] else "moving"
-        out.append(f"CPU{j['cpu']}: {j['class']} ({stuck}; {j['samples']} samples: "
-                   + ", ".join(f"{k} x{v}" for k, v in j["seen"].items()) + ")")
-        out += [f"    {f}" for f in j["frames"]]
-        out.append("")
-    return "\n".join(out)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """`kstall matrix`: kernels x reproducers, each cell a verify run, judged
-against the expectation the matrix file states for it.
+against the expectation the matrix file states for it (the file and the
+judgement: harness/analysis/expect.py).
 
 Kernels are fetched in the background, in cell order, while earlier cells
 run. Cells run side by side only as far as the host's cores allow (a booting
@@ -12,126 +13,26 @@ cells, kstall has no scheduler of its own.
 from __future__ import annotations
 
 import concurrent.futures
-import fnmatch
+import dataclasses
 import os
 import threading
 import time
-import tomllib
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-from harness.analysis import expect
-from harness.base import procs, reproducers, rundir as results
+from harness.analysis import record
+from harness.analysis.expect import FAILING, Cell, CellResult, judge_cell
+from harness.analysis.verdict import VerdictKind
+from harness.base import procs, rundir as results
 from harness.drivers import verify
+from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
 from images.kernel import SpecError
 from images.schemes import resolve
 
-from harness.analysis.expect import EXPECTATIONS, FAILING
-
-
-class MatrixError(ValueError):
-    pass
-
-
-@dataclass
-class Cell:
-    kernel: str
-    reproducer: str
-    expect: str = "any"
-    xfail: str | None = None
-    skip: str | None = None
-    cpus: int | None = None
-    args: list[str] = field(default_factory=list)
-    duration: float | None = None
-    count: int | None = None
-
-    @property
-    def id(self) -> str:
-        return f"{self.kernel}/{self.reproducer}"
-
-
-@dataclass
-class Matrix:
-    path: Path
-    kernels: list[str]
-    reproducers: list[str]
-    cells: list[Cell]
-
-
-def load(path: Path) -> Matrix:
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise MatrixError(f"{path}: {e}") from None
-    repros = doc.get("reproducer", [])
-    kernels = doc.get("kernel", [])
-    if not repros or not kernels:
-        raise MatrixError(f"{path}: needs at least one [[kernel]] and one [[reproducer]]")
-    known = set(reproducers.names())
-    default = doc.get("defaults", {}).get("expect", "any")
-    cells = []
-    for k in kernels:
-        if "spec" not in k:
-            raise MatrixError(f"{path}: a [[kernel]] has no spec")
-        for table in ("expect", "xfail", "skip"):
-            for name in k.get(table, {}):
-                if name not in {r["name"] for r in repros}:
-                    raise MatrixError(f"{path}: {k['spec']}: {table} names {name!r}, not a [[reproducer]] here")
-        for r in repros:
-            if r.get("name") not in known:
-                raise MatrixError(f"{path}: unknown reproducer {r.get('name')!r}; known: {', '.join(sorted(known))}")
-            want = k.get("expect", {}).get(r["name"], default)
-            if want not in EXPECTATIONS:
-                raise MatrixError(f"{path}: {k['spec']} x {r['name']}: expect must be one of {', '.join(EXPECTATIONS)}")
-            cells.append(Cell(kernel=k["spec"], reproducer=r["name"], expect=want,
-                              xfail=k.get("xfail", {}).get(r["name"]), skip=k.get("skip", {}).get(r["name"]),
-                              cpus=r.get("cpus"), args=list(r.get("args", [])), duration=r.get("duration"),
-                              count=r.get("count")))
-    return Matrix(path, [k["spec"] for k in kernels], [r["name"] for r in repros], cells)
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise MatrixError(f"--shard {text!r}: expected I/N, e.g. 1/2") from None
-    if not 1 <= i <= n:
-        raise MatrixError(f"--shard {text!r}: I must be between 1 and N")
-    return i, n
-
-
-def select(cells: list[Cell], shard: tuple[int, int] | None = None, only: list[str] | None = None,
-           exclude: list[str] | None = None) -> list[Cell]:
-    def hit(cell: Cell, patterns: list[str]) -> bool:
-        return any(fnmatch.fnmatch(name, p) for p in patterns for name in (cell.id, cell.kernel, cell.reproducer))
-    out = [c for c in cells if (not only or hit(c, only)) and not (exclude and hit(c, exclude))]
-    if shard:
-        i, n = shard
-        out = [c for k, c in enumerate(out) if k % n == i - 1]
-    return out
-
-
-def judge(cell: Cell, verdict: str | None) -> str:
-    return expect.judge(cell.expect, verdict, cell.xfail, cell.skip)
-
-
-@dataclass
-class CellResult:
-    cell: Cell
-    status: str
-    verdict: str | None = None
-    doc: dict = field(default_factory=dict)
-    run_dir: Path | None = None
-    seconds: float = 0.0
-    kernel_wait_s: float = 0.0
-
 
 class Runner:
     def __init__(self, cells: list[Cell], out: results.RunDir, jobs: int, cores: int | None,
-                 echo: Callable[[str], None], base: verify.Options, verbose: bool = False) -> None:
+                 echo: Callable[[str], None], base: Options, verbose: bool = False) -> None:
         self.cells = cells
         self.verbose = verbose
         self.cancel = threading.Event()
@@ -167,14 +68,12 @@ class Runner:
         try:
             kernels[cell.kernel].result()
         except SpecError as e:
-            return CellResult(cell, judge(cell, "ERROR"), "ERROR", {"line": f"ERROR: {e}", "reason": str(e)},
-                              seconds=time.monotonic() - t0)
+            return _error(cell, str(e), time.monotonic() - t0)
         waited = time.monotonic() - t0
-        opts = verify.Options(**{**self.base.__dict__, "cpus": cell.cpus or self.base.cpus,
-                                 "duration": cell.duration or self.base.duration,
-                                 "count": cell.count or self.base.count, "repro_args": cell.args,
-                                 "results_root": self.out.work / "runs", "budget": self.budget,
-                                 "cancel": self.cancel})
+        opts = dataclasses.replace(self.base, cpus=cell.cpus or self.base.cpus,
+                                   duration=cell.duration or self.base.duration, count=cell.count or self.base.count,
+                                   repro_args=cell.args, results_root=self.out.work / "runs", budget=self.budget,
+                                   cancel=self.cancel)
 
         def echo(msg: str) -> None:
             if self.verbose:
@@ -182,9 +81,8 @@ class Runner:
         try:
             res = verify.verify(cell.kernel, cell.reproducer, opts, echo)
         except SpecError as e:
-            return CellResult(cell, judge(cell, "ERROR"), "ERROR", {"line": f"ERROR: {e}", "reason": str(e)},
-                              seconds=time.monotonic() - t0, kernel_wait_s=waited)
-        return CellResult(cell, judge(cell, res.verdict.verdict), res.verdict.verdict, res.doc, res.run_dir,
+            return _error(cell, str(e), time.monotonic() - t0, waited)
+        return CellResult(cell, judge_cell(cell, res.verdict.verdict), res.record, res.run_dir,
                           time.monotonic() - t0, waited)
 
     def run(self) -> list[CellResult]:
@@ -201,14 +99,13 @@ class Runner:
                 try:
                     r = self._run_cell(idx, cell, kernels)
                 except Exception as e:  # noqa: BLE001 - a cell must end with a verdict, not vanish
-                    reason = f"internal error: {type(e).__name__}: {e}"
-                    r = CellResult(cell, judge(cell, "ERROR"), "ERROR", {"line": f"ERROR: {reason}", "reason": reason})
+                    r = _error(cell, f"internal error: {type(e).__name__}: {e}")
                 with self.lock:
                     self.results[idx] = r
                     self.done += 1
                     mark = "FAIL" if r.status in FAILING else "ok"
                     self.echo(f"[{self.done}/{len(self.cells)}] {mark:4} {r.status:<15} {cell.id}: "
-                              f"{r.doc.get('line', r.verdict or r.cell.skip or '')} "
+                              f"{r.record.line if r.record else r.cell.skip or ''} "
                               f"(expected {cell.expect}{', xfail' if cell.xfail else ''}; {r.seconds:.1f}s)")
 
         # threads (not processes) keep one place that reaps every guest; each
@@ -230,7 +127,13 @@ class Runner:
                 t.join(60)
         finally:
             self._fetch_pool.shutdown(wait=False, cancel_futures=True)
-        return [self.results.get(i, CellResult(c, judge(c, None))) for i, c in enumerate(self.cells)]
+        return [self.results.get(i, CellResult(c, judge_cell(c, None))) for i, c in enumerate(self.cells)]
+
+
+def _error(cell: Cell, reason: str, seconds: float = 0.0, waited: float = 0.0) -> CellResult:
+    """A cell that ended before its run did (its kernel could not be had, kstall failed)."""
+    return CellResult(cell, judge_cell(cell, VerdictKind.ERROR), record.failed(reason), seconds=seconds,
+                      kernel_wait_s=waited)
 
 
 def default_jobs() -> int:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.analysis.outcome import OutcomeKind
 from harness.base import paths
 from harness.base.kvm_decisions import HOST, decisions
 from harness.guest.vm import VM, VMConfig, VMError, kvm_available
@@ -38,9 +39,9 @@ def probe(cfg: VMConfig, bound: float = PROBE_BOUND_S) -> tuple[bool, str, float
     except VMError as e:
         return False, str(e), time.monotonic() - t0
     seconds = time.monotonic() - t0
-    if out.kind == "done":
+    if out.kind == OutcomeKind.DONE:
         return True, f"a guest reached its agent under KVM in {seconds:.1f}s", seconds
-    if out.kind == "boot-failure" and out.detail.startswith("no guest agent"):
+    if out.kind == OutcomeKind.BOOT_FAILURE and out.detail.startswith("no guest agent"):
         return False, f"a guest started under KVM but did not reach its agent within {bound:g}s", seconds
     return False, f"{out.kind}: {out.detail}", seconds
 

@@ -3,26 +3,10 @@
 
 Three streams arrive on unix sockets: the kernel console (UART), the agent
 channel (heartbeats, the reproducer's KTAP) and the symbols port. The watcher
-reads them as they come and stops with an Outcome:
+reads them as they come and stops with an Outcome (its kinds are listed in
+harness/analysis/outcome.py).
 
-  done          the agent reported the reproducer's exit and powered off
-  freeze        heartbeats stopped for `freeze_after` seconds
-  stuck         heartbeats go on but the reproducer's progress count has not
-                moved for `stuck_after` seconds: some CPUs are wedged, or (a
-                user-space reproducer, signal-malloc) the process is
-  stall         the reproducer's own latency measurement passed its stall
-                threshold (its data file's [stall]: bpf-ringbuf's reserves slower than threshold_ms)
-  panic, oops   a kernel report on the console (after a grace period that
-                lets the report finish)
-  infra         an emulator fault recognised on the console (retryable)
-  boot-failure  no agent within `boot_timeout`, or the kernel said it cannot boot
-  agent-error   the guest agent said on the console why it cannot run (a module
-                that does not load, no virtio port)
-  qemu-exit     QEMU went away before the agent said it was done
-  qemu-stopped  QEMU itself was stopped (SIGSTOP/SIGTSTP from outside kstall)
-  timeout       the run took longer than `run_timeout`
-
-Every wait is bounded by the deadlines above; watch() can be called again
+Every wait is bounded (Limits); watch() can be called again
 after a false alarm to continue with the same state.
 """
 from __future__ import annotations
@@ -35,7 +19,7 @@ from dataclasses import dataclass
 
 from harness.analysis import console, threads
 from harness.analysis.ktap import KV as _KV, Ktap, unnest
-from harness.analysis.outcome import Outcome
+from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.base.untrusted import num
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.vm import VM
@@ -232,24 +216,24 @@ class Watch:
         if not self.vm.alive():
             self._drain()
         if self.cancel is not None and self.cancel.is_set():
-            return Outcome("interrupted", "interrupted (the matrix run was stopped)", now)
+            return Outcome(OutcomeKind.INTERRUPTED, "interrupted (the matrix run was stopped)", now)
         if self.vm.alive() and self.vm.stopped():
-            return Outcome("qemu-stopped", "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
+            return Outcome(OutcomeKind.QEMU_STOPPED, "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
                            "the guest's silence is no freeze", now)
         r = self.pending_report
         if r is not None and (now - self.pending_since >= L.report_grace
                               or not self.vm.alive()):
-            kind = {"boot": "boot-failure", "agent": "agent-error"}.get(r.kind, r.kind)
+            kind = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERROR}.get(r.kind) or OutcomeKind(r.kind)
             return Outcome(kind, r.title, now)
         if self.poweroff and self.exit_code is not None:
-            return Outcome("done", f"reproducer exited with code {self.exit_code}", now)
+            return Outcome(OutcomeKind.DONE, f"reproducer exited with code {self.exit_code}", now)
         if not self.vm.alive():
             if self.exit_code is not None:
-                return Outcome("done", f"reproducer exited with code {self.exit_code}", now)
+                return Outcome(OutcomeKind.DONE, f"reproducer exited with code {self.exit_code}", now)
             rc = self.vm.proc.returncode if self.vm.proc else None
             if rc is not None and rc < 0:  # a signal from outside (the OOM killer, a kill): not the kernel's doing
                 sig = next((s.name for s in signal.Signals if s == -rc), f"signal {-rc}")
-                return Outcome("qemu-exit", f"QEMU exited unexpectedly, killed by {sig}"
+                return Outcome(OutcomeKind.QEMU_EXIT, f"QEMU exited unexpectedly, killed by {sig}"
                                f"{' before the guest agent started' if self.hello_at is None else ''}; "
                                f"{self.vm.qemu_log_tail(3)}", now)
             if self.hello_at is None:
@@ -257,11 +241,12 @@ class Watch:
                        "that cannot boot ends like this)" if rc == 0 else
                        f"QEMU exited with status {rc} before the guest agent started: {self.vm.qemu_log_tail(3)}")
                 tail = " | ".join(l for l in self.console_tail[-3:] if l.strip())
-                return Outcome("boot-failure", why + (f"; console: {tail}" if tail else "; console: empty"), now)
-            return Outcome("qemu-exit", f"QEMU exited unexpectedly; {self.vm.qemu_log_tail(3)}", now)
+                return Outcome(OutcomeKind.BOOT_FAILURE, why + (f"; console: {tail}" if tail else "; console: empty"),
+                               now)
+            return Outcome(OutcomeKind.QEMU_EXIT, f"QEMU exited unexpectedly; {self.vm.qemu_log_tail(3)}", now)
         if self.hello_at is None:
             if now - self.t0 > L.boot_timeout:
-                return Outcome("boot-failure", f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
+                return Outcome(OutcomeKind.BOOT_FAILURE, f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
             return None
         if self.ready_at is not None and self.go_at is None:
             if self.on_ready is not None:
@@ -271,15 +256,15 @@ class Watch:
                 self._send_go(now)
             return None
         if self.restored and self.hb_count == 0 and now - self.hello_at > RESTORED_SILENCE:
-            return Outcome("boot-failure", f"the guest restored from its snapshot sent nothing within "
+            return Outcome(OutcomeKind.BOOT_FAILURE, f"the guest restored from its snapshot sent nothing within "
                            f"{RESTORED_SILENCE:.0f}s", now)
         if now - (self.go_at or self.hello_at) > L.run_timeout:
-            return Outcome("timeout", f"run exceeded {L.run_timeout:.0f}s", now)
+            return Outcome(OutcomeKind.TIMEOUT, f"run exceeded {L.run_timeout:.0f}s", now)
         if self.stall_at is not None:
-            return Outcome("stall", f"the reproducer measured {self.progress.get('over')} "
+            return Outcome(OutcomeKind.STALL, f"the reproducer measured {self.progress.get('over')} "
                            f"{L.stall_measure}(s) past its stall threshold", now)
         if self.last_hb_at is not None and now - self.last_hb_at >= L.freeze_after:
-            return Outcome("freeze", f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
+            return Outcome(OutcomeKind.FREEZE, f"no heartbeat for {now - self.last_hb_at:.2f}s", now)
         running = self.repro_started_at is not None and self.exit_code is None and not self.ktap.results
         if self.on_suspect and not self.suspected and running and (
                 now - (self.last_hb_at or now) >= L.freeze_after * SUSPECT_AT or
@@ -287,7 +272,8 @@ class Watch:
             self.suspected = True
             self.on_suspect()
         if running and self.count_changed_at is not None and now - self.count_changed_at >= L.stuck_after:
-            return Outcome("stuck", f"progress count stuck at {self.count} for {now - self.count_changed_at:.2f}s "
+            return Outcome(OutcomeKind.STUCK, f"progress count stuck at {self.count} for "
+                           f"{now - self.count_changed_at:.2f}s "
                            "while heartbeats continue", now)
         return None
 
@@ -348,12 +334,12 @@ class Watch:
         while True:
             now = time.monotonic()
             out = self._decide(now)
-            if out is not None and out.kind in ("freeze", "stuck"):
+            if out is not None and out.kind in (OutcomeKind.FREEZE, OutcomeKind.STUCK):
                 # kstall itself may have been late (a busy host, a long symbol store): signs of
                 # life already waiting in the sockets are no freeze
                 hbs, count = self.hb_count, self.count
                 self._pump(0)
-                if (self.hb_count != hbs) if out.kind == "freeze" else (self.count != count):
+                if (self.hb_count != hbs) if out.kind == OutcomeKind.FREEZE else (self.count != count):
                     continue
             if out is not None:
                 # take what is already buffered (the rest of a report, symbols)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from harness.reports import views
+
 ORIGIN = "kstall"
 SCHEMA_VERSION = {"major": 4, "minor": 5}
 EXCERPT_MAX = 16384  # the schema's limit on log_excerpt
@@ -57,7 +59,7 @@ def _p_miss(cell: dict) -> dict:
 def _excerpt(cell: dict) -> str:
     parts = [cell.get("line") or "", cell.get("reason") or ""]
     if cell.get("console_titles"):
-        parts.append("kernel reported: " + "; ".join(t["title"] for t in cell["console_titles"]))
+        parts.append(views.kernel_said(cell))
     parts.append(cell.get("backtraces") or "")
     return "\n".join(p for p in parts if p)[:EXCERPT_MAX]
 
@@ -103,6 +105,7 @@ def _test(doc: dict, cell: dict, build_id: str) -> dict:
 
 
 def from_matrix(doc: dict) -> dict:
+    """kcidb.json's document"""
     checkouts: dict[str, dict] = {}
     builds: dict[str, dict] = {}
     tests = []

@@ -321,7 +321,7 @@ POINTS = [
      "VULNERABLE", "interrupted"),
     ("results", "harness.drivers.verify._write_run", ["verify", "debian:6.17.8", "perf-refresh"],
      "NOT_REPRODUCED", "whole"),  # the run is written whole first
-    ("report-merge", "harness.reports.render.write_all", ["matrix", "MATRIX"], "NOT_REPRODUCED", "whole"),
+    ("report-merge", "harness.reports.formats.write_all", ["matrix", "MATRIX"], "NOT_REPRODUCED", "whole"),
 ]
 
 

@@ -72,6 +72,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     first attempt: the oops is the one the TCG text-patching race produces."""
     from images import symcache
     from harness.drivers import verify
+    from harness.drivers.options import Options
     from images.schemes import resolve
     from symbols import Kallsyms
     kernel = resolve("debian:6.17.8")
@@ -88,7 +89,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
             injected.append(p.returncode)
 
     res = verify.verify("debian:6.17.8", "perf-refresh",
-                        verify.Options(on_repro_start=inject, results_root=tmp_path), lambda m: None)
+                        Options(on_repro_start=inject, results_root=tmp_path), lambda m: None)
     assert injected == [0]
     first, last = res.doc["attempts"][0], res.doc["attempts"][-1]
     assert first["verdict"] == "ERROR" and "int3" in first["reason"]
@@ -99,6 +100,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
 
 def test_qemu_listens_on_no_tcp_port_the_guest_has_no_network_and_the_run_dir_is_private(tmp_path):
     from harness.drivers import verify
+    from harness.drivers.options import Options
     seen = []
 
     def look(vm, attempt):
@@ -107,7 +109,7 @@ def test_qemu_listens_on_no_tcp_port_the_guest_has_no_network_and_the_run_dir_is
         seen.append(vm.run_dir.stat().st_mode & 0o777)
         seen.append(Path(f"/proc/{vm.proc.pid}/cmdline").read_bytes().split(b"\0"))
 
-    verify.verify("debian:6.17.8", "perf-refresh", verify.Options(on_repro_start=look, results_root=tmp_path,
+    verify.verify("debian:6.17.8", "perf-refresh", Options(on_repro_start=look, results_root=tmp_path,
                                                                   count=2000), lambda m: None)
     assert seen[0] == []
     assert {"qmp.sock", "gdb.sock", "console.sock", "agent.sock"} <= set(seen[1])

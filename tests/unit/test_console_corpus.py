@@ -9,6 +9,7 @@ import pytest
 from recorded import FIXTURES
 
 from harness.analysis import console
+from harness.reports import views
 
 CONSOLES = FIXTURES / "consoles"
 GOLDEN = tomllib.loads((CONSOLES / "golden.toml").read_text())["log"]
@@ -117,4 +118,4 @@ def test_titles_are_counted_for_reports():
     reports = [r.to_json() for r in scan("6.16.12-2cpu-perf-freeze.log")]
     t = {x["title"]: x["count"] for x in console.titles(reports)}
     assert t["BUG: soft lockup in smp_call_function_many_cond"] == 5
-    assert "INFO: rcu detected stall in hrtimer_cancel" in console.titles_text(console.titles(reports))
+    assert "INFO: rcu detected stall in hrtimer_cancel" in views.titles_text(console.titles(reports))

@@ -9,8 +9,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "images", "gdbscripts")
 # bottom to top; a module may import its own floor and the floors below
-FLOORS = ("harness.base", "images", "harness.analysis", "harness.guest", "harness.debug", "harness.drivers",
-          "harness.reports", "harness", "gdbscripts")
+FLOORS = ("harness.base", "images", "harness.analysis", "harness.guest", "harness.debug", "harness.reports",
+          "harness.drivers", "harness", "gdbscripts")
 
 
 def modules() -> dict[str, Path]:

@@ -9,11 +9,11 @@ import pytest
 from lxml import etree
 from recorded import FIXTURES, kcidb_validator
 
-from harness.analysis import console
-from harness.drivers import matrix
-from harness.reports import render as reports
+from harness.analysis import console, expect as matrix
 from harness.analysis.expect import judge
 from harness.analysis.ktap import Ktap
+from harness.analysis.record import RunRecord
+from harness.reports import formats, matrix_doc, text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,16 +79,16 @@ def recorded_doc(expect="not_reproduced", console_log=None):
         run["evidence"]["console_reports"] = [r.to_json() for r in console.scan(text)]
     cell = matrix.Cell("debian:6.16.12", "perf-refresh", expect=expect)
     other = matrix.Cell("debian:6.17.8", "perf-refresh", expect="not_reproduced", skip="not today")
-    results = [matrix.CellResult(cell, matrix.judge(cell, run["verdict"]), run["verdict"], run, None, 7.5),
+    results = [matrix.CellResult(cell, matrix.judge_cell(cell, run["verdict"]), RunRecord.from_json(run), None, 7.5),
                matrix.CellResult(other, "skip")]
     m = matrix.Matrix(Path("ci/matrix.toml"), ["debian:6.16.12", "debian:6.17.8"], ["perf-refresh"], [cell, other])
-    return reports.matrix_doc(m, results, Path("."), "test-run", None, 0.0, 2, 2)
+    return matrix_doc.matrix_doc(m, results, Path("."), "test-run", None, 0.0, 2, 2)
 
 
 def test_a_regression_is_named_in_all_four_reports(tmp_path):
     doc = recorded_doc()
     assert doc["exit_code"] == 1 and doc["failing"] == ["debian:6.16.12/perf-refresh"]
-    reports.write_all(tmp_path, doc)
+    formats.write_all(tmp_path, doc)
     junit = etree.parse(str(tmp_path / "junit.xml"))
     schema = etree.XMLSchema(etree.parse(str(FIXTURES / "junit.xsd")))
     assert schema.validate(junit), schema.error_log
@@ -117,10 +117,10 @@ def test_passing_doc_exits_zero_and_merge_is_a_union():
     assert ok["exit_code"] == 0
     a = dict(ok, cells=ok["cells"][:1], shards=["1/2"])
     b = dict(ok, cells=ok["cells"][1:], shards=["2/2"])
-    merged = reports.merge([a, b])
+    merged = matrix_doc.merge([a, b])
     assert [c["id"] for c in merged["cells"]] == [c["id"] for c in ok["cells"]]
     assert merged["shards"] == ["1/2", "2/2"] and merged["exit_code"] == 0
-    assert "debian:6.16.12" in reports.summary_text(merged)
+    assert "debian:6.16.12" in text.matrix_table(merged)
 
 
 
@@ -129,7 +129,7 @@ def test_kernel_report_titles_reach_every_report(tmp_path):
     cell = doc["cells"][0]
     assert cell["console_titles"][0] == {"title": "INFO: rcu detected stall in hrtimer_cancel", "kind": "stall",
                                          "count": 2}
-    reports.write_all(tmp_path, doc)
+    formats.write_all(tmp_path, doc)
     said = "BUG: soft lockup in smp_call_function_many_cond (x5)"
     assert said in (tmp_path / "summary.md").read_text()
     assert said in (tmp_path / "report.html").read_text()
@@ -140,7 +140,7 @@ def test_kernel_report_titles_reach_every_report(tmp_path):
 
 def test_kcidb_json_validates_and_maps_verdicts(tmp_path):
     doc = recorded_doc(console_log="6.16.12-2cpu-perf-freeze.log")
-    reports.write_all(tmp_path, doc)
+    formats.write_all(tmp_path, doc)
     data = json.loads((tmp_path / "kcidb.json").read_text())
     errors = [e.message for e in kcidb_validator().iter_errors(data)]
     assert errors == []

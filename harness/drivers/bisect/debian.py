@@ -98,9 +98,9 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
     def test(version: str) -> Step:
         n = len(b.steps) + 1
         echo(f"step {n}: debian:{version} ...")
-        step, docs = run_step(f"debian:{version}", version, policy, echo)
+        step, recs = run_step(f"debian:{version}", version, policy, echo)
         if step.state == REPRODUCES and not policy.bad_end_runs:
-            policy.learn_from_bad_end(docs[-1])
+            policy.learn_from_bad_end(recs[-1])
         return step
 
     def on_step(step: Step) -> None:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from harness.analysis.record import RunRecord
 from harness.base import paths, procs, rundir as results
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
@@ -90,9 +91,9 @@ def exit_for(step: Step, old_state: str) -> int:
 
 
 def test_commit(tree: Path, sha: str, policy: StepPolicy, build: kbuild.BuildOptions,
-                echo: Echo) -> tuple[Step, list[dict]]:
+                echo: Echo) -> tuple[Step, list[RunRecord]]:
     """Build and verify one commit: its Step (which also says how the build
-    went) and every run's run.json."""
+    went) and every run's record."""
     label = sha[:12]
     subject = git(tree, "log", "-1", "--format=%s", sha)
     spec = f"build:{tree}@{sha}"
@@ -106,11 +107,11 @@ def test_commit(tree: Path, sha: str, policy: StepPolicy, build: kbuild.BuildOpt
                     build_s=took, build_cached=False), []
     built = kernel.origin.get("build_s") if not kernel.origin.get("cached") else 0.0
     opts = dataclasses.replace(policy.opts, build=build)
-    step, docs = run_step(spec, label, dataclasses.replace(policy, opts=opts), echo)
+    step, recs = run_step(spec, label, dataclasses.replace(policy, opts=opts), echo)
     step.commit, step.subject = sha, subject
     step.build_s, step.build_cached = built, bool(kernel.origin.get("cached"))
     step.seconds = round(time.monotonic() - t0, 1)
-    return step, docs
+    return step, recs
 
 
 def bisect_step(tree: Path, reproducer: str, opts, build: kbuild.BuildOptions, state_path: Path | None,
@@ -262,9 +263,9 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
             echo(f"{name} end {sha[:12]}: recorded earlier as {rec['state']}")
             return Step(**rec)
         echo(f"{name} end {sha[:12]} ({git(tree, 'log', '-1', '--format=%s', sha)}): build and verify")
-        s, docs = test_commit(tree, sha, policy, build, echo)
-        if s.state == REPRODUCES and docs:
-            policy.learn_from_bad_end(docs[-1])
+        s, recs = test_commit(tree, sha, policy, build, echo)
+        if s.state == REPRODUCES and recs:
+            policy.learn_from_bad_end(recs[-1])
         with locked_state(state_path) as st:
             st["steps"].append(s.to_json())
             st["policy"]["bad_end_runs"] = policy.bad_end_runs

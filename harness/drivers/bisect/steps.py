@@ -10,20 +10,24 @@ CRASHED one: a different failure says nothing about this hang.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 
 from harness.analysis import pmiss
+from harness.analysis.record import RunRecord
+from harness.analysis.verdict import VerdictKind
 from harness.base import reproducers
 from harness.drivers import verify
+from harness.drivers.options import Options
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
 
 
 @dataclass
 class StepPolicy:
     reproducer: str
-    opts: verify.Options
+    opts: Options
     pmiss_target: float = 1e-3
     max_runs: int = 4
     cal: pmiss.Calibration | None = None
@@ -33,12 +37,10 @@ class StepPolicy:
         if self.cal is None:
             self.cal = pmiss.load(self.reproducer)
 
-    def learn_from_bad_end(self, doc: dict) -> None:
+    def learn_from_bad_end(self, rec: RunRecord) -> None:
         """The bad end's own reproduction joins the calibration."""
-        ev = doc.get("evidence", {})
-        first = ev.get("first_stall_count")
-        count = first if first is not None else ev.get("count") or 0
-        self.bad_end_runs.append({"verdict": "VULNERABLE", "count": count, "seconds": 0, "id": doc.get("id", "")})
+        self.bad_end_runs.append({"verdict": VerdictKind.VULNERABLE, "count": rec.passes_before_hang, "seconds": 0,
+                                  "id": rec.id})
 
     def calibration(self) -> pmiss.Calibration | None:
         base = self.cal
@@ -50,35 +52,34 @@ class StepPolicy:
                                  measured=base.measured if base else "", runs=runs, path=base.path if base else None)
 
 
-def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, list[dict]]:
-    """Verify spec until its state is known; the step and every run's run.json."""
+def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, list[RunRecord]]:
+    """Verify spec until its state is known; the step and every run's record."""
     t0 = time.monotonic()
-    docs: list[dict] = []
+    recs: list[RunRecord] = []
     total = 0
     cal = policy.calibration()
     # enough passes for the per-step target, and never fewer than a verdict needs
     count = max(reproducers.load(policy.reproducer).min_count, policy.opts.count or 0,
                 pmiss.count_for(cal, policy.pmiss_target))
     for n in range(1, policy.max_runs + 1):
-        opts = verify.Options(**{**policy.opts.__dict__, "count": count})
-        res = verify.verify(spec, policy.reproducer, opts, echo)
-        d = res.doc
-        docs.append(d)
-        v = d["verdict"]
-        runs = [r["results_dir"] for r in docs if r.get("results_dir")]
+        opts = dataclasses.replace(policy.opts, count=count)
+        rec = verify.verify(spec, policy.reproducer, opts, echo).record
+        recs.append(rec)
+        v = rec.verdict.verdict
+        runs = [r.results_dir for r in recs if r.results_dir]
         seconds = round(time.monotonic() - t0, 1)
-        if v == "VULNERABLE":
-            return Step(label, REPRODUCES, v, d["line"], "", seconds, runs, d["evidence"].get("count") or 0), docs
-        if v != "NOT_REPRODUCED":
-            why = f"crashed differently: {d['reason']}" if v == "CRASHED" else d["reason"]
-            return Step(label, SKIP, v, why, "", seconds, runs, 0, error=v == "ERROR"), docs
-        total += d["evidence"].get("count") or 0
-        pm = pmiss.p_miss(cal, total, d["evidence"].get("count_name") or "passes")
+        if v == VerdictKind.VULNERABLE:
+            return Step(label, REPRODUCES, v, rec.line, "", seconds, runs, rec.evidence.count or 0), recs
+        if v != VerdictKind.NOT_REPRODUCED:
+            why = f"crashed differently: {rec.verdict.reason}" if v == VerdictKind.CRASHED else rec.verdict.reason
+            return Step(label, SKIP, v, why, "", seconds, runs, 0, error=v == VerdictKind.ERROR), recs
+        total += rec.evidence.count or 0
+        pm = pmiss.p_miss(cal, total, rec.evidence.count_name or "passes")
         log10 = pm.get("p_miss_log10")
         if log10 is None or log10 <= math.log10(policy.pmiss_target):
             text = f"{pm['text']} over {total} passes in {n} run(s)"
-            return Step(label, CLEAN, v, d["line"], text, seconds, runs, total), docs
+            return Step(label, CLEAN, v, rec.line, text, seconds, runs, total), recs
         echo(f"{label}: not reproduced, but P(miss) {pm['text']} is above {policy.pmiss_target:g}: running again")
-    return Step(label, SKIP, "NOT_REPRODUCED", f"P(miss) stayed above {policy.pmiss_target:g} after "
+    return Step(label, SKIP, VerdictKind.NOT_REPRODUCED, f"P(miss) stayed above {policy.pmiss_target:g} after "
                 f"{policy.max_runs} runs ({total} passes)", "", round(time.monotonic() - t0, 1),
-                [r["results_dir"] for r in docs if r.get("results_dir")], total), docs
+                [r.results_dir for r in recs if r.results_dir], total), recs

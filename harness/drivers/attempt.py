@@ -1,0 +1,370 @@
+# SPDX-License-Identifier: GPL-2.0
+"""One attempt of a verify run: the guest booted (or restored at its agent's
+gate), the reproducer started with the GO, watched to an outcome; a hang read
+(every vCPU with GDB, or a user-space reproducer's threads through its core)
+and classified; a latency stall measured; the verdict.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.analysis import classify, latency, pmiss, thread_hang
+from harness.analysis.classify import Role
+from harness.analysis.outcome import Outcome, OutcomeKind
+from harness.analysis.verdict import Verdict, decide
+from harness.base import paths, reproducers
+from harness.base.procs import Interrupted
+from harness.debug import process, vcpus as debug
+from harness.drivers.options import Options
+from harness.guest import snapshot
+from harness.guest.cores import Gate
+from harness.guest.nmi import NmiInjector
+from harness.guest.vm import VM, VMConfig, VMError
+from harness.guest.watch import Limits, Watch
+from images import boot_image, symcache
+from images.kernel import Kernel, SpecError
+
+Echo = Callable[[str], None]
+
+
+def kernel_cmdline(extra: str) -> str:
+    """The same for every reproducer, so that one snapshot of a kernel serves
+    them all: what to run comes with the GO at the agent's gate."""
+    parts = ["console=ttyS0", "nokaslr", "quiet", "panic=-1", "tsc=reliable", "kstall.gate=1"]
+    return " ".join(parts + ([extra] if extra else []))
+
+
+def go_params(repro: reproducers.Reproducer, args: list[str], want_syms: bool) -> str:
+    """The GO line's parameters (repro/agent.c): what to run, and a fresh RNG
+    seed, since every guest restored from one snapshot has the same one."""
+    if any("," in a or " " in a for a in args):
+        raise SpecError("reproducer arguments may not contain commas or spaces")
+    return (f"repro={repro.binary} args={','.join(args)} syms={int(want_syms)} "
+            f"seed={os.urandom(32).hex()}")
+
+
+@dataclass
+class Attempt:
+    verdict: Verdict
+    outcome: Outcome
+    watch: dict
+    classes: list[classify.CpuClass]
+    samples: debug.Samples | None
+    timings: dict
+    cmdline: str
+    count_target: int
+    interrupted: BaseException | None = None
+    process: thread_hang.Analysis | None = None  # a process hang's thread analysis
+    process_error: str = ""
+    go: str = ""  # the GO line's parameters
+    snapshot: dict | None = None  # restored from, or saved to
+    stalls: dict | None = None  # the reproducer's latency measurement (harness/analysis/latency.py)
+
+
+@dataclass
+class Plan:
+    """What one attempt's guest runs, and how it is watched."""
+    target: int       # passes over the path the reproducer is asked for
+    duration: float   # its time limit
+    cpus: int
+    go: str           # the GO line's parameters
+    vm: VMConfig
+    limits: Limits
+
+
+def make_plan(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str, initrd: Path,
+              out_dir: Path, disk: boot_image.BootDisk | None, cal: pmiss.Calibration | None,
+              want_syms: bool) -> Plan:
+    target = opts.count or max(repro.min_count, pmiss.count_for(cal, opts.pmiss_target))
+    duration = opts.duration or repro.max_seconds
+    extra = " ".join(a for a in (disk.cmdline if disk else "", opts.cmdline_extra) if a)
+    cpus = opts.cpus or repro.default_cpus
+    cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, cmdline=kernel_cmdline(extra), log_dir=out_dir,
+                   cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=kernel.machine(),
+                   extra_args=disk.qemu_args() if disk else [])
+    limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
+                    stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
+                    stalls=repro.stall.min_stalls if repro.stall else 0,
+                    stall_measure=repro.stall.measure if repro.stall else "")
+    go = go_params(repro, repro_arguments(repro, opts, target, duration), want_syms)
+    return Plan(target, duration, cpus, go, cfg, limits)
+
+
+def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, duration: float) -> list[str]:
+    """The reproducer's command line: stop conditions, its defaults, the stall
+    threshold from its data file, then the user's arguments (which win)."""
+    args = [repro.count_arg, str(target), repro.duration_arg, f"{duration:g}", *repro.default_args]
+    for path in repro.stall.paths if repro.stall else ():
+        args += [path.arg, f"{path.threshold_ms:g}"]
+    return args + list(opts.repro_args)
+
+
+class _Run:
+    """The mutable parts of one attempt, so that its steps can be small."""
+
+    def __init__(self, kernel: Kernel, repro: reproducers.Reproducer, opts: Options, out_dir: Path,
+                 echo: Echo) -> None:
+        self.kernel, self.repro, self.opts, self.out_dir, self.echo = kernel, repro, opts, out_dir, echo
+        self.syms_path = symcache.cached(kernel.sha256)
+        self.classes: list[classify.CpuClass] = []
+        self.samples: debug.Samples | None = None
+        self.timings: dict = {}
+        self.process: thread_hang.Analysis | None = None
+        self.process_error = ""
+        self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
+
+    def prepare_debugger(self) -> None:
+        """A kernel hang may be coming: start GDB now, off the path to the verdict."""
+        if self.prepared is None and self.repro.hang != "process" and self.syms_path is not None:
+            self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.syms_path,
+                                           self.kernel.vmlinux or self.opts.vmlinux)
+
+    def close_debugger(self) -> None:
+        if self.prepared is not None:
+            self.prepared.close()
+            self.prepared = None
+
+    def keep_symbols(self, w: Watch) -> None:
+        if w.syms.data and self.syms_path is None:
+            self.syms_path = symcache.store(self.kernel.sha256, w.syms.data)
+            took = w.syms.done_at - w.hello_at if w.syms.done_at and w.hello_at else 0
+            self.echo(f"symbols captured: {w.syms_info.get('lines', '?')} text symbols "
+                      f"({int(w.syms_info.get('bytes', 0)) / 1e6:.1f} MB, guest export {w.syms_info.get('ms', '?')} ms, "
+                      f"host receipt {took:.2f}s after hello)")
+
+    def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:
+        """GDB samples of every vCPU; whether they settle the run: a culprit
+        (victims alone may be a stall that ends, which the reproducer's own
+        measurement then reports), or no samples at all."""
+        since = self.note_hang(w, outcome, "reading every vCPU with gdb")
+        t = time.monotonic()
+        prepared, self.prepared = self.prepared, None
+        self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.syms_path,
+                                    self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
+                                    self.opts.sample_interval, resume=True, prepared=prepared)
+        self.timings["debug_s"] = round(time.monotonic() - t, 2)
+        # a lower bound on the hang: from the last sign of life to the last sample
+        self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
+        self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
+        return any(c.signature.role == Role.CULPRIT for c in self.classes) or not self.samples.dumps
+
+    def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
+        """Detection timings of a freeze or stuck run; the last sign of life."""
+        since = (w.last_hb_at if outcome.kind == OutcomeKind.FREEZE else w.count_changed_at) or outcome.at
+        self.timings["detection_latency_s"] = round(outcome.at - since, 3)
+        if w.repro_started_at:
+            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
+        self.echo(f"{outcome.kind}: {outcome.detail}; {next_step}")
+        return since
+
+    def dump_process(self, w: Watch, outcome: Outcome) -> None:
+        """A stuck user-space reproducer with a healthy kernel: its threads,
+        through the kernel's core of it and GDB, then the hang class."""
+        self.note_hang(w, outcome, "dumping the reproducer's threads (core to the host, gdb)")
+        t = time.monotonic()
+        core = w.take_core()
+        self.timings["core_s"] = round(time.monotonic() - t, 2)
+        if core is None:
+            self.process_error = f"no core of the reproducer arrived ({w.core_info.get('error', 'timed out')})"
+            return
+        core_path = self.out_dir / "core"
+        core_path.write_bytes(core)
+        exe = paths.guest_dir() / Path(w.core_info.get("exe") or self.repro.binary).name
+        t = time.monotonic()
+        try:
+            dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.proc_threads,
+                                     hook=self.opts.on_thread_command)
+        except process.DumpError as e:
+            self.process_error = str(e)
+            return
+        self.timings["thread_dump_s"] = round(time.monotonic() - t, 2)
+        (self.out_dir / "thread-dump.json").write_text(json.dumps(dump.to_json(), indent=1) + "\n")
+        self.process = thread_hang.analyse(dump, w.proc_threads)
+        doc = self.process.to_json() | {"core": core_path.name, "exe": str(exe), "core_bytes": len(core),
+                                        "dump_errors": dump.errors, "gdb_starts": dump.gdb_starts}
+        (self.out_dir / "threads.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (self.out_dir / "threads.txt").write_text(self.process.table())
+
+
+def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
+                initrd: Path, out_dir: Path, echo: Echo, number: int = 1,
+                disk: boot_image.BootDisk | None = None) -> Attempt:
+    cal = pmiss.load(repro.name)
+    r = _Run(kernel, repro, opts, out_dir, echo)
+    plan = make_plan(kernel, repro, opts, accel_kind, initrd, out_dir, disk, cal, r.syms_path is None)
+    t0 = time.monotonic()
+    gate = Gate(opts.budget, plan.cpus, opts.cancel) if opts.budget else None  # waits for a boot core
+    # an image's disk changes as it boots: its guests always boot cold
+    try:
+        vm, snap, restored = start_guest(plan.vm, kernel.sha256, opts.snapshot and disk is None, echo)
+    except BaseException:
+        if gate:
+            gate.close()
+        raise
+    saved: dict = {}
+    with vm, contextlib.ExitStack() as stack:
+        if gate:
+            stack.callback(gate.close)
+        nmi = NmiInjector(vm.qmp, repro.nmi_rate, plan.duration + 30)
+        stack.callback(nmi.stop)
+        stack.callback(r.close_debugger)
+
+        def on_line(line: str) -> None:
+            if line.startswith("# nmi-source: inject") and repro.nmi_rate:
+                nmi.start()
+                echo(f"no PMU in the guest: injecting {repro.nmi_rate:g} NMIs/s over QMP (they land on CPU0)")
+            elif line.startswith("# nmi-source: stop"):
+                nmi.stop()  # the reproducer is done with them
+
+        def save() -> None:
+            try:
+                saved.update(snap.save(vm, {"kernel": kernel.canonical, "kernel_sha256": kernel.sha256,
+                                            "hello": w.hello, "shape": vm.shape()}))
+                echo(f"saved a snapshot at the agent's gate ({(saved['bytes'] + saved['ram_bytes']) / 1e6:.0f} MB "
+                     f"in {saved['save_s']}s): later runs of this kernel restore it")
+                snapshot.prune()
+            except snapshot.SnapshotError as e:
+                echo(f"could not save a snapshot ({e}): later runs boot cold")
+        echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {accel_kind.upper()}), "
+             f"{repro.name} until {plan.target} {repro.count_name} or {plan.duration:.0f}s")
+        hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
+        w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,
+                  go=plan.go, restored=restored, on_ready=save if snap and restored is None else None,
+                  on_suspect=r.prepare_debugger)
+        outcome, raise_later = watch_until_decided(r, vm, w, nmi)
+        r.keep_symbols(w)
+    snap_doc = None
+    if snap:
+        snap_doc = {"key": snap.key, "restored": restored is not None} | (
+            {"saved_s": saved["save_s"], "bytes": saved["bytes"] + saved["ram_bytes"]} if saved else {})
+    a = conclude(r, w, plan, cal, outcome, t0, nmi.summary() if nmi.started_at else None)
+    a.interrupted, a.snapshot = raise_later, snap_doc
+    if restored is not None and outcome.kind == OutcomeKind.BOOT_FAILURE:  # the snapshot's fault: the next boots
+        snap.discard()
+        a.verdict.retryable = True
+    return a
+
+
+def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Outcome, BaseException | None]:
+    """Watch until the run is decided: a hang read and settled (a hang with no
+    culprit is resumed, up to twice, with doubled thresholds), a stall's final
+    histograms in, or any other outcome. Ctrl-C and SIGTERM end it as
+    interrupted, to be raised once the run is written."""
+    false_alarms = 0
+    try:
+        while True:
+            outcome = w.watch()
+            injecting = nmi.running
+            nmi.stop()  # the run is decided, or about to be examined
+            r.keep_symbols(w)
+            if outcome.kind == OutcomeKind.STUCK and r.repro.hang == "process":
+                r.dump_process(w, outcome)
+                return outcome, None
+            if outcome.kind == OutcomeKind.STALL:
+                # decided by the reproducer's own measurement, after the
+                # stall ended: no stacks to read, but its final histograms
+                r.echo(f"{outcome.detail}: ending the run to collect its histograms")
+                w.finish()
+                return outcome, None
+            if not outcome.kind.hang or r.debug_hang(vm, w, outcome) or false_alarms >= 2:
+                if r.samples is not None and not r.samples.dumps:
+                    outcome = qemu_at_fault(vm, w, outcome)
+                return outcome, None
+            false_alarms += 1
+            for f in r.out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
+                f.rename(r.out_dir / f"false-alarm-{false_alarms}-{f.name}")
+            r.echo(f"no culprit on any CPU ({classify.summarize(r.classes) or 'all idle/user'}): "
+                   "resuming, thresholds doubled")
+            w.rearm()
+            if injecting:
+                nmi.start()
+    except KeyboardInterrupt:
+        return Outcome(OutcomeKind.INTERRUPTED, "interrupted by the user (SIGINT)", time.monotonic()), \
+            KeyboardInterrupt()
+    except Interrupted as e:
+        return Outcome(OutcomeKind.INTERRUPTED, f"interrupted ({e})", time.monotonic()), e
+
+
+def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outcome: Outcome, t0: float,
+             nmi: dict | None) -> Attempt:
+    """The attempt's timings, its stall measurement (and chart), its verdict."""
+    watch_doc = w.summary() | {"nmi": nmi}
+    r.timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
+                      "gate_wait_s": watch_doc["gate_wait_s"],
+                      "to_outcome_s": round(outcome.at - t0, 2),
+                      "repro_s": round(outcome.at - w.repro_started_at, 2) if w.repro_started_at else None,
+                      "total_s": round(time.monotonic() - t0, 2)})
+    repro = r.repro
+    stall = latency.evidence(repro.stall, w.ktap.lines, w.progress) if repro.stall else None
+    if stall:
+        if outcome.kind.hang:
+            stall["frozen_s"] = r.timings.get("hang_observed_s")
+        if stall["data"]["paths"]:
+            chart = latency.svg(stall["data"], stall["threshold_ms"], stall["titles"],
+                                f"{r.kernel.canonical}: {stall['title']}")
+            if chart:
+                (r.out_dir / "latency.svg").write_text(chart)
+    report_reason = next((rep.reason for rep in w.reports if rep.kind == "infra"), "")
+    pm = pmiss.p_miss(cal, w.count, repro.count_name)
+    v = decide(outcome, w.ktap, w.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
+               report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None)
+    return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
+                   process=r.process, process_error=r.process_error, go=plan.go, stalls=stall)
+
+
+def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
+                echo: Echo) -> tuple[VM, snapshot.Snapshot | None, dict | None]:
+    """QEMU started: restored from the kernel's snapshot when there is one, or
+    booting cold (and a snapshot to save at the gate); a snapshot that does not
+    load is removed. Returns the VM, its snapshot and, when restored, the
+    agent's hello recorded with it."""
+    vm = VM(cfg)
+    snap = snapshot.for_vm(vm, kernel_sha) if use_snapshot else None
+    meta = snap.meta() if snap else None
+    if meta is not None:
+        warm = VM(dataclasses.replace(cfg, restore_from=snap.state, restore_ram=snap.ram))
+        snap.start_console_log(cfg.log_dir / "console.log")
+        try:
+            warm.start()
+            snapshot.wait_restored(warm)
+            vm.stop()  # never started: only its run directory goes
+            return warm, snap, meta.get("hello") or {}
+        except (VMError, snapshot.SnapshotError) as e:
+            fault = warm.outside_fault()
+            warm.stop()
+            if fault:  # not the snapshot's fault: it stays
+                vm.stop()
+                raise (e if isinstance(e, VMError) else VMError(f"{fault} while it loaded the snapshot")) from None
+            snap.discard()
+            (cfg.log_dir / "console.log").unlink(missing_ok=True)
+            echo(f"the snapshot {snap.state.name} did not load ({e}): removed it, booting cold")
+        except BaseException:  # Ctrl-C while it loads
+            warm.stop()
+            vm.stop()
+            raise
+    vm.cfg.shared_ram = snap is not None  # saved at the gate: its RAM must be readable
+    try:
+        vm.start()
+    except BaseException:
+        vm.stop()
+        raise
+    return vm, snap, None
+
+
+def qemu_at_fault(vm: VM, w: Watch, outcome: Outcome) -> Outcome:
+    """A hang whose vCPUs could not be read: when QEMU died or was stopped
+    meanwhile, that is the finding, not the hang; when the guest powered off
+    after its reproducer ended, the hang was a false alarm and the run is done."""
+    if vm.alive() and not vm.stopped():
+        return outcome
+    after = w.watch()  # the watch reads what QEMU left and names how the run ended
+    if after.kind == OutcomeKind.DONE:
+        return after
+    return Outcome(after.kind, f"{after.detail} (while kstall read its vCPUs, after a {outcome.kind})", outcome.at)

@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: GPL-2.0
+"""matrix.json: the matrix run as one document, built from its cells' run
+records. Every other report is rendered from this document alone (each cell
+carries its classified CPUs, backtraces and console excerpt), so shards run
+on different CI runners merge by merging their documents."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+from harness.analysis.expect import FAILING, CellResult, Matrix
+from harness.analysis.record import RunRecord
+from harness.reports import views
+
+SCHEMA = "kstall.matrix/1"
+
+
+def _console_excerpt(run_dir: Path | None, rec: RunRecord | None, lines: int = 40) -> list[str]:
+    reports = rec.evidence.console_reports if rec else []
+    if reports:
+        out: list[str] = []
+        for r in reports[:3]:
+            out += r.get("excerpt", [])
+        return out[:lines]
+    if run_dir and (run_dir / "console.log").exists():
+        return (run_dir / "console.log").read_text(errors="replace").splitlines()[-lines:]
+    return []
+
+
+def _threads_text(run_dir: Path | None) -> str:
+    """A process hang's thread table (threads.txt), where a kernel hang has
+    per-CPU backtraces."""
+    p = run_dir / "threads.txt" if run_dir else None
+    return p.read_text() if p is not None and p.is_file() else ""
+
+
+def cell_doc(r: CellResult, root: Path) -> dict:
+    rec = r.record
+    ev = rec.evidence if rec else None
+    return {
+        "id": r.cell.id, "kernel": r.cell.kernel, "reproducer": r.cell.reproducer,
+        "expect": r.cell.expect, "xfail": r.cell.xfail, "skip": r.cell.skip,
+        "status": r.status, "failing": r.status in FAILING,
+        "verdict": r.verdict, "line": rec.line if rec else None,
+        "reason": (rec.verdict.reason if rec else None) or r.cell.skip,
+        "signature": rec.verdict.signature if rec else None, "confidence": rec.verdict.confidence if rec else None,
+        "kernel_canonical": rec.kernel.get("canonical") if rec else None,
+        "kernel_sha256": rec.kernel.get("sha256") if rec else None,
+        "kernel_origin": rec.kernel.get("origin") if rec else None,
+        "started": rec.started if rec else None, "vm": rec.vm if rec else None,
+        "count": ev.count if ev else None, "count_name": ev.count_name if ev else None,
+        "p_miss": ev.p_miss if ev else None,
+        "stalls": ev.to_json()["stalls"] if ev else None, "latency": ev.latency if ev else None,
+        "cpus": rec.cpus if rec else [],
+        "backtraces": views.cpu_backtraces(rec.cpus if rec else []) or _threads_text(r.run_dir),
+        "process": rec.process if rec else None,
+        "console_excerpt": _console_excerpt(r.run_dir, rec),
+        "console_titles": ev.console_titles if ev else [],
+        "timings": rec.timings if rec else {},
+        "seconds": round(r.seconds, 2), "kernel_wait_s": round(r.kernel_wait_s, 2),
+        "run_dir": os.path.relpath(r.run_dir, root) if r.run_dir else None,
+    }
+
+
+def totals(cells: list[dict]) -> dict:
+    return dict(Counter(c["status"] for c in cells))
+
+
+def exit_code(cells: list[dict]) -> int:
+    return 1 if any(c["status"] in FAILING for c in cells) else 0
+
+
+def matrix_doc(m: Matrix, results: list[CellResult], root: Path, run_id: str, shard: str | None,
+               started: float, jobs: int, cores: int, interrupted: bool = False) -> dict:
+    cells = [cell_doc(r, root) for r in results]
+    return {"schema": SCHEMA, "id": run_id, "matrix": str(m.path), "shards": [shard] if shard else [],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "wall_s": round(time.time() - started, 1), "interrupted": interrupted,
+            "host": {"cores": cores, "jobs": jobs}, "kernels": m.kernels, "reproducers": m.reproducers,
+            "cells": cells, "totals": totals(cells), "failing": [c["id"] for c in cells if c["failing"]],
+            "exit_code": exit_code(cells)}
+
+
+def merge(docs: list[dict]) -> dict:
+    """One document from shards of the same matrix (cells keyed by id)."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    kernels: list[str] = []
+    repros: list[str] = []
+    cells: dict[str, dict] = {}
+    for d in docs:
+        kernels += [k for k in d["kernels"] if k not in kernels]
+        repros += [r for r in d["reproducers"] if r not in repros]
+        for c in d["cells"]:
+            cells[c["id"]] = c
+    order = {(k, r): i for i, (k, r) in enumerate((k, r) for k in kernels for r in repros)}
+    merged = sorted(cells.values(), key=lambda c: order.get((c["kernel"], c["reproducer"]), 1 << 30))
+    first = docs[0]
+    return {**first, "id": first["id"] + (f"+{len(docs) - 1}" if len(docs) > 1 else ""),
+            "shards": sorted({s for d in docs for s in d.get("shards", [])}),
+            "started": min(d["started"] for d in docs), "finished": max(d["finished"] for d in docs),
+            "wall_s": max(d["wall_s"] for d in docs), "interrupted": any(d.get("interrupted") for d in docs),
+            "kernels": kernels, "reproducers": repros, "cells": merged, "totals": totals(merged),
+            "failing": [c["id"] for c in merged if c["failing"]], "exit_code": exit_code(merged)}
+
+
+def load_doc(directory: Path) -> dict:
+    p = directory / "matrix.json"
+    if not p.is_file():
+        raise FileNotFoundError(f"{directory}: no matrix.json (not a matrix results directory)")
+    return json.loads(p.read_text())
+
+
+def copy_runs(src: Path, dest: Path) -> None:
+    """A merged report keeps its cells' run directories next to it."""
+    runs = src / "runs"
+    if runs.is_dir():
+        for r in runs.iterdir():
+            target = dest / "runs" / r.name
+            if not target.exists():
+                shutil.copytree(r, target)

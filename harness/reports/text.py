@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What the command line prints: a verify run's verdict with its evidence, and
+the matrix's verdict table (`make run`)."""
+from __future__ import annotations
+
+from harness.analysis.expect import STATUS_TEXT
+from harness.analysis.record import RunRecord
+from harness.analysis.verdict import VerdictKind
+from harness.reports import views
+
+
+def run_text(rec: RunRecord) -> str:
+    """verify's human output: the verdict line, then what it rests on."""
+    out = [rec.line]
+    ev = rec.evidence
+    for s in (ev.stalls or {}).get("stalled", []):
+        nulls = f", {s['nulls']} NULL returns" if s.get("nulls") is not None else ""
+        out.append(f"  {s['title']}: longest {s['max_ms']:.1f} ms, {s['over']} past {s['threshold_ms']:g} ms{nulls}")
+    if ev.nmi_injection:
+        out.append(f"  NMIs injected: {ev.nmi_injection['sent']} at {ev.nmi_injection['achieved_rate']}/s")
+    v = rec.verdict
+    if (v.signature is not None and not rec.stalled_by_measurement) or v.verdict == VerdictKind.INCONCLUSIVE:
+        out += [f"  {views.cpu_line(c, 30)}" for c in views.named_cpus(rec.cpus)]
+    if v.verdict == VerdictKind.NOT_REPRODUCED and ev.p_miss:
+        out.append(f"  {ev.p_miss['method']}")
+    if ev.console_titles:
+        out.append(f"  kernel reported: {views.titles_text(ev.console_titles)}")
+    if v.verdict not in (VerdictKind.VULNERABLE, VerdictKind.NOT_REPRODUCED) and v.summary:
+        out.append(f"  reason: {v.reason}")
+    t = rec.timings
+    boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"
+    counted = f"{ev.count} {ev.count_name}; " if ev.count is not None else ""
+    out.append(f"  {counted}{boot}, verdict after {rec.wall_s}s; results: {rec.results_dir or 'not kept'}")
+    return "\n".join(out)
+
+
+def matrix_table(doc: dict) -> str:
+    """The verdict table `make run` prints."""
+    cells = views.cell_map(doc)
+    w = max(len(k) for k in doc["kernels"]) + 2
+    cols = [max(len(r), 30) for r in doc["reproducers"]]
+    out = [views.headline(doc), "", "kernel".ljust(w) + "".join(r.ljust(c + 2) for r, c in zip(doc["reproducers"], cols))]
+    for k in doc["kernels"]:
+        row = k.ljust(w)
+        for r, width in zip(doc["reproducers"], cols):
+            c = cells.get((k, r))
+            if c is None:
+                text = "-"
+            else:
+                text = (c["verdict"] or STATUS_TEXT[c["status"]]) + (
+                    f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else "")
+            row += text.ljust(width + 2)
+        out.append(row.rstrip())
+    for c in doc["cells"]:
+        if c["failing"]:
+            out.append(views.failing_line(c))
+    return "\n".join(out)

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: GPL-2.0
+"""One renderer per view, shared by every report, run directory and the
+command line: a vCPU's line and backtrace, the kernel's console titles, a
+matrix's headline and grid."""
+from __future__ import annotations
+
+from harness.analysis.classify import NAMED_ROLES, Role
+from harness.analysis.expect import FAILING, STATUS_TEXT
+
+MAX_FRAMES = 24  # frames shown per CPU in a report (backtraces.txt keeps all)
+
+
+def cpu_line(c: dict, width: int = 0) -> str:
+    """'CPU1: hrtimer_cancel self-deadlock at hrtimer_cancel+0x28/0x40 (stuck, 3/3 samples)'"""
+    state = "stuck" if c.get("stuck") else "moving"
+    seen = (c.get("seen") or {}).get(c.get("signature"), 0)
+    return f"CPU{c['cpu']}: {c['class']:<{width}} at {c.get('pc') or '?'} ({state}, {seen}/{c.get('samples')} samples)"
+
+
+def cpu_backtraces(cpus: list[dict], benign: bool = False, max_frames: int | None = MAX_FRAMES) -> str:
+    """Each CPU's line and stack (classify.CpuClass.to_json()), a blank line
+    after each; idle and user-mode CPUs only with benign."""
+    out = []
+    for c in cpus:
+        if c.get("role") == Role.BENIGN and not benign:
+            continue
+        out.append(cpu_line(c))
+        out += [f"    {f}" for f in c.get("frames", [])[:max_frames]]
+        out.append("")
+    return "\n".join(out)
+
+
+def named_cpus(cpus: list[dict]) -> list[dict]:
+    """The CPUs a verdict names: culprits, victims, emulator faults, unknowns."""
+    return [c for c in cpus if c.get("role") in NAMED_ROLES]
+
+
+def titles_text(titles: list[dict]) -> str:
+    """'INFO: task hung in pipe_write (x2); ...' from console.titles()"""
+    return "; ".join(t["title"] + (f" (x{t['count']})" if t["count"] > 1 else "") for t in titles)
+
+
+def kernel_said(cell: dict) -> str:
+    return f"kernel reported: {titles_text(cell['console_titles'])}" if cell.get("console_titles") else ""
+
+
+def cell_map(doc: dict) -> dict[tuple[str, str], dict]:
+    return {(c["kernel"], c["reproducer"]): c for c in doc["cells"]}
+
+
+def headline(doc: dict) -> str:
+    t = doc["totals"]
+    parts = [f"{n} {STATUS_TEXT.get(s, s)}" for s, n in sorted(t.items(), key=lambda kv: kv[0] not in FAILING)]
+    shards = f", shards {', '.join(doc['shards'])}" if doc.get("shards") else ""
+    stopped = " (interrupted)" if doc.get("interrupted") else ""
+    return f"kstall matrix: {', '.join(parts)}{stopped} ({doc['matrix']}{shards}, {doc['wall_s']:.0f}s)"
+
+
+def failing_line(c: dict) -> str:
+    """'REGRESSION: debian:6.16.12/perf-refresh: VULNERABLE: ... (expected not_reproduced)'"""
+    return f"{STATUS_TEXT[c['status']]}: {c['id']}: {c['line'] or c['reason']} (expected {c['expect']})"
