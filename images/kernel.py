@@ -9,8 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from images import pvh
-
 Progress = Callable[[str], None]
 
 
@@ -50,16 +48,11 @@ class Kernel:
                 return line[len(prefix):].strip('"')
         return None
 
-    def boot_file(self) -> Path:
-        """QEMU's -kernel: the uncompressed ELF for a PVH boot where it has one.
-        Kernels without ACPI (build:, on pc) keep their bzImage: they find
-        their CPUs in SeaBIOS's MP table, not yet tried with a PVH entry."""
-        return pvh.boot_file(self.vmlinuz, self.sha256) if self.machine() == "q35" else self.vmlinuz
-
     def machine(self) -> str:
-        """QEMU's machine type for it: q35 lists the CPUs in ACPI tables only,
-        so a kernel built without ACPI (build:, for a quicker build) boots on
-        pc, whose firmware also lists them in MP tables (CONFIG_X86_MPPARSE)."""
+        """The machine it needs (harness/guest/machines.toml): q35 lists the
+        CPUs in ACPI tables only, so a kernel built without ACPI (build:, for a
+        quicker build) boots on pc, whose firmware also lists them in MP
+        tables (CONFIG_X86_MPPARSE)."""
         return "pc" if self.config_value("CONFIG_ACPI") is None and self.config_value("CONFIG_X86_MPPARSE") == "y" \
             else "q35"
 

@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis.classify import base_name
 from harness.base import paths
 
 PATTERNS = paths.data_file("harness", "analysis", "console-patterns.toml")
@@ -25,7 +26,6 @@ _CALLER = re.compile(r"^\[\s*[TC]\d+\]\s?")  # CONFIG_PRINTK_CALLER's [T123] / [
 _FUNC = r"(?P<func>[A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)*(?P<unreliable>\?\s*)?" + _FUNC + r"(?:\s+\[[\w-]+\])?\s*$")
 _KERNEL_RIP = re.compile(r"^\s*RIP: 0010:(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
-_CLONE_SUFFIX = re.compile(r"(?:\.(?:constprop|isra|part|cold|llvm|lto_priv)(?:\.\d+)?)+$")
 TRACE_LINES = 80  # how far into a report its function is looked for
 
 
@@ -119,7 +119,7 @@ def frame_function(line: str) -> tuple[str, bool] | None:
     m = _KERNEL_RIP.match(body) or _FRAME.match(body)
     if not m:
         return None
-    return _CLONE_SUFFIX.sub("", m.group("func")), not m.groupdict().get("unreliable")
+    return base_name(m.group("func")), not m.groupdict().get("unreliable")
 
 
 def report_function(lines: list[str], func_from: str, skip: re.Pattern | None) -> str | None:

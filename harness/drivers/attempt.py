@@ -23,7 +23,7 @@ from harness.base import paths, reproducers
 from harness.base.procs import Interrupted
 from harness.debug import process, vcpus as debug
 from harness.drivers.options import Options
-from harness.guest import snapshot
+from harness.guest import machine, snapshot
 from harness.guest.cores import Gate
 from harness.guest.nmi import NmiInjector
 from harness.guest.vm import VM, VMConfig, VMError
@@ -34,11 +34,10 @@ from images.kernel import Kernel, SpecError
 Echo = Callable[[str], None]
 
 
-def kernel_cmdline(extra: str) -> str:
+def kernel_cmdline(m: machine.Machine, extra: str) -> str:
     """The same for every reproducer, so that one snapshot of a kernel serves
     them all: what to run comes with the GO at the agent's gate."""
-    parts = ["console=ttyS0", "nokaslr", "quiet", "panic=-1", "tsc=reliable", "kstall.gate=1"]
-    return " ".join(parts + ([extra] if extra else []))
+    return m.kernel_cmdline("kstall.gate=1", extra)
 
 
 def go_params(repro: reproducers.Reproducer, args: list[str], want_syms: bool) -> str:
@@ -86,8 +85,9 @@ def make_plan(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, acce
     duration = opts.duration or repro.max_seconds
     extra = " ".join(a for a in (disk.cmdline if disk else "", opts.cmdline_extra) if a)
     cpus = opts.cpus or repro.default_cpus
-    cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, cmdline=kernel_cmdline(extra), log_dir=out_dir,
-                   cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=kernel.machine(),
+    m = machine.for_kernel(kernel)
+    cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
+                   cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=m.name,
                    extra_args=disk.qemu_args() if disk else [])
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,

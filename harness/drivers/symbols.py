@@ -6,24 +6,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.guest import accel
 from harness.drivers import preflight
-from images import symcache
 from harness.drivers.verify import ensure_guest
+from harness.guest import accel, machine
 from harness.guest.vm import VM, VMConfig
 from harness.guest.watch import Limits, Watch
-from images import initramfs
+from images import initramfs, symcache
 from images.kernel import Kernel
 
 
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     ensure_guest(echo)
     initrd = initramfs.build(modules=preflight.check(kernel, None).modules)
-    kind = accel.choose(accel_mode, kernel.sha256, kernel.boot_file(), initrd, echo, kernel.machine())
+    kind = accel.choose(accel_mode, kernel, initrd, echo)
+    m = machine.for_kernel(kernel)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
-        cfg = VMConfig(kernel=kernel.boot_file(), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
-                       machine=kernel.machine(),
-                       cmdline="console=ttyS0 nokaslr quiet panic=-1 tsc=reliable kstall.repro=none kstall.syms=1")
+        cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
+                       machine=m.name, cmdline=m.kernel_cmdline("kstall.repro=none", "kstall.syms=1"))
         with VM(cfg) as vm:
             echo(f"booting {kernel.canonical} to capture /proc/kallsyms")
             vm.start()

@@ -76,7 +76,7 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(modules=check.modules)
     accel_kind = "none" if check.missing else \
-        accel.choose(opts.accel, kernel.sha256, kernel.boot_file(), initrd, echo, kernel.machine())
+        accel.choose(opts.accel, kernel, initrd, echo)
     disk = None
     if opts.boot_image and not check.missing:
         disk = boot_image.prepare(kernel, echo)  # the image loads its own modules

@@ -22,8 +22,10 @@ from typing import Callable
 from harness.analysis.outcome import OutcomeKind
 from harness.base import paths
 from harness.base.kvm_decisions import HOST, decisions
+from harness.guest import machine
 from harness.guest.vm import VM, VMConfig, VMError, kvm_available
 from harness.guest.watch import Limits, Watch
+from images.kernel import Kernel
 
 PROBE_BOUND_S = float(os.environ.get("KSTALL_KVM_PROBE_S", "3"))
 
@@ -46,14 +48,14 @@ def probe(cfg: VMConfig, bound: float = PROBE_BOUND_S) -> tuple[bool, str, float
     return False, f"{out.kind}: {out.detail}", seconds
 
 
-def probe_config(kernel: Path, initrd: Path, machine: str, log_dir: Path) -> VMConfig:
-    """The probe guest: the run's kernel and machine, one vCPU, no reproducer."""
-    return VMConfig(kernel=kernel, initrd=initrd, log_dir=log_dir, cpus=1, accel="kvm", machine=machine,
-                    cmdline="console=ttyS0 nokaslr quiet panic=-1 kstall.repro=none")
+def probe_config(kernel: Kernel, initrd: Path, log_dir: Path) -> VMConfig:
+    """The probe guest: the run's kernel on the run's machine, one vCPU, no reproducer."""
+    m = machine.for_kernel(kernel)
+    return VMConfig(kernel=m.boot_file(kernel), initrd=initrd, log_dir=log_dir, cpus=1, accel="kvm", machine=m.name,
+                    cmdline=m.kernel_cmdline("kstall.repro=none"))
 
 
-def choose(requested: str, kernel_sha: str, kernel: Path, initrd: Path, echo: Callable[[str], None],
-           machine: str = "q35") -> str:
+def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], None]) -> str:
     if requested == "tcg":
         return "tcg"
     ok, why = kvm_available()
@@ -64,16 +66,16 @@ def choose(requested: str, kernel_sha: str, kernel: Path, initrd: Path, echo: Ca
         return "tcg"
     with decisions() as known:
         host = known.get(HOST)
-        if host is None or (host["works"] and kernel_sha not in known):
+        if host is None or (host["works"] and kernel.sha256 not in known):
             what = "whether KVM runs guests on this host" if host is None else "KVM with this kernel"
             echo(f"probing {what} (a boot bounded by {PROBE_BOUND_S:g}s)")
-            works, detail, seconds = probe(probe_config(kernel, initrd, machine, paths.cache_dir() / "kvm-probe"))
-            known[kernel_sha] = {"works": works, "detail": detail, "seconds": round(seconds, 1)}
+            works, detail, seconds = probe(probe_config(kernel, initrd, paths.cache_dir() / "kvm-probe"))
+            known[kernel.sha256] = {"works": works, "detail": detail, "seconds": round(seconds, 1)}
             if host is None:
-                host = known[HOST] = known[kernel_sha]
+                host = known[HOST] = known[kernel.sha256]
             if not works:
                 echo(f"{detail}: using TCG")
-        decided = known[HOST] if not host["works"] else known[kernel_sha]
+        decided = known[HOST] if not host["works"] else known[kernel.sha256]
     if decided["works"]:
         return "kvm"
     if requested == "kvm":

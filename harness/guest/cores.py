@@ -42,10 +42,6 @@ class CoreBudget:
                     raise Cancelled("cancelled while waiting for cores")
         return t
 
-    def in_use(self) -> int:
-        with self.cond:
-            return self.cores - self.free
-
 
 class Ticket:
     def __init__(self, budget: CoreBudget, n: int) -> None:

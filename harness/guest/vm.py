@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import leftovers, procs
+from harness.guest import machine
 from harness.guest.qmp import QMP, QMPError
 
-QEMU = os.environ.get("KSTALL_QEMU", "qemu-system-x86_64")
 
 
 @dataclass
@@ -34,7 +34,7 @@ class VMConfig:
     cpus: int = 2
     memory_mb: int = 1024
     accel: str = "tcg"  # "tcg" or "kvm"
-    machine: str = "q35"  # images.kernel.Kernel.machine()
+    machine: str = "q35"  # harness/guest/machines.toml; images.kernel.Kernel.machine() names a kernel's
     extra_args: list[str] = field(default_factory=list)
     # a saved VM state (harness/guest/snapshot.py) to load instead of booting: the
     # devices, and the guest RAM as a file QEMU maps private (copy on write)
@@ -54,6 +54,9 @@ def kvm_available() -> tuple[bool, str]:
         return False, f"/dev/kvm: {e.strerror}"
     os.close(fd)
     return True, "/dev/kvm opens"
+
+
+QEMU = machine.QEMU
 
 
 class VMError(RuntimeError):
@@ -111,22 +114,13 @@ class VM:
         return ["-object", f"memory-backend-file,id=kstall-ram,size={c.memory_mb}M,mem-path={path},share={share}",
                 "-machine", "memory-backend=kstall-ram"]
 
-    def _smp(self) -> str:
-        """SeaBIOS's MP table lists one CPU per package: on pc (a kernel without
-        ACPI) each vCPU is its own socket, or the guest sees only the first."""
-        c = self.cfg
-        return f"{c.cpus},sockets={c.cpus},cores=1,threads=1" if c.machine == "pc" else str(c.cpus)
-
     def _command(self) -> list[str]:
         c = self.cfg
         logs = c.log_dir
-        if c.accel == "kvm":
-            accel = ["-accel", "kvm", "-cpu", "host"]
-        else:
-            accel = ["-accel", "tcg,thread=multi", "-cpu", "max"]
         return [
             QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
-            "-machine", c.machine, *accel, "-smp", self._smp(), "-m", str(c.memory_mb),
+            "-machine", c.machine, *machine.accel_args(c.accel), "-smp", machine.get(c.machine).smp_arg(c.cpus),
+            "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
             # appended to: a restored guest's log starts with the boot its snapshot saw
             "-chardev", f"socket,id=con0,path={self.sock('console')},server=on,wait=off,"

@@ -17,7 +17,6 @@ machine type, firmware, command line.
 import argparse
 import re
 import select
-import socket
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from harness.drivers import preflight  # noqa: E402
 from harness.base import reproducers  # noqa: E402
-from harness.drivers.verify import kernel_cmdline  # noqa: E402
+from harness.drivers.attempt import kernel_cmdline  # noqa: E402
+from harness.guest import machine as machines  # noqa: E402
 from harness.guest.vm import VM, VMConfig  # noqa: E402
 from images import initramfs  # noqa: E402
 from images.schemes import resolve  # noqa: E402
@@ -105,7 +105,8 @@ def main() -> None:
     initrd = initramfs.build(modules=preflight.check(kernel, reproducers.load("perf-refresh")).modules)
     variants = {n: VARIANTS[n] for n in a.variants.split(",")} | {f"+{c}": (None, [], c, True) for c in a.cmdline}
 
-    profile = boot(kernel.boot_file(), initrd, kernel.machine(), [], kernel_cmdline("initcall_debug ignore_loglevel"))
+    m = machines.for_kernel(kernel)
+    profile = boot(m.boot_file(kernel), initrd, m.name, [], kernel_cmdline(m, "initcall_debug ignore_loglevel"))
     print(f"{a.kernel}, one boot with initcall_debug (the console prints all of it: slower than usual): "
           f"firmware {profile['firmware']:.2f}s, kernel to `Run /init` {profile['run_init']:.2f}s, "
           f"then to the agent's hello {profile['guest'] - profile['run_init']:.2f}s")
@@ -117,8 +118,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {n: [] for n in variants}
     for _ in range(a.runs):  # interleaved: every variant sees the same host
         for name, (machine, qemu_args, extra, pvh) in variants.items():
-            runs[name].append(boot(kernel.boot_file() if pvh else kernel.vmlinuz, initrd, machine or kernel.machine(),
-                                   qemu_args, kernel_cmdline(extra)))
+            runs[name].append(boot(m.boot_file(kernel) if pvh else kernel.vmlinuz, initrd, machine or m.name,
+                                   qemu_args, kernel_cmdline(m, extra)))
     print(f"{a.kernel}, QEMU start to the agent's hello, median of {a.runs}:")
     print(f"  {'variant':<28} {'firmware':>8} {'guest':>8} {'hello':>8}")
     for name, rs in runs.items():

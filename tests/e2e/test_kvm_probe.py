@@ -37,13 +37,12 @@ def _kvm_that_runs_nothing(tmp: Path) -> str:
 def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_path, monkeypatch):
     kernels = [resolve(f"debian:{v}") for v in ("7.3.4", "6.17.8")]
     initrd = initramfs.build()
-    boots = [(k.sha256, k.boot_file(), k.machine()) for k in kernels]
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))  # no decision made yet
     monkeypatch.setattr("harness.guest.vm.QEMU", _kvm_that_runs_nothing(tmp_path))
     monkeypatch.setattr(accel, "kvm_available", lambda: (True, "/dev/kvm opens (stand-in)"))
     said: list[str] = []
     t0 = time.monotonic()
-    chosen = [accel.choose("auto", sha, boot, initrd, said.append, machine) for sha, boot, machine in boots]
+    chosen = [accel.choose("auto", k, initrd, said.append) for k in kernels]
     took = time.monotonic() - t0
     print(f"decided in {took:.2f}s: {said}")
     assert chosen == ["tcg", "tcg"]
@@ -52,7 +51,7 @@ def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_pat
     assert any("did not reach its agent" in s for s in said), said
     assert not kvm_decisions.guest_ran_under_kvm()
     with pytest.raises(Exception, match="KVM did not run a guest"):
-        accel.choose("kvm", *boots[0][:2], initrd, said.append, boots[0][2])
+        accel.choose("kvm", kernels[0], initrd, said.append)
     # libguestfs, which would start its own QEMU with KVM because /dev/kvm opens, gets TCG
     monkeypatch.setattr(appliance, "_kernel_dir", lambda progress: (tmp_path, "6.1.0-0-amd64"))
     assert "force_tcg" in appliance.environment()["LIBGUESTFS_BACKEND_SETTINGS"].split(":")
