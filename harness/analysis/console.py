@@ -186,3 +186,42 @@ def scan(text: str, patterns: Patterns | None = None, excerpt_lines: int = TRACE
             r.excerpt = lines[i:i + excerpt_lines]
             out.append(r)
     return out
+
+
+class Tracker:
+    """A live console, a line at a time: the reports it holds (each taking
+    its following lines until it has enough to be named), the first report
+    that ends a run (a panic, an oops, an emulator fault, a boot or agent
+    failure) and when it came, and the last lines for a boot failure's reason."""
+    MAX_REPORTS = 100  # kept per run; the rest are only counted
+    ENDS_RUN = ("panic", "oops", "infra", "boot", "agent")
+    SAID = ("stall", "infra", "panic", "oops")  # said as they come
+
+    def __init__(self, patterns: Patterns, say=None) -> None:
+        self.patterns = patterns
+        self.say = say
+        self.reports: list[Report] = []
+        self.dropped = 0  # past MAX_REPORTS: a guest that repeats itself
+        self.open: list[Report] = []  # still taking their lines
+        self.pending: Report | None = None
+        self.pending_since = 0.0
+        self.tail: list[str] = []
+
+    def feed(self, line: str, now: float) -> None:
+        self.tail = (self.tail + [line])[-200:]
+        # a report's lines (its RIP and trace name it) follow its first one
+        self.open = [r for r in self.open if len(r.excerpt) < TRACE_LINES]
+        for r in self.open:
+            r.excerpt.append(line)
+        r = match_line(line, self.patterns)
+        if r is None:
+            return
+        if len(self.reports) >= self.MAX_REPORTS:
+            self.dropped += 1
+            return
+        self.reports.append(r)
+        self.open.append(r)
+        if r.kind in self.ENDS_RUN and self.pending is None:
+            self.pending, self.pending_since = r, now
+        if r.kind in self.SAID and self.say:
+            self.say(f"console: {r.message}")

@@ -134,9 +134,9 @@ class _Run:
     def keep_symbols(self, w: Watch) -> None:
         if w.syms.data and self.syms_path is None:
             self.syms_path = symcache.store(self.kernel.sha256, w.syms.data)
-            took = w.syms.done_at - w.hello_at if w.syms.done_at and w.hello_at else 0
-            self.echo(f"symbols captured: {w.syms_info.get('lines', '?')} text symbols "
-                      f"({int(w.syms_info.get('bytes', 0)) / 1e6:.1f} MB, guest export {w.syms_info.get('ms', '?')} ms, "
+            took = w.syms.done_at - w.agent.hello_at if w.syms.done_at and w.agent.hello_at else 0
+            self.echo(f"symbols captured: {w.agent.syms_info.get('lines', '?')} text symbols "
+                      f"({int(w.agent.syms_info.get('bytes', 0)) / 1e6:.1f} MB, guest export {w.agent.syms_info.get('ms', '?')} ms, "
                       f"host receipt {took:.2f}s after hello)")
 
     def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:
@@ -157,10 +157,10 @@ class _Run:
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""
-        since = (w.last_hb_at if outcome.kind == OutcomeKind.FREEZE else w.count_changed_at) or outcome.at
+        since = (w.agent.last_hb_at if outcome.kind == OutcomeKind.FREEZE else w.agent.count_changed_at) or outcome.at
         self.timings["detection_latency_s"] = round(outcome.at - since, 3)
-        if w.repro_started_at:
-            self.timings["hang_after_s"] = round(max(since - w.repro_started_at, 0), 3)
+        if w.agent.repro_started_at:
+            self.timings["hang_after_s"] = round(max(since - w.agent.repro_started_at, 0), 3)
         self.echo(f"{outcome.kind}: {outcome.detail}; {next_step}")
         return since
 
@@ -172,21 +172,21 @@ class _Run:
         core = w.take_core()
         self.timings["core_s"] = round(time.monotonic() - t, 2)
         if core is None:
-            self.process_error = f"no core of the reproducer arrived ({w.core_info.get('error', 'timed out')})"
+            self.process_error = f"no core of the reproducer arrived ({w.agent.core_info.get('error', 'timed out')})"
             return
         core_path = self.out_dir / "core"
         core_path.write_bytes(core)
-        exe = paths.guest_dir() / Path(w.core_info.get("exe") or self.repro.binary).name
+        exe = paths.guest_dir() / Path(w.agent.core_info.get("exe") or self.repro.binary).name
         t = time.monotonic()
         try:
-            dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.proc_threads,
+            dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.agent.proc_threads,
                                      hook=self.opts.on_thread_command)
         except process.DumpError as e:
             self.process_error = str(e)
             return
         self.timings["thread_dump_s"] = round(time.monotonic() - t, 2)
         (self.out_dir / "thread-dump.json").write_text(json.dumps(dump.to_json(), indent=1) + "\n")
-        self.process = thread_hang.analyse(dump, w.proc_threads)
+        self.process = thread_hang.analyse(dump, w.agent.proc_threads)
         doc = self.process.to_json() | {"core": core_path.name, "exe": str(exe), "core_bytes": len(core),
                                         "dump_errors": dump.errors, "gdb_starts": dump.gdb_starts}
         (self.out_dir / "threads.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -226,7 +226,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
         def save() -> None:
             try:
                 saved.update(snap.save(vm, {"kernel": kernel.canonical, "kernel_sha256": kernel.sha256,
-                                            "hello": w.hello, "shape": vm.shape()}))
+                                            "hello": w.agent.hello, "shape": vm.shape()}))
                 echo(f"saved a snapshot at the agent's gate ({(saved['bytes'] + saved['ram_bytes']) / 1e6:.0f} MB "
                      f"in {saved['save_s']}s): later runs of this kernel restore it")
                 snapshot.prune()
@@ -296,13 +296,13 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
              nmi: dict | None) -> Attempt:
     """The attempt's timings, its stall measurement (and chart), its verdict."""
     watch_doc = w.summary() | {"nmi": nmi}
-    r.timings.update({"boot_s": round(w.hello_at - t0, 2) if w.hello_at else None,
+    r.timings.update({"boot_s": round(w.agent.hello_at - t0, 2) if w.agent.hello_at else None,
                       "gate_wait_s": watch_doc["gate_wait_s"],
                       "to_outcome_s": round(outcome.at - t0, 2),
-                      "repro_s": round(outcome.at - w.repro_started_at, 2) if w.repro_started_at else None,
+                      "repro_s": round(outcome.at - w.agent.repro_started_at, 2) if w.agent.repro_started_at else None,
                       "total_s": round(time.monotonic() - t0, 2)})
     repro = r.repro
-    stall = latency.evidence(repro.stall, w.ktap.lines, w.progress) if repro.stall else None
+    stall = latency.evidence(repro.stall, w.agent.ktap.lines, w.agent.progress) if repro.stall else None
     if stall:
         if outcome.kind.hang:
             stall["frozen_s"] = r.timings.get("hang_observed_s")
@@ -311,9 +311,9 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
                                 f"{r.kernel.canonical}: {stall['title']}")
             if chart:
                 (r.out_dir / "latency.svg").write_text(chart)
-    report_reason = next((rep.reason for rep in w.reports if rep.kind == "infra"), "")
-    pm = pmiss.p_miss(cal, w.count, repro.count_name)
-    v = decide(outcome, w.ktap, w.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
+    report_reason = next((rep.reason for rep in w.console.reports if rep.kind == "infra"), "")
+    pm = pmiss.p_miss(cal, w.agent.count, repro.count_name)
+    v = decide(outcome, w.agent.ktap, w.agent.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
                report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None)
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall)

@@ -35,6 +35,6 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     if w.syms.data is None:
         raise RuntimeError(f"no symbols arrived ({out.kind}: {out.detail})")
     path = symcache.store(kernel.sha256, w.syms.data)
-    return {"path": path, "lines": int(w.syms_info.get("lines", 0)), "bytes": len(w.syms.data),
-            "guest_ms": int(w.syms_info.get("ms", 0)),
-            "capture_s": (w.syms.done_at or 0) - (w.hello_at or 0)}
+    return {"path": path, "lines": int(w.agent.syms_info.get("lines", 0)), "bytes": len(w.syms.data),
+            "guest_ms": int(w.agent.syms_info.get("ms", 0)),
+            "capture_s": (w.syms.done_at or 0) - (w.agent.hello_at or 0)}

@@ -76,8 +76,8 @@ def test_a_trailing_heartbeat_does_not_undo_the_final_count():
                           cfg=SimpleNamespace(cpus=2)), Limits(), patterns=[])
     for line in ["KTAP version 1", "# progress count=946 elapsed_ms=20000", "HB 1 5 946",
                  "# result count=947 elapsed_ms=20100", "HB 2 6 946", "ok 1 bpf-ringbuf"]:
-        w._on_agent(line, 1.0)
-    assert w.count == 947
+        w.agent.feed(line, 1.0)
+    assert w.agent.count == 947
 
 
 def test_kselftest_output_and_the_runners_nesting():
@@ -117,11 +117,11 @@ def test_heartbeats_waiting_in_the_socket_while_kstall_was_busy_are_no_freeze():
     w = Watch(vm, Limits(freeze_after=0.8), patterns=[])
     guest.sendall(b"KSTALL hello uname=6.17.8 cpus=2 init=init\nHB 0 1000000 0\n")
     w._pump(0.2)
-    w.last_hb_at -= 5  # kstall did not read for 5 s...
+    w.agent.last_hb_at -= 5  # kstall did not read for 5 s...
     guest.sendall(b"HB 1 51000000 0\nHB 2 101000000 0\n")  # ...while the guest went on
     t0 = time.monotonic()
     out = w.watch()
-    assert out.kind == "freeze" and w.hb_count == 3, (out, w.hb_count)
+    assert out.kind == "freeze" and w.agent.hb_count == 3, (out, w.agent.hb_count)
     assert time.monotonic() - t0 >= 0.7, "a freeze declared over heartbeats that were waiting to be read"
     for a, b in pairs:
         a.close()
@@ -135,7 +135,7 @@ def test_a_stuck_count_is_suspected_once_before_it_is_declared():
     w = Watch(vm, Limits(freeze_after=30, stuck_after=0.5), patterns=[], on_suspect=lambda: seen.append(time.monotonic()))
     guest.sendall(b"KSTALL hello uname=6.16.12 cpus=2 init=init\nHB 0 1000000 0\n# progress count=0 elapsed_ms=1\n")
     w._pump(0.2)
-    started = w.count_changed_at
+    started = w.agent.count_changed_at
     out = w.watch()
     assert out.kind == "stuck" and len(seen) == 1, (out, seen)
     assert started + 0.5 * SUSPECT_AT <= seen[0] < out.at

@@ -109,8 +109,8 @@ PARSERS = {
     "console.report_function": lambda pats: (lambda l: console.report_function(
         ["x", *l.split("\x00")] * 3, "rip", pats.skip)),
     "watch.Ktap": lambda pats: Ktap().feed,
-    "watch.agent_line": lambda pats: (lambda w: lambda l: w._on_agent(l, 1.0))(watch()),
-    "watch.console_line": lambda pats: (lambda w: lambda l: (w._on_console(l, 1.0), w.summary()))(watch()),
+    "watch.agent_line": lambda pats: (lambda w: lambda l: w.agent.feed(l, 1.0))(watch()),
+    "watch.console_line": lambda pats: (lambda w: lambda l: (w.console.feed(l, 1.0), w.summary()))(watch()),
     "latency.parse": lambda pats: (lambda l: latency.parse([l, l.replace("hist", "stats")],
                                                            reproducers.load("bpf-ringbuf").stall,
                                                            {"nmi_max_ns": l[:20]})),
@@ -144,8 +144,8 @@ def test_100_mb_endless_stream_stays_bounded(reader):
             data = chunk if i % 160 else b"\n" + chunk
             if reader == "watch":
                 for line in r.feed(data):
-                    w._on_agent(line, 1.0)
-                    w._on_console(line, 1.0)
+                    w.agent.feed(line, 1.0)
+                    w.console.feed(line, 1.0)
             else:
                 r.feed(data)
         peak = tracemalloc.get_traced_memory()[1]

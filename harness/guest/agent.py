@@ -1,0 +1,130 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What the guest agent (repro/agent.c) says on its channel, as state: its
+hello and its gate, heartbeats with guest time and the progress count, the
+reproducer's KTAP output and progress lines, its exit and the power-off, and
+for a stuck process its threads and core. Each line is guest text: bounded,
+and nothing here raises on it."""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from harness.analysis import threads
+from harness.analysis.ktap import KV, Ktap, unnest
+from harness.base.untrusted import num
+
+_HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
+
+
+class AgentChannel:
+    def __init__(self, say: Callable[[str], None], cpus: int, stalls: int = 0,
+                 on_repro_start: Callable[[], None] | None = None, on_line: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.say = say
+        self.cpus = cpus          # the vCPUs the guest was given
+        self.stalls = stalls      # > 0: a progress line's over= reaching this is a stall
+        self.on_repro_start = on_repro_start  # called once the reproducer's first line arrives
+        self.on_line = on_line    # called with every reproducer line but progress lines
+        self.clock = clock        # re-reads the time after on_repro_start, which may hold the guest
+        self.t0 = 0.0             # when QEMU started (for the boot time said on hello)
+        self.hello: dict = {}
+        self.hello_at: float | None = None
+        self.ready_at: float | None = None
+        self.syms_info: dict = {}
+        self.first_hb_at: float | None = None
+        self.last_hb_at: float | None = None
+        self.last_hb_guest_ns = 0
+        self.hb_count = 0
+        self.max_hb_gap = 0.0
+        self.repro_started_at: float | None = None
+        self.count = 0
+        self.count_changed_at: float | None = None
+        self.exit_code: int | None = None
+        self.poweroff = False
+        self.ktap = Ktap()
+        self.progress: dict = {}  # fields of the reproducer's last progress line
+        self.stall_at: float | None = None
+        self.proc_threads: dict[int, threads.ProcThread] = {}  # the agent's /proc view, on CORE
+        self.core_info: dict = {}
+
+    def feed(self, line: str, now: float) -> None:
+        if (m := _HB.match(line)) is not None:
+            self._heartbeat(m, now)
+        elif line.startswith("KSTALL "):
+            self._agent_says(line, now)
+        else:
+            self._reproducer_says(line, now)
+
+    def _heartbeat(self, m: re.Match, now: float) -> None:
+        if self.last_hb_at is not None:
+            self.max_hb_gap = max(self.max_hb_gap, now - self.last_hb_at)
+        else:
+            self.first_hb_at = now
+        self.last_hb_at = now
+        self.last_hb_guest_ns = int(m.group(2))
+        self.hb_count += 1
+        if "count" not in self.ktap.result_fields:  # a heartbeat may trail the final count with an older one
+            self._set_count(int(m.group(3)), now)
+
+    def _agent_says(self, line: str, now: float) -> None:
+        what = line.split()[1]
+        fields = dict(KV.findall(line))
+        if what == "hello":
+            self.hello, self.hello_at = fields, now
+            self.say(f"guest up in {now - self.t0:.1f}s: {fields.get('uname', '?')}, {fields.get('cpus', '?')} CPUs")
+            if fields.get("cpus", "").isdigit() and int(fields["cpus"]) < self.cpus:
+                self.say(f"warning: the guest brought up {fields['cpus']} of its {self.cpus} vCPUs "
+                         "(a kernel without SMP, or firmware tables it cannot read)")
+        elif what == "syms":
+            self.syms_info = fields
+        elif what == "ready":
+            self.ready_at = now
+        elif what == "exit":
+            self.exit_code = num(fields.get("code"), -1)
+        elif what == "poweroff":
+            self.poweroff = True
+        elif what == "thread" and (t := threads.from_agent_line(line)) is not None:
+            self.proc_threads[t.tid] = t
+        elif what == "core":
+            self.core_info = fields
+
+    def _reproducer_says(self, line: str, now: float) -> None:
+        if self.repro_started_at is None:
+            self.repro_started_at = self.count_changed_at = now
+            if self.on_repro_start:
+                self.on_repro_start()
+                if self.clock:  # the hook may have held the guest (a debugger): restart the clocks
+                    now = self.clock()
+                    self.repro_started_at = self.count_changed_at = now
+                    if self.last_hb_at is not None:
+                        self.last_hb_at = now
+        line = unnest(line)
+        if line.startswith("# progress "):
+            f = dict(KV.findall(line))
+            self.progress = f
+            self._set_count(num(f.get("count"), self.count), now)
+            if self.stalls and num(f.get("over"), 0) >= self.stalls and self.stall_at is None:
+                self.stall_at = now
+            return
+        self.ktap.feed(line)
+        if line.startswith("# result ") and num(self.ktap.result_fields.get("count")) is not None:
+            self.count = num(self.ktap.result_fields["count"])  # the final word on the count
+        if self.on_line:
+            self.on_line(line)
+
+    def _set_count(self, count: int, now: float) -> None:
+        if count != self.count:
+            self.count = count
+            self.count_changed_at = now
+
+    @property
+    def running(self) -> bool:
+        """The reproducer has started and not yet ended."""
+        return self.repro_started_at is not None and self.exit_code is None and not self.ktap.results
+
+    def restart_clocks(self, now: float) -> None:
+        """The freeze and stuck clocks start afresh (a false alarm, the GO after the gate)."""
+        if self.last_hb_at is not None:
+            self.last_hb_at = now
+        if self.count_changed_at is not None:
+            self.count_changed_at = now
