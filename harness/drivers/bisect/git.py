@@ -230,6 +230,66 @@ def _group_alive(proc: subprocess.Popen) -> bool:
         return False
 
 
+class _GitBisection:
+    """One `kstall bisect git`: its record (bisect.json), the state file the
+    steps share (state.json) and its log, in the run directory out."""
+
+    def __init__(self, tree: Path, old_sha: str, new_sha: str, reproducer: str, policy: StepPolicy,
+                 build: kbuild.BuildOptions, out: results.RunDir, echo: Echo, resumed: dict | None,
+                 max_errors: int) -> None:
+        self.tree, self.old_sha, self.new_sha = tree, old_sha, new_sha
+        self.reproducer, self.policy, self.build, self.out, self.echo = reproducer, policy, build, out, echo
+        self.state_path = out.work / "state.json"
+        self.doc: dict = {}
+        if resumed:  # what the earlier bad end measured still calibrates the clean steps
+            policy.bad_end_runs = list(resumed.get("policy", {}).get("bad_end_runs", []))
+        state = {"policy": {"pmiss_target": policy.pmiss_target, "max_errors": max_errors,
+                            "bad_end_runs": policy.bad_end_runs}, "steps": (resumed or {}).get("steps", [])}
+        paths.write_atomic(self.state_path, json.dumps(state, indent=2) + "\n")
+        self.log = open(out.work / "bisect.log", "a")
+
+    def save(self) -> None:
+        st = json.loads(self.state_path.read_text())
+        self.doc["steps"] = st.get("steps", [])
+        self.doc["policy"] = st.get("policy", {})
+        paths.write_atomic(self.out.work / "bisect.json", json.dumps(self.doc, indent=2) + "\n")
+
+    def end(self, sha: str, name: str) -> Step:
+        """One end of the range, built and verified (or as recorded before a --resume)."""
+        with locked_state(self.state_path) as st:
+            rec = next((s for s in st["steps"] if s.get("commit") == sha), None)
+        if rec:
+            self.echo(f"{name} end {sha[:12]}: recorded earlier as {rec['state']}")
+            return Step(**rec)
+        self.echo(f"{name} end {sha[:12]} ({git(self.tree, 'log', '-1', '--format=%s', sha)}): build and verify")
+        s, recs = test_commit(self.tree, sha, self.policy, self.build, self.echo)
+        if s.state == REPRODUCES and recs:
+            self.policy.learn_from_bad_end(recs[-1])
+        with locked_state(self.state_path) as st:
+            st["steps"].append(s.to_json())
+            st["policy"]["bad_end_runs"] = self.policy.bad_end_runs
+        self.log.write(f"{name} end {sha}: {s.state} {s.verdict} {s.line}\n")
+        self.save()
+        return s
+
+    def search(self, direction: str, old_state: str, step_args: list[str], count: int) -> tuple[str | None, list[str]]:
+        """git bisect run over the range; (culprit, commits git could not tell apart)."""
+        with locked_state(self.state_path) as st:
+            st["policy"]["old_state"] = old_state
+        terms = [] if direction == "regression" else [f"--term-old={FIX_TERMS[0]}", f"--term-new={FIX_TERMS[1]}"]
+        git(self.tree, "bisect", "start", "--no-checkout", *terms, self.new_sha, self.old_sha)
+        cmd = [sys.executable, str(paths.REPO / "harness" / "kstall"), "bisect-step", self.reproducer,
+               "--tree", str(self.tree), "--state", str(self.state_path), *step_args]
+        per_step = self.build.timeout + 900
+        output = _run_git_bisect(self.tree, cmd, (math.ceil(math.log2(max(count, 2))) + 6) * per_step, self.log,
+                                 self.echo)
+        (self.out.work / "git-bisect.log").write_text(git(self.tree, "bisect", "log", check=False) + "\n")
+        return parse_result(output)
+
+    def errors(self) -> list[dict]:
+        return [s for s in json.loads(self.state_path.read_text())["steps"] if s.get("error")]
+
+
 def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, build: kbuild.BuildOptions,
         out: results.RunDir, echo: Echo, step_args: list[str], resumed: dict | None = None,
         max_errors: int = 3, argv: list[str] | None = None) -> dict:
@@ -238,51 +298,18 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
     old_sha, new_sha, head = check_tree(tree, old, new)
     count = int(git(tree, "rev-list", "--count", f"{old_sha}..{new_sha}"))
     started = time.time()
-    state_path = out.work / "state.json"
-    doc: dict = {"schema": SCHEMA, "kind": "git", "id": out.id, "tree": str(tree), "old": old_sha, "new": new_sha,
-                 "old_rev": old, "new_rev": new, "reproducer": reproducer, "commits": count,
-                 "pmiss_target": policy.pmiss_target, "config_fragments": [str(f) for f in build.config_files()],
-                 "debuginfo": build.debuginfo, "command": argv or [], "status": "running"}
-    if resumed:  # what the earlier bad end measured still calibrates the clean steps
-        policy.bad_end_runs = list(resumed.get("policy", {}).get("bad_end_runs", []))
-    state = {"policy": {"pmiss_target": policy.pmiss_target, "max_errors": max_errors,
-                        "bad_end_runs": policy.bad_end_runs}, "steps": (resumed or {}).get("steps", [])}
-    paths.write_atomic(state_path, json.dumps(state, indent=2) + "\n")
-    log = open(out.work / "bisect.log", "a")
-
-    def save() -> None:
-        st = json.loads(state_path.read_text())
-        doc["steps"] = st.get("steps", [])
-        doc["policy"] = st.get("policy", {})
-        paths.write_atomic(out.work / "bisect.json", json.dumps(doc, indent=2) + "\n")
-
-    def end(sha: str, name: str) -> Step:
-        with locked_state(state_path) as st:
-            rec = next((s for s in st["steps"] if s.get("commit") == sha), None)
-        if rec:
-            echo(f"{name} end {sha[:12]}: recorded earlier as {rec['state']}")
-            return Step(**rec)
-        echo(f"{name} end {sha[:12]} ({git(tree, 'log', '-1', '--format=%s', sha)}): build and verify")
-        s, recs = test_commit(tree, sha, policy, build, echo)
-        if s.state == REPRODUCES and recs:
-            policy.learn_from_bad_end(recs[-1])
-        with locked_state(state_path) as st:
-            st["steps"].append(s.to_json())
-            st["policy"]["bad_end_runs"] = policy.bad_end_runs
-        log.write(f"{name} end {sha}: {s.state} {s.verdict} {s.line}\n")
-        save()
-        return s
-
+    b = _GitBisection(tree, old_sha, new_sha, reproducer, policy, build, out, echo, resumed, max_errors)
+    doc = b.doc
+    doc.update({"schema": SCHEMA, "kind": "git", "id": out.id, "tree": str(tree), "old": old_sha, "new": new_sha,
+                "old_rev": old, "new_rev": new, "reproducer": reproducer, "commits": count,
+                "pmiss_target": policy.pmiss_target, "config_fragments": [str(f) for f in build.config_files()],
+                "debuginfo": build.debuginfo, "command": argv or [], "status": "running"})
     echo(f"{count} commits from {old_sha[:12]} to {new_sha[:12]} in {tree}; about "
          f"{math.ceil(math.log2(max(count, 2)))} steps after the two ends")
-    culprit = None
-    ambiguous: list[str] = []
-    direction = "none"
-    message = ""
-    status = "no result"
+    culprit, ambiguous, direction, message, status = None, [], "none", "", "no result"
     started_bisect = False
     try:
-        o, n = end(old_sha, "old"), end(new_sha, "new")
+        o, n = b.end(old_sha, "old"), b.end(new_sha, "new")
         if SKIP in (o.state, n.state):
             bad = o if o.state == SKIP else n
             message = f"the {'old' if bad is o else 'new'} end {bad.candidate} could not be judged: {bad.line}"
@@ -291,18 +318,9 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
             message = f"both ends agree: {old_sha[:12]} and {new_sha[:12]} {what}; nothing to bisect"
         else:
             direction = "regression" if o.state == CLEAN else "fix"
-            with locked_state(state_path) as st:
-                st["policy"]["old_state"] = o.state
-            terms = [] if direction == "regression" else [f"--term-old={FIX_TERMS[0]}", f"--term-new={FIX_TERMS[1]}"]
-            git(tree, "bisect", "start", "--no-checkout", *terms, new_sha, old_sha)
             started_bisect = True
-            cmd = [sys.executable, str(paths.REPO / "harness" / "kstall"), "bisect-step", reproducer,
-                   "--tree", str(tree), "--state", str(state_path), *step_args]
-            per_step = build.timeout + 900
-            output = _run_git_bisect(tree, cmd, (math.ceil(math.log2(max(count, 2))) + 6) * per_step, log, echo)
-            (out.work / "git-bisect.log").write_text(git(tree, "bisect", "log", check=False) + "\n")
-            culprit, ambiguous = parse_result(output)
-            errors = [s for s in json.loads(state_path.read_text())["steps"] if s.get("error")]
+            culprit, ambiguous = b.search(direction, o.state, step_args, count)
+            errors = b.errors()
             if culprit:
                 status = "done"
             elif ambiguous:
@@ -322,9 +340,9 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
         now = git(tree, "symbolic-ref", "-q", "HEAD", check=False) or git(tree, "rev-parse", "HEAD", check=False)
         if now != head:
             echo(f"warning: {tree} HEAD is {now}, it was {head}")
-        log.close()
-        save()
-        state_path.with_name(state_path.name + ".lock").unlink(missing_ok=True)
+        b.log.close()
+        b.save()
+        b.state_path.with_name(b.state_path.name + ".lock").unlink(missing_ok=True)
     doc.update({"direction": direction, "message": message, "ambiguous": ambiguous,
                 "wall_s": round(time.time() - started, 1)})
     if culprit:
@@ -332,7 +350,7 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
         doc["culprit"] = {"commit": c[0], "subject": c[1], "author": c[2], "date": c[3]}
     doc["verifies"] = sum(1 for s in doc["steps"] if s.get("verdict") != "BUILD_FAILED")
     doc["summary"] = summary_line(doc)
-    save()
+    b.save()
     return doc
 
 
