@@ -408,8 +408,8 @@ def _kernel_parsers(sub) -> None:
 
 def _matrix_parsers(sub) -> None:
     mx = sub.add_parser("matrix", help="run a kernel x reproducer matrix (CI), write reports",
-                        description="Runs every cell of a matrix file (format: ci/README.md) and writes matrix.json, "
-                        "junit.xml, summary.md and report.html into a new results directory. Exit status 1 when a "
+                        description="Runs every cell of a matrix file (format: ci/README.md) and writes "
+                        f"{', '.join(formats.FORMATS)} into a new results directory. Exit status 1 when a "
                         "cell differs from its expectation (regression, unexpected pass, mismatch, error).",
                         epilog="example: kstall matrix ci/matrix.toml --shard 1/2")
     mx.add_argument("file", type=Path)

@@ -69,7 +69,7 @@ def _chart(cells: list[dict]) -> str:
 def _detail(i: int, c: dict) -> str:
     e = html.escape
     cpus = "".join(f"<tr><td>CPU{x['cpu']}</td><td>{e(x['class'])}</td><td>{e(x.get('pc', ''))}</td>"
-                   f"<td>{'stuck' if x.get('stuck') else 'moving'}</td></tr>" for x in c["cpus"])
+                   f"<td>{views.cpu_state(x)}</td></tr>" for x in c["cpus"])
     # the cell's own text: per-CPU backtraces (views.cpu_backtraces), or a process hang's thread table
     traces = c.get("backtraces") or "(no stacks: the guest did not hang)"
     pm = c.get("p_miss") or {}
@@ -100,13 +100,11 @@ def _detail(i: int, c: dict) -> str:
 
 def render(doc: dict) -> str:
     e = html.escape
-    cells = views.cell_map(doc)
     index = {c["id"]: i for i, c in enumerate(doc["cells"])}
     rows = []
-    for k in doc["kernels"]:
+    for k, row in views.grid(doc):
         tds = []
-        for r in doc["reproducers"]:
-            c = cells.get((k, r))
+        for c in row:
             if c is None:
                 tds.append('<td class="cell verdict-none status-not-in-run">not in this run</td>')
                 continue

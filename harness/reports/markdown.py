@@ -6,23 +6,20 @@ from harness.analysis.expect import FAILING, STATUS_TEXT
 from harness.reports import views
 
 
+def _cell_text(c: dict | None) -> str:
+    if c is None:
+        return ""
+    text = c["verdict"] or STATUS_TEXT[c["status"]]
+    if c["status"] in FAILING:
+        return f"**{text}** ({STATUS_TEXT[c['status']]}, expected {c['expect']})"
+    return text + (f" ({c['status']})" if c["status"] != "pass" else "")
+
+
 def render(doc: dict) -> str:
-    cells = views.cell_map(doc)
     lines = [f"## {views.headline(doc)}", "", "| kernel | " + " | ".join(doc["reproducers"]) + " |",
              "|---|" + "---|" * len(doc["reproducers"])]
-    for k in doc["kernels"]:
-        row = []
-        for r in doc["reproducers"]:
-            c = cells.get((k, r))
-            if c is None:
-                row.append("")
-                continue
-            text = c["verdict"] or STATUS_TEXT[c["status"]]
-            if c["status"] in FAILING:
-                row.append(f"**{text}** ({STATUS_TEXT[c['status']]}, expected {c['expect']})")
-            else:
-                row.append(f"{text}" + (f" ({c['status']})" if c["status"] != "pass" else ""))
-        lines.append(f"| {k} | " + " | ".join(row) + " |")
+    for k, row in views.grid(doc):
+        lines.append(f"| {k} | " + " | ".join(_cell_text(c) for c in row) + " |")
     failing = [c for c in doc["cells"] if c["failing"]]
     if failing:
         lines += ["", "### Cells that differ from their expectation", ""]

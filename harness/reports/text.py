@@ -36,22 +36,16 @@ def run_text(rec: RunRecord) -> str:
 
 def matrix_table(doc: dict) -> str:
     """The verdict table `make run` prints."""
-    cells = views.cell_map(doc)
     w = max(len(k) for k in doc["kernels"]) + 2
     cols = [max(len(r), 30) for r in doc["reproducers"]]
     out = [views.headline(doc), "", "kernel".ljust(w) + "".join(r.ljust(c + 2) for r, c in zip(doc["reproducers"], cols))]
-    for k in doc["kernels"]:
-        row = k.ljust(w)
-        for r, width in zip(doc["reproducers"], cols):
-            c = cells.get((k, r))
-            if c is None:
-                text = "-"
-            else:
-                text = (c["verdict"] or STATUS_TEXT[c["status"]]) + (
-                    f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else "")
-            row += text.ljust(width + 2)
-        out.append(row.rstrip())
-    for c in doc["cells"]:
-        if c["failing"]:
-            out.append(views.failing_line(c))
+    for k, row in views.grid(doc):
+        out.append((k.ljust(w) + "".join(_cell_text(c).ljust(width + 2) for c, width in zip(row, cols))).rstrip())
+    out += [views.failing_line(c) for c in doc["cells"] if c["failing"]]
     return "\n".join(out)
+
+
+def _cell_text(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    return (c["verdict"] or STATUS_TEXT[c["status"]]) + (f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else "")

@@ -10,9 +10,14 @@ from harness.analysis.expect import FAILING, STATUS_TEXT
 MAX_FRAMES = 24  # frames shown per CPU in a report (backtraces.txt keeps all)
 
 
+def cpu_state(c: dict) -> str:
+    """'stuck': the same class and place in every sample (a spin); else 'moving'"""
+    return "stuck" if c.get("stuck") else "moving"
+
+
 def cpu_line(c: dict, width: int = 0) -> str:
     """'CPU1: hrtimer_cancel self-deadlock at hrtimer_cancel+0x28/0x40 (stuck, 3/3 samples)'"""
-    state = "stuck" if c.get("stuck") else "moving"
+    state = cpu_state(c)
     seen = (c.get("seen") or {}).get(c.get("signature"), 0)
     return f"CPU{c['cpu']}: {c['class']:<{width}} at {c.get('pc') or '?'} ({state}, {seen}/{c.get('samples')} samples)"
 
@@ -44,8 +49,11 @@ def kernel_said(cell: dict) -> str:
     return f"kernel reported: {titles_text(cell['console_titles'])}" if cell.get("console_titles") else ""
 
 
-def cell_map(doc: dict) -> dict[tuple[str, str], dict]:
-    return {(c["kernel"], c["reproducer"]): c for c in doc["cells"]}
+def grid(doc: dict) -> list[tuple[str, list[dict | None]]]:
+    """The matrix as rows: each kernel with its cell per reproducer (None
+    where the run had none, e.g. another shard's)."""
+    cells = {(c["kernel"], c["reproducer"]): c for c in doc["cells"]}
+    return [(k, [cells.get((k, r)) for r in doc["reproducers"]]) for k in doc["kernels"]]
 
 
 def headline(doc: dict) -> str:
