@@ -4,22 +4,26 @@ files it names, made once and whole whatever other kstall processes do.
 
 Every scheme that fetches, extracts or builds goes through make_once (or
 publish, for a directory that is rebuilt in place): under the directory's
-lock, only if it is still missing, and on any failure what was half made is
-removed, so that a killed or failed fetch leaves nothing that looks usable.
+lock, only if it is still missing, and on any failure the directory is
+removed, so that a failed or killed fetch leaves nothing that looks usable
+and bad input leaves nothing at all. The locks live apart, in <cache>/locks,
+so that a directory can go whole while another process waits for it.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from harness.base import paths
 from harness.base.paths import write_atomic
 from images.kernel import Kernel, sha256_file
 
 META = "kernel.json"
-LOCK = "lock"
 
 
 def write_meta(directory: Path, kernel: Kernel) -> None:
@@ -59,29 +63,30 @@ def damage(d: Path) -> str | None:
     return None
 
 
-def clear(d: Path) -> None:
-    """Everything in d but its lock (which another process may be waiting on)."""
-    for p in d.iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        elif p.name != LOCK:
-            p.unlink(missing_ok=True)
+@contextmanager
+def locked(d: Path) -> Iterator[None]:
+    """d's lock, held for the block (other kstall processes wait)."""
+    name = hashlib.sha256(str(d.resolve()).encode()).hexdigest()[:24]
+    lock_dir = paths.cache_dir() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{d.name[:40]}-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def make_once(d: Path, make: Callable[[], None], done: str = META) -> None:
-    """Run make to fill d unless d/done exists, under d's lock; whatever a
-    failed or interrupted make left in d is removed."""
+    """Run make to fill d unless d/done exists, under d's lock; a failed or
+    interrupted make leaves no d."""
     if (d / done).exists():
         return
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(d):
         if (d / done).exists():
             return
+        d.mkdir(parents=True, exist_ok=True)
         try:
             make()
         except BaseException:
-            clear(d)
+            shutil.rmtree(d, ignore_errors=True)
             raise
 
 
@@ -97,8 +102,7 @@ def drop_if_damaged(d: Path) -> str | None:
     why = (d / META).exists() and damage(d)
     if not why:
         return None
-    with open(d / LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(d):
         if damage(d):  # another kstall may have fetched it meanwhile
             (d / META).unlink(missing_ok=True)
     return why

@@ -286,7 +286,7 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     d = kernel_dir(k)
     why = cached.drop_if_damaged(d)
     if why and progress:
-        progress(f"cached {k.package} was damaged ({why}): fetching it again")
+        progress(f"cached {k.package} is damaged ({why}): fetching it again")
     if not (d / cached.META).exists():
         if not fetch:
             raise SpecError(f"{spec} ({k.package}) is not downloaded yet")

@@ -48,7 +48,7 @@ SCHEMES = {s.name: s for s in (
            lambda spec, text, r: deb.resolve(spec, text)),
     Scheme("rpm:PATH[,PATH...]", "Fedora/RHEL kernel package files",
            lambda spec, text, r: rpm.resolve(spec, text)),
-    Scheme("image:DISK[#RELEASE]", "the kernel a qcow2 or raw disk image boots",
+    Scheme("image:PATH[#RELEASE]", "the kernel a qcow2 or raw disk image boots",
            lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_image)),
     Scheme("file:PATH", "a bzImage, or an installed /boot/vmlinuz-RELEASE with its modules",
            lambda spec, text, r: filekernel.resolve(spec, text)),

@@ -135,8 +135,9 @@ class _Run:
         if w.syms.data and self.syms_path is None:
             self.syms_path = symcache.store(self.kernel.sha256, w.syms.data)
             took = w.syms.done_at - w.agent.hello_at if w.syms.done_at and w.agent.hello_at else 0
-            self.echo(f"symbols captured: {w.agent.syms_info.get('lines', '?')} text symbols "
-                      f"({int(w.agent.syms_info.get('bytes', 0)) / 1e6:.1f} MB, guest export {w.agent.syms_info.get('ms', '?')} ms, "
+            info = w.agent.syms_info
+            self.echo(f"symbols captured: {info.get('lines', '?')} text symbols "
+                      f"({int(info.get('bytes', 0)) / 1e6:.1f} MB, guest export {info.get('ms', '?')} ms, "
                       f"host receipt {took:.2f}s after hello)")
 
     def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:

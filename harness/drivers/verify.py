@@ -64,9 +64,18 @@ def ensure_guest(echo: Echo) -> None:
         raise SpecError(f"`make guest` failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
 
 
-def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
-    repro = reproducers.load(repro_name)
-    t_start = time.time()
+@dataclass
+class Prepared:
+    """What a verify run boots: the kernel, what the preflight found, the
+    initramfs, the accelerator, and with --boot-image the image's disk."""
+    kernel: Kernel
+    check: preflight.Check
+    initrd: Path
+    accel: str
+    disk: boot_image.BootDisk | None = None
+
+
+def prepare(spec: str, repro: reproducers.Reproducer, opts: Options, echo: Echo) -> Prepared:
     ensure_guest(echo)  # before resolve: a first --boot-image installs the guest binaries into the image's layer
     kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(opts.build or BuildOptions(),
                                                                             reproducer=repro.name),
@@ -75,13 +84,55 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(modules=check.modules)
-    accel_kind = "none" if check.missing else \
-        accel.choose(opts.accel, kernel, initrd, echo)
-    disk = None
-    if opts.boot_image and not check.missing:
-        disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
-        initrd = disk.initrd
+    if check.missing:  # nothing will boot
+        return Prepared(kernel, check, initrd, "none")
+    p = Prepared(kernel, check, initrd, accel.choose(opts.accel, kernel, initrd, echo))
+    if opts.boot_image:
+        p.disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
+        p.initrd = p.disk.initrd
+    return p
+
+
+def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
+    repro = reproducers.load(repro_name)
+    t_start = time.time()
+    prep = prepare(spec, repro, opts, echo)
+    kernel = prep.kernel
     run = rundir.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
+    attempts, interrupted, tb = run_attempts(prep, repro, opts, run, echo)
+    n, final = attempts[-1]
+    adir = run.work / f"attempt-{n}"
+    if adir.exists():
+        run.promote(adir)
+    record = make_record(run, spec, kernel, repro, opts, prep.accel, final, attempts, t_start)
+    with procs.signals_deferred():
+        try:
+            path = _write_run(run, final, record, tb)
+        except OSError as e:
+            if not rundir.out_of_space(e):
+                raise
+            # a half-written run is worse than none: the verdict goes to stdout and stderr only
+            run.abandon()
+            path = None
+    if path is None:
+        record.verdict = Verdict(VerdictKind.ERROR, f"no space left for the results in {run.root}: the run was "
+                                 f"not kept; it said {final.verdict.line()}")
+        echo(record.verdict.reason)
+    else:
+        record.results_dir = str(path)
+    if interrupted is not None:
+        if path is not None:
+            echo(f"interrupted; partial results kept in {path}")
+        raise interrupted
+    return Result(record, path)
+
+
+def run_attempts(prep: Prepared, repro: reproducers.Reproducer, opts: Options, run: rundir.RunDir,
+                 echo: Echo) -> tuple[list[tuple[int, Attempt]], BaseException | None, str]:
+    """Attempts until one is not spoilt by an emulator fault (up to
+    opts.attempts); a failure before any guest ran is an attempt too, so the
+    run directory always says what happened. (attempts, the Ctrl-C or SIGTERM
+    to raise once the run is written, a kstall bug's traceback)"""
     attempts: list[tuple[int, Attempt]] = []
     interrupted: BaseException | None = None
     tb = ""
@@ -90,12 +141,12 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
         attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
                                                     {}, [], None, {}, "", 0)))
     try:
-        if check.missing:  # nothing to boot: the path cannot run on this kernel
-            failed(OutcomeKind.PREFLIGHT, check.reason(), VerdictKind.INCONCLUSIVE)
+        if prep.check.missing:  # nothing to boot: the path cannot run on this kernel
+            failed(OutcomeKind.PREFLIGHT, prep.check.reason(), VerdictKind.INCONCLUSIVE)
         n = 0
-        while not check.missing and n < max(1, opts.attempts):
+        while not prep.check.missing and n < max(1, opts.attempts):
             n += 1
-            att = run_attempt(kernel, repro, opts, accel_kind, initrd, run.attempt(n), echo, n, disk)
+            att = run_attempt(prep.kernel, repro, opts, prep.accel, prep.initrd, run.attempt(n), echo, n, prep.disk)
             attempts.append((n, att))
             interrupted = att.interrupted
             if interrupted or not (att.verdict.retryable and n < opts.attempts):
@@ -115,34 +166,9 @@ def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
             failed(OutcomeKind.ERROR, f"internal error: {type(e).__name__}: {e}")
             tb = traceback.format_exc()
     finally:
-        if disk:
-            disk.remove()
-    n, final = attempts[-1]
-    adir = run.work / f"attempt-{n}"
-    if adir.exists():
-        run.promote(adir)
-    record = make_record(run, spec, kernel, repro, opts, accel_kind, final, attempts, t_start)
-    with procs.signals_deferred():
-        try:
-            path = _write_run(run, final, record, tb)
-        except OSError as e:
-            if not rundir.out_of_space(e):
-                raise
-            # a half-written run is worse than none: the verdict goes to stdout and stderr only
-            run.abandon()
-            path = None
-    if path is None:
-        record.verdict = Verdict(VerdictKind.ERROR, f"no space left for the results in {run.root}: the run was "
-                                 f"not kept; it said {final.verdict.line()}")
-        echo(record.verdict.reason)
-        if interrupted is not None:
-            raise interrupted
-        return Result(record, None)
-    record.results_dir = str(path)
-    if interrupted is not None:
-        echo(f"interrupted; partial results kept in {path}")
-        raise interrupted
-    return Result(record, path)
+        if prep.disk:
+            prep.disk.remove()
+    return attempts, interrupted, tb
 
 
 def _write_run(run: rundir.RunDir, final: Attempt, record: RunRecord, tb: str) -> Path:

@@ -25,6 +25,8 @@ from harness.guest.vm import VM
 
 # a run is suspected of hanging (Watch.on_suspect) after this fraction of its freeze or stuck limit
 SUSPECT_AT = 0.4
+# the outcome of a console report that ends the run, where its kind is not the outcome's name
+REPORT_ENDS = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERROR}
 RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
 
 
@@ -59,7 +61,7 @@ class Watch:
         self.t0 = vm.started_at or time.monotonic()
         self.agent = AgentChannel(self._say, vm.cfg.cpus, limits.stalls, on_repro_start, on_line, time.monotonic)
         self.agent.t0 = self.t0
-        self.console = console.Tracker(patterns if patterns is not None else console.load_patterns(), self._say)
+        self.console = console.Tracker(patterns or console.load_patterns(), self._say)
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
@@ -122,8 +124,7 @@ class Watch:
                            "the guest's silence is no freeze", now)
         r = self.console.pending
         if r is not None and (now - self.console.pending_since >= L.report_grace or not self.vm.alive()):
-            kind = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERROR}.get(r.kind) or OutcomeKind(r.kind)
-            return Outcome(kind, r.title, now)
+            return Outcome(REPORT_ENDS.get(r.kind) or OutcomeKind(r.kind), r.title, now)
         if a.exit_code is not None and (a.poweroff or not self.vm.alive()):
             return Outcome(OutcomeKind.DONE, f"reproducer exited with code {a.exit_code}", now)
         if not self.vm.alive():

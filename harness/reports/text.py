@@ -38,7 +38,8 @@ def matrix_table(doc: dict) -> str:
     """The verdict table `make run` prints."""
     w = max(len(k) for k in doc["kernels"]) + 2
     cols = [max(len(r), 30) for r in doc["reproducers"]]
-    out = [views.headline(doc), "", "kernel".ljust(w) + "".join(r.ljust(c + 2) for r, c in zip(doc["reproducers"], cols))]
+    out = [views.headline(doc), "",
+           "kernel".ljust(w) + "".join(r.ljust(c + 2) for r, c in zip(doc["reproducers"], cols))]
     for k, row in views.grid(doc):
         out.append((k.ljust(w) + "".join(_cell_text(c).ljust(width + 2) for c, width in zip(row, cols))).rstrip())
     out += [views.failing_line(c) for c in doc["cells"] if c["failing"]]
@@ -48,4 +49,5 @@ def matrix_table(doc: dict) -> str:
 def _cell_text(c: dict | None) -> str:
     if c is None:
         return "-"
-    return (c["verdict"] or STATUS_TEXT[c["status"]]) + (f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else "")
+    status = f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else ""
+    return (c["verdict"] or STATUS_TEXT[c["status"]]) + status

@@ -1,2 +1,3 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Bisection: the search, one step's policy, and the two kinds (Debian versions, a git tree)."""
+"""Bisection: the search, one step's policy, and the two kinds (Debian
+versions, a git tree)."""
