@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from harness.analysis.record import RunRecord
@@ -107,7 +108,7 @@ def options_from(a: argparse.Namespace):
                    freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
                    vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
                    build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
-                   snapshot=not a.no_snapshot)
+                   trust_backing=getattr(a, "trust_backing_files", False), snapshot=not a.no_snapshot)
 
 
 def build_options_from(a: argparse.Namespace):
@@ -121,12 +122,13 @@ def build_options_from(a: argparse.Namespace):
 
 def cmd_verify(a: argparse.Namespace) -> int:
     from harness.drivers import verify
+    from harness.guest.vm import VMError
     try:
         res = verify.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
     except KeyError as e:
         echo_stderr(str(e.args[0]))
         return EXIT_USAGE
-    except SpecError as e:
+    except (SpecError, VMError) as e:  # bad input, or an accelerator that is not there
         if a.json:
             print(json.dumps({"verdict": VerdictKind.ERROR, "exit_code": EXIT_ERROR, "reason": str(e)}))
         echo_stderr(f"error: {e}")
@@ -231,7 +233,8 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     started = time.time()
     res = runner.run()
     doc = matrix_doc.matrix_doc(m, res, out.work, out.id, a.shard, started, jobs, runner.budget.cores,
-                                interrupted=runner.interrupted is not None)
+                                interrupted=runner.interrupted is not None,
+                                selected=[c.id for c in expect.select(m.cells, None, a.only, a.exclude)])
     with procs.signals_deferred():  # the reports are written whole, then a Ctrl-C acts
         formats.write_all(out.work, doc)
         path = out.finalize()
@@ -249,7 +252,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
-    doc = matrix_doc.merge(docs)
+    doc = docs[0] if len(docs) == 1 and a.out is None else matrix_doc.merge(docs)
     if len(a.dirs) == 1 and a.out is None:
         target = a.dirs[0]
         formats.write_all(target, doc)
@@ -387,6 +390,9 @@ def _verify_parser(sub) -> None:
     v.add_argument("--boot-image", action="store_true",
                    help="image: kernels: boot the image's own initrd, init and userspace (a throwaway overlay; "
                    "the image is never written), the agent running as a systemd service")
+    v.add_argument("--trust-backing-files", action="store_true",
+                   help="image: kernels: let the image's qcow2 backing chain name files outside its directory "
+                   "(refused otherwise: kstall would read them and hand them to QEMU)")
     add_build_options(v)
     add_vm_options(v)
     v.set_defaults(func=cmd_verify)
@@ -561,18 +567,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
+def sweep_leftovers(a: argparse.Namespace) -> None:
+    root = Path(getattr(a, "results", None) or paths.results_dir())
+    gone, kept = leftovers.sweep(root)
+    if gone:
+        echo_stderr(f"removed {len(gone)} leftover(s) of killed kstall runs: "
+                    + ", ".join(p.name for p in gone[:5]) + (" ..." if len(gone) > 5 else ""))
+    for p in kept:
+        echo_stderr(f"kept the killed bisection {p}: resume it with --resume {p}")
+
+
 def main(argv: list[str] | None = None) -> int:
     procs.raise_on_termination()
     a = parse_args(list(sys.argv[1:] if argv is None else argv))
-    if a.func in (cmd_verify, cmd_matrix, cmd_bisect_debian, cmd_bisect_git, cmd_bisect_step, cmd_symbols):
-        root = Path(getattr(a, "results", None) or paths.results_dir())
-        gone, kept = leftovers.sweep(root)
-        if gone:
-            echo_stderr(f"removed {len(gone)} leftover(s) of killed kstall runs: "
-                        + ", ".join(p.name for p in gone[:5]) + (" ..." if len(gone) > 5 else ""))
-        for p in kept:
-            echo_stderr(f"kept the killed bisection {p}: resume it with --resume {p}")
+    # an error kstall did not foresee is never a verdict: ERROR (4), and for
+    # git bisect run, whose 1-127 mean "bad", an abort (128)
+    failed = EXIT_ERROR
+    if a.func is cmd_bisect_step:
+        from harness.drivers.bisect.git import EXIT_ABORT as failed
     try:
+        if a.func in (cmd_verify, cmd_matrix, cmd_bisect_debian, cmd_bisect_git, cmd_bisect_step, cmd_symbols):
+            sweep_leftovers(a)
         return a.func(a)
     except KeyboardInterrupt:
         echo_stderr("interrupted")
@@ -582,4 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     except OSError as e:  # the host's fault (a full disk, a vanished directory), not a verdict
         echo_stderr(f"error: {e}")
-        return EXIT_ERROR
+        return failed
+    except Exception as e:  # noqa: BLE001 - a kstall bug: say so, with where
+        echo_stderr(f"internal error: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return failed

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import leftovers, paths
 from images import appliance
 from images.kernel import Kernel, Progress, SpecError
 
@@ -106,6 +106,7 @@ def prepare(kernel: Kernel, progress: Progress | None) -> BootDisk:
     if not layer.is_file():
         make_layer(Path(origin["image"]), origin["format"], origin["identity"], progress)
     work = Path(tempfile.mkdtemp(prefix="kstall-boot-image-"))
+    leftovers.mark(work)  # a killed kstall's is swept by the next
     try:
         overlay = work / "run.qcow2"
         _qemu_img("create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(layer), str(overlay))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.base import untrusted  # noqa: E402
 from images import modules  # noqa: E402
 from images.debian import version_key  # noqa: E402
 from images.kernel import Kernel, SpecError  # noqa: E402
@@ -150,16 +151,20 @@ def release_of(linux_path: str) -> str:
 
 
 def installed(g) -> dict[str, str]:
-    """release -> path of its vmlinuz, from /boot and (Fedora) lib/modules."""
+    """release -> path of its vmlinuz, from /boot and (Fedora) lib/modules.
+    A name that is no kernel release ('..', a '/') is not a kernel: the
+    release is joined into paths on the host."""
     out = {}
     if g.is_dir("/boot"):
         for name in g.ls("/boot"):
-            if name.startswith("vmlinuz-") and not name.endswith((".old", "-rescue")) and "rescue" not in name:
-                out[name[len("vmlinuz-"):]] = f"/boot/{name}"
+            release = untrusted.release(name.removeprefix("vmlinuz-"))
+            if name.startswith("vmlinuz-") and release and not name.endswith((".old", "-rescue")) \
+                    and "rescue" not in name:
+                out[release] = f"/boot/{name}"
     for base in ("/usr/lib/modules", "/lib/modules"):
         if g.is_dir(base):
             for rel in g.ls(base):
-                if rel not in out and g.is_file(f"{base}/{rel}/vmlinuz"):
+                if rel not in out and untrusted.release(rel) and g.is_file(f"{base}/{rel}/vmlinuz"):
                     out[rel] = f"{base}/{rel}/vmlinuz"
     return out
 

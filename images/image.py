@@ -19,13 +19,15 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import paths, untrusted
 from images import appliance, boot_image, cached
 from images.kernel import Kernel, Progress, SpecError, sha256_file
 from images.packages import upstream_of
 
-def image_chain(path: Path) -> tuple[str, list[Path]]:
-    """(format, the image and its backing files) from qemu-img."""
+def image_chain(path: Path, trust_backing: bool = False) -> tuple[str, list[Path]]:
+    """(format, the image and its backing files) from qemu-img. A backing
+    file outside the image's directory is refused unless trusted: the image
+    names it, and kstall would hash it and hand it to libguestfs and QEMU."""
     try:
         p = subprocess.run(["qemu-img", "info", "--output=json", "--backing-chain", str(path)],
                            capture_output=True, text=True, timeout=60)
@@ -37,7 +39,12 @@ def image_chain(path: Path) -> tuple[str, list[Path]]:
     fmt = chain[0]["format"]
     if fmt not in ("qcow2", "raw"):
         raise SpecError(f"{path}: a {fmt} image; image: reads qcow2 and raw")
-    return fmt, [Path(c["filename"]) for c in chain]
+    files = [Path(c["filename"]) for c in chain]
+    for f in files[1:]:
+        if not trust_backing and not f.resolve().is_relative_to(path.parent):
+            raise SpecError(f"{path}: its backing file {f} is outside the image's directory {path.parent}; "
+                            "pass --trust-backing-files if the image and what it names are yours")
+    return fmt, files
 
 
 def identity(files: list[Path]) -> str:
@@ -60,14 +67,17 @@ def identity(files: list[Path]) -> str:
 
 
 def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None,
-            boot_layer: bool = False) -> Kernel:
+            boot_layer: bool = False, trust_backing: bool = False) -> Kernel:
     """boot_layer: --boot-image will follow; when the image has to be read,
-    also make its agent layer in the same libguestfs launch."""
+    also make its agent layer in the same libguestfs launch. trust_backing:
+    the image may name backing files outside its own directory."""
     path_text, _, wanted = text.partition("#")
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
         raise SpecError(f"{spec}: no such file {path}")
-    fmt, chain = image_chain(path)
+    if wanted and untrusted.release(wanted) is None:  # it names the cache directory
+        raise SpecError(f"{spec}: {wanted!r} is not a kernel release (such as 6.16.12+deb13-amd64)")
+    fmt, chain = image_chain(path, trust_backing)
     ident = identity(chain)
     d = paths.cache_dir() / "kernels" / "image" / f"{ident[:20]}-{wanted or 'default'}"
     if not (d / cached.META).exists() and not fetch:

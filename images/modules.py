@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.base import reproducers
+from harness.base import reproducers, untrusted
 from harness.base.reproducers import KernelNeeds
 from images.kernel import SpecError
 
@@ -79,12 +79,19 @@ class Tree:
             raise SpecError(f"depmod -b {self.root} {self.release} failed: {p.stderr.strip()[-300:]}")
 
     def deps(self) -> dict[str, tuple[str, list[str]]]:
-        """name -> (path in the tree, paths of everything it depends on)"""
+        """name -> (path in the tree, paths of everything it depends on). The
+        file is the package's or the image's: a path that leaves the module
+        tree (absolute, '..') is refused, naming its line."""
         out = {}
-        for line in (self.dir / "modules.dep").read_text(errors="replace").splitlines():
+        for n, line in enumerate((self.dir / "modules.dep").read_text(errors="replace").splitlines(), 1):
             path, sep, rest = line.partition(":")
-            if sep:
-                out[module_name(path)] = (path.strip(), rest.split())
+            if not sep:
+                continue
+            paths = [untrusted.relative_path(p) for p in [path.strip(), *rest.split()]]
+            if None in paths:
+                raise SpecError(f"{self.dir / 'modules.dep'} line {n} names a file outside the module tree: "
+                                f"{line.strip()[:200]!r}")
+            out[module_name(paths[0])] = (paths[0], paths[1:])
         return out
 
     def builtin(self) -> set[str] | None:

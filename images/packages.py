@@ -21,7 +21,7 @@ import tarfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.base import paths
+from harness.base import paths, untrusted
 from images import cached, modules
 from images.kernel import Kernel, SpecError, sha256_file
 
@@ -39,8 +39,12 @@ def tar_command(pkg: Path) -> list[str]:
     raise SpecError(f"{pkg}: not a .deb or .rpm")
 
 
-def _release(m: re.Match) -> str:
-    return m.group("a") or m.group("b")
+def _checked_release(match: re.Match, member: tarfile.TarInfo, *groups: str) -> str:
+    text = next(match.group(g) for g in (groups or ("a", "b")) if match.group(g))
+    release = untrusted.release(text)
+    if release is None:
+        raise SpecError(f"package member {member.name!r} names no kernel release a kernel could have: refused")
+    return release
 
 
 class Collector:
@@ -94,11 +98,16 @@ class Collector:
             raise SpecError(f"{pkg.name}: {tar_command(pkg)[0]} could not read it: {err.strip()[-300:]}")
 
     def _take(self, tar: tarfile.TarFile, m: tarfile.TarInfo) -> bool:
-        name = m.name.lstrip("./")
+        """Keep member m if the kernel needs it. Its name is the package's: one
+        that would leave its directory (an absolute path, '..') or names no
+        sane release is refused, naming the member."""
+        name = untrusted.relative_path(m.name)
+        if name is None:
+            raise SpecError(f"package member {m.name!r} leaves the package's tree: refused")
         if mz := _VMLINUZ.fullmatch(name):
-            self.releases.add(_release(mz))
+            self.releases.add(_checked_release(mz, m))
             self.vmlinuz = self._write(tar, m, self.dest / "vmlinuz")
-            self.release = _release(mz)
+            self.release = _checked_release(mz, m)
             return True
         if _CONFIG.fullmatch(name):
             self.config = self._write(tar, m, self.dest / "config")
@@ -106,7 +115,8 @@ class Collector:
             return True
         mm = _MODFILE.fullmatch(name)
         if mm and self.needed != []:
-            self._write(tar, m, self.staging / "lib" / "modules" / mm.group("r") / mm.group("rel"))
+            release = _checked_release(mm, m, "r")
+            self._write(tar, m, self.staging / "lib" / "modules" / release / mm.group("rel"))
             self.module_files += mm.group("rel").startswith(("kernel/", "updates/", "extra/"))
         return False
 

@@ -22,6 +22,7 @@ class Request:
     progress: Progress | None = None
     build: build.BuildOptions | None = None
     boot_image: bool = False
+    trust_backing: bool = False  # image: the backing files it names may be anywhere
 
 
 def _build(spec: str, text: str, r: Request) -> Kernel:
@@ -49,7 +50,7 @@ SCHEMES = {s.name: s for s in (
     Scheme("rpm:PATH[,PATH...]", "Fedora/RHEL kernel package files",
            lambda spec, text, r: rpm.resolve(spec, text)),
     Scheme("image:PATH[#RELEASE]", "the kernel a qcow2 or raw disk image boots",
-           lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_image)),
+           lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_image, r.trust_backing)),
     Scheme("file:PATH", "a bzImage, or an installed /boot/vmlinuz-RELEASE with its modules",
            lambda spec, text, r: filekernel.resolve(spec, text)),
     Scheme("build:TREE[@REV]", "built from a kernel git tree, out of tree", _build),
@@ -68,7 +69,7 @@ def help_text() -> str:
 
 
 def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build_options=None,
-            boot_image: bool = False) -> Kernel:
+            boot_image: bool = False, trust_backing: bool = False) -> Kernel:
     """A bootable Kernel for spec; downloaded, read or built when fetch (and
     cached after). build_options: images.build.BuildOptions for build: specs."""
     name, sep, text = spec.partition(":")
@@ -77,4 +78,4 @@ def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, bui
     scheme = SCHEMES.get(name)
     if scheme is None:
         raise SpecError(f"unknown kernel scheme {name!r} in {spec!r}: use {syntax()}")
-    return scheme.resolve(spec, text, Request(fetch, progress, build_options, boot_image))
+    return scheme.resolve(spec, text, Request(fetch, progress, build_options, boot_image, trust_backing))

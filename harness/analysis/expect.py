@@ -14,9 +14,10 @@ from harness.analysis.verdict import VerdictKind
 from harness.base import reproducers
 
 EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "any")
-FAILING = ("regression", "unexpected-pass", "mismatch", "error")
+# "missing": a cell of the matrix that no merged shard ran
+FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing")
 STATUS_TEXT = {"pass": "pass", "regression": "REGRESSION", "unexpected-pass": "UNEXPECTED PASS",
-               "mismatch": "MISMATCH", "error": "ERROR", "xfail": "xfail", "xpass": "XPASS", "skip": "skip",
+               "mismatch": "MISMATCH", "error": "ERROR", "missing": "MISSING", "xfail": "xfail", "xpass": "XPASS", "skip": "skip",
                "not-run": "not run"}
 
 

@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis.verdict import VerdictKind
 from harness.base import paths
 
 CAL_DIR = paths.data_file("repro", "calibration")
@@ -57,7 +58,7 @@ class Calibration:
 
     @property
     def hangs(self) -> list[dict]:
-        return [r for r in self.runs if r.get("verdict") == "VULNERABLE"]
+        return [r for r in self.runs if r.get("verdict") == VerdictKind.VULNERABLE]
 
     def rate_lower_bound(self) -> tuple[float, int, int]:
         """(lambda_lo per pass, k hangs, n passes)"""

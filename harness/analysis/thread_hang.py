@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import paths
-from harness.analysis.classify import base_name
+from harness.analysis.classify import Role, base_name
 from harness.analysis.threads import Dump, ProcThread, futex_words
 
 SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures", "threads")
@@ -29,7 +29,7 @@ SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures", "threads")
 class ThreadSignature:
     name: str
     title: str
-    role: str
+    role: Role
     lock_wait: tuple[str, ...]
     handler_alloc: tuple[str, ...]
     held_in: tuple[tuple[str, ...], ...]  # tiers, most certain first
@@ -42,7 +42,7 @@ class ThreadSignature:
     @classmethod
     def from_toml(cls, doc: dict) -> "ThreadSignature":
         m = doc["match"]
-        return cls(doc["name"], doc["title"], doc.get("role", "culprit"), tuple(m["lock_wait"]),
+        return cls(doc["name"], doc["title"], Role(doc.get("role", Role.CULPRIT)), tuple(m["lock_wait"]),
                    tuple(m["handler_alloc"]), tuple(tuple(tier) for tier in m["held_in"]),
                    tuple(m.get("mutex_lock", ())), tuple(m.get("just_acquired", ())), int(m.get("depth", 4)),
                    int(m.get("within", 12)),

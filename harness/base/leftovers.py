@@ -4,10 +4,12 @@
 QEMU and GDB die with kstall whatever kills it (procs.die_with_parent), but a
 SIGKILL leaves its socket directory (/tmp/kstall-*) and its half-assembled
 results directory (results/.<id>.incomplete). Each of those carries an
-.owner file (pid and process start time); a later kstall removes the ones
-whose owner is gone. A directory without an owner file is left alone unless
-it is a day old. A killed bisection is the exception: its steps took long to
-run, so its directory is kept, marked "killed", for `--resume`.
+.owner file (pid and process start time), written when kstall made it; a
+later kstall removes the ones whose owner is gone. A directory without an
+owner file is not provably kstall's (a user's own /tmp/kstall-notes): it is
+never removed, however old. A killed bisection is the exception to removal:
+its steps took long to run, so its directory is kept, marked "killed", for
+`--resume`.
 """
 from __future__ import annotations
 
@@ -15,13 +17,11 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from harness.base import paths, procs
 
 OWNER = ".owner"
-UNOWNED_AGE_S = 24 * 3600
 
 
 def _start_time(pid: int) -> str | None:
@@ -34,14 +34,12 @@ def mark(directory: Path) -> None:
     (directory / OWNER).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
 
 
-def _abandoned(directory: Path, now: float) -> bool:
+def _abandoned(directory: Path) -> bool:
+    """Made by a kstall that is gone (no owner file: not provably kstall's)."""
     try:
         pid, start = (directory / OWNER).read_text().split()
     except (OSError, ValueError):
-        try:
-            return now - directory.stat().st_mtime > UNOWNED_AGE_S
-        except OSError:
-            return False
+        return False
     return not pid.isdigit() or _start_time(int(pid)) != start
 
 
@@ -74,10 +72,9 @@ def keep_bisection(directory: Path) -> Path | None:
 def sweep(results_root: Path | None) -> tuple[list[Path], list[Path]]:
     """Remove the leftovers of kstall processes that are gone, keeping killed
     bisections: (what was removed, the bisections kept)."""
-    now = time.time()
     removed, kept = [], []
     for p in candidates(results_root):
-        if not _abandoned(p, now):
+        if not _abandoned(p):
             continue
         done = keep_bisection(p) if p.name.endswith(".incomplete") else None
         if done:

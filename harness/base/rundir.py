@@ -34,7 +34,8 @@ class RunDir:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.id = f"{stamp}-{slug(label)}-{secrets.token_hex(2)}"
         self.work = self.root / f".{self.id}.incomplete"
-        self.work.mkdir()
+        self.work.mkdir(mode=0o700)  # cores, consoles, kallsyms: the user's alone (the mode outlives the rename)
+        os.chmod(self.work, 0o700)   # whatever the umask
         leftovers.mark(self.work)  # a later run removes it if this one is killed
         self.final = self.root / self.id
 

@@ -42,6 +42,8 @@ class Options:
     cancel: threading.Event | None = None
     # image: kernels: boot the image's own initrd and userspace (images/boot_image.py)
     boot_image: bool = False
+    # image: kernels: backing files outside the image's directory are the user's own
+    trust_backing: bool = False
     # in-process API: called before each GDB command of a process thread dump
     # (harness/debug/process.py; tests make GDB fail on one thread with it)
     on_thread_command: CommandHook | None = None

@@ -6,6 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.base import leftovers
 from harness.drivers import preflight
 from harness.drivers.verify import ensure_guest
 from harness.guest import accel, machine
@@ -21,6 +22,7 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     kind = accel.choose(accel_mode, kernel, initrd, echo)
     m = machine.for_kernel(kernel)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
+        leftovers.mark(Path(logs))  # a killed kstall's is swept by the next
         cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
                        machine=m.name, cmdline=m.kernel_cmdline("kstall.repro=none", "kstall.syms=1"))
         with VM(cfg) as vm:

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from harness.analysis import thread_hang, threads
+from harness.base import leftovers
 from harness.debug import process
 
 
@@ -21,6 +22,7 @@ def examine(target: str, exe: Path | None, keep_core: Path | None,
     or core:FILE (with exe). The analysis, the dump and the program read.
     Raises Usage, or process.DumpError for anything that failed on the way."""
     work = Path(tempfile.mkdtemp(prefix="kstall-threads-"))  # private (0700)
+    leftovers.mark(work)  # a killed kstall's is swept by the next
     try:
         if target.startswith("core:"):
             core, proc = Path(target[5:]), {}

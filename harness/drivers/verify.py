@@ -79,7 +79,7 @@ def prepare(spec: str, repro: reproducers.Reproducer, opts: Options, echo: Echo)
     ensure_guest(echo)  # before resolve: a first --boot-image installs the guest binaries into the image's layer
     kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(opts.build or BuildOptions(),
                                                                             reproducer=repro.name),
-                     boot_image=opts.boot_image)
+                     boot_image=opts.boot_image, trust_backing=opts.trust_backing)
     check = preflight.check(kernel, repro)
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")

@@ -8,6 +8,7 @@ import html
 
 from harness.analysis import latency
 from harness.analysis.expect import STATUS_TEXT
+from harness.analysis.verdict import VerdictKind
 from harness.reports import views
 
 _CSS = """
@@ -41,8 +42,8 @@ document.querySelectorAll('td.cell').forEach(function (td) {
 });
 """
 
-_BAR_COLORS = {"VULNERABLE": "#d9534f", "CRASHED": "#b52b27", "NOT_REPRODUCED": "#5cb85c",
-               "INCONCLUSIVE": "#e0b020", "ERROR": "#888"}
+_BAR_COLORS = {VerdictKind.VULNERABLE: "#d9534f", VerdictKind.CRASHED: "#b52b27",
+               VerdictKind.NOT_REPRODUCED: "#5cb85c", VerdictKind.INCONCLUSIVE: "#e0b020", VerdictKind.ERROR: "#888"}
 
 
 def _chart(cells: list[dict]) -> str:
@@ -110,7 +111,7 @@ def render(doc: dict) -> str:
                 continue
             v = (c["verdict"] or "none").lower()
             sub = []
-            if c["verdict"] in ("VULNERABLE", "CRASHED") and c["line"]:
+            if c["verdict"] in (VerdictKind.VULNERABLE, VerdictKind.CRASHED) and c["line"]:
                 sub.append(c["line"].split(": ", 1)[-1])
             elif c.get("count") is not None:
                 sub.append(f"{c['count']} {c.get('count_name') or ''}")

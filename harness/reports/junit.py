@@ -29,7 +29,7 @@ def render(doc: dict) -> str:
                 counts["failures"] += 1
                 el = ET.SubElement(case, "failure", type=st, message=f"{STATUS_TEXT[st]}: {expected}: {c['line']}")
                 el.text = "\n".join(filter(None, [c["line"], c["reason"], views.kernel_said(c), c["backtraces"]]))
-            elif st == "error":
+            elif st in ("error", "missing"):
                 counts["errors"] += 1
                 el = ET.SubElement(case, "error", type="error", message=f"{expected}: {c['reason']}")
                 el.text = c["reason"] or ""

@@ -20,20 +20,22 @@ from __future__ import annotations
 import hashlib
 import re
 
+from harness.analysis.verdict import VerdictKind
 from harness.reports import views
 
 ORIGIN = "kstall"
 SCHEMA_VERSION = {"major": 4, "minor": 5}
 EXCERPT_MAX = 16384  # the schema's limit on log_excerpt
 
-STATUS = {"VULNERABLE": "FAIL", "CRASHED": "FAIL", "NOT_REPRODUCED": "PASS", "ERROR": "MISS"}
+STATUS = {VerdictKind.VULNERABLE: "FAIL", VerdictKind.CRASHED: "FAIL", VerdictKind.NOT_REPRODUCED: "PASS",
+          VerdictKind.ERROR: "MISS"}
 
 
 def status(cell: dict) -> str:
     if cell["status"] == "skip":
         return "SKIP"
     verdict = cell.get("verdict")
-    if verdict == "INCONCLUSIVE":
+    if verdict == VerdictKind.INCONCLUSIVE:
         return "SKIP" if "config lacks" in (cell.get("reason") or "") else "ERROR"
     return STATUS.get(verdict, "MISS")
 

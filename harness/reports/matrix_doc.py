@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.analysis.expect import FAILING, CellResult, Matrix
+from harness.analysis.expect import FAILING, Cell, CellResult, Matrix
 from harness.analysis.record import RunRecord
 from harness.reports import views
 
@@ -75,9 +75,13 @@ def exit_code(cells: list[dict]) -> int:
 
 
 def matrix_doc(m: Matrix, results: list[CellResult], root: Path, run_id: str, shard: str | None,
-               started: float, jobs: int, cores: int, interrupted: bool = False) -> dict:
+               started: float, jobs: int, cores: int, interrupted: bool = False,
+               selected: list[str] | None = None) -> dict:
+    """selected: the ids of every cell of the run across its shards (what a
+    merge must find), by default those of results."""
     cells = [cell_doc(r, root) for r in results]
     return {"schema": SCHEMA, "id": run_id, "matrix": str(m.path), "shards": [shard] if shard else [],
+            "selected": selected if selected is not None else [c["id"] for c in cells],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "wall_s": round(time.time() - started, 1), "interrupted": interrupted,
@@ -87,7 +91,9 @@ def matrix_doc(m: Matrix, results: list[CellResult], root: Path, run_id: str, sh
 
 
 def merge(docs: list[dict]) -> dict:
-    """One document from shards of the same matrix (cells keyed by id)."""
+    """One document from shards of the same matrix (cells keyed by id). A
+    cell of the run that no shard holds (a shard lost, not merged) is a
+    failing cell, "missing", named."""
     if not docs:
         raise ValueError("nothing to merge")
     kernels: list[str] = []
@@ -98,15 +104,29 @@ def merge(docs: list[dict]) -> dict:
         repros += [r for r in d["reproducers"] if r not in repros]
         for c in d["cells"]:
             cells[c["id"]] = c
+    # documents from before "selected" ran every kernel x reproducer
+    selected = list(dict.fromkeys(i for d in docs for i in d.get("selected", [f"{k}/{r}" for k in d["kernels"]
+                                                                                     for r in d["reproducers"]])))
+    shards = sorted({s for d in docs for s in d.get("shards", [])})
+    for cell_id in selected:
+        if cell_id not in cells:
+            cells[cell_id] = _missing(cell_id, shards)
     order = {(k, r): i for i, (k, r) in enumerate((k, r) for k in kernels for r in repros)}
     merged = sorted(cells.values(), key=lambda c: order.get((c["kernel"], c["reproducer"]), 1 << 30))
     first = docs[0]
-    return {**first, "id": first["id"] + (f"+{len(docs) - 1}" if len(docs) > 1 else ""),
-            "shards": sorted({s for d in docs for s in d.get("shards", [])}),
+    return {**first, "id": first["id"] + (f"+{len(docs) - 1}" if len(docs) > 1 else ""), "shards": shards,
+            "selected": selected,
             "started": min(d["started"] for d in docs), "finished": max(d["finished"] for d in docs),
             "wall_s": max(d["wall_s"] for d in docs), "interrupted": any(d.get("interrupted") for d in docs),
             "kernels": kernels, "reproducers": repros, "cells": merged, "totals": totals(merged),
             "failing": [c["id"] for c in merged if c["failing"]], "exit_code": exit_code(merged)}
+
+
+def _missing(cell_id: str, shards: list[str]) -> dict:
+    kernel, _, reproducer = cell_id.rpartition("/")
+    doc = cell_doc(CellResult(Cell(kernel, reproducer), "missing"), Path("."))
+    merged = f" (merged shards: {', '.join(shards)})" if shards else ""
+    return doc | {"reason": f"no merged shard ran this cell{merged}: a shard is missing"}
 
 
 def load_doc(directory: Path) -> dict:

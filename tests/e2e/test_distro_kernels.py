@@ -40,7 +40,8 @@ def sha256(path: Path) -> str:
 @pytest.mark.parametrize("repro", ["perf-refresh", "bpf-ringbuf"])
 def test_bookworm_61_loads_its_virtio_modules_and_reaches_a_verdict(tmp_path, repro):
     rc, doc, err = verify_json(tmp_path, "debian:6.1.192", repro)
-    assert doc["verdict"] in ("NOT_REPRODUCED", "VULNERABLE"), err[-2000:]
+    # 6.1 has neither the perf culprit (18dbcbfabfff) nor the rqspinlock ringbuf (6.15)
+    assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
     assert doc["kernel"]["release"].startswith("6.1.0-") and "virtio_console" in doc["kernel"]["modules"]
     assert doc["guest"]["uname"] == doc["kernel"]["release"]  # the agent talked over the loaded virtio console
     console = (Path(doc["results_dir"]) / "console.log").read_text(errors="replace")

@@ -25,7 +25,13 @@ def test_default_matrix_covers_the_issue_kernels():
     assert any(k.startswith("debian:6.18.") for k in kernels) and any(k.startswith("debian:6.19.") for k in kernels)
     assert any(k.startswith("debian:7.") for k in kernels)
     assert len(m.cells) == len(m.kernels) * len(m.reproducers)
-    assert {c.kernel: c.expect for c in m.cells}["debian:6.16.12"] == "vulnerable"
+    expected = {c.id: c.expect for c in m.cells}  # every cell, not one per kernel
+    assert len(expected) == len(m.cells)
+    assert {i: e for i, e in expected.items() if i.startswith("debian:6.16.12/")} == {
+        "debian:6.16.12/perf-refresh": "vulnerable", "debian:6.16.12/bpf-ringbuf": "vulnerable",
+        "debian:6.16.12/signal-malloc": "vulnerable"}
+    assert expected["debian:6.17.8/perf-refresh"] == "not_reproduced"
+    assert expected["debian:6.12.107/bpf-ringbuf"] == "not_reproduced"
 
 
 @pytest.mark.parametrize("text,error", [
@@ -181,3 +187,21 @@ def test_a_wrong_kcidb_document_fails_the_schema():
     ]
     for doc in wrong:
         assert not v.is_valid(doc)
+
+
+def test_a_merge_that_lacks_a_shard_fails_naming_its_cells(tmp_path):
+    """Three shards of a run whose cells are a/x, a/y, b/x; the third shard
+    (b/x) is lost: the merge of the other two names it as missing and fails."""
+    ok = recorded_doc(expect="vulnerable")
+    cell = ok["cells"][0]
+    ids = ["debian:6.16.12/perf-refresh", "debian:6.17.8/perf-refresh", "debian:7.3.4/perf-refresh"]
+    shard = lambda i: dict(ok, cells=[dict(cell, id=ids[i], kernel=ids[i].split("/")[0])], shards=[f"{i + 1}/3"],
+                           kernels=[i.split("/")[0] for i in ids], selected=ids)  # noqa: E731
+    merged = matrix_doc.merge([shard(0), shard(1)])
+    missing = [c for c in merged["cells"] if c["status"] == "missing"]
+    assert [c["id"] for c in missing] == ["debian:7.3.4/perf-refresh"] and merged["exit_code"] == 1
+    assert "no merged shard ran this cell (merged shards: 1/3, 2/3)" in missing[0]["reason"]
+    formats.write_all(tmp_path, merged)
+    assert "MISSING: debian:7.3.4/perf-refresh" in text.matrix_table(merged)
+    assert "not ok 3 debian:7.3.4/perf-refresh" in (tmp_path / "matrix.ktap").read_text()
+    assert matrix_doc.merge([shard(0), shard(1), shard(2)])["exit_code"] == 0
