@@ -238,7 +238,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
         hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
         w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,
                   go=plan.go, restored=restored, on_ready=save if snap and restored is None else None,
-                  on_suspect=r.prepare_debugger)
+                  on_suspect=r.prepare_debugger, want_syms=r.syms_path is None)
         outcome, raise_later = watch_until_decided(r, vm, w, nmi)
         r.keep_symbols(w)
     snap_doc = None

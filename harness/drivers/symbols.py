@@ -28,7 +28,7 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
         with VM(cfg) as vm:
             echo(f"booting {kernel.canonical} to capture /proc/kallsyms")
             vm.start()
-            w = Watch(vm, Limits(boot_timeout=120, run_timeout=60))
+            w = Watch(vm, Limits(boot_timeout=120, run_timeout=60), want_syms=True)
             out = w.watch()
             deadline = time.monotonic() + 10
             while w.syms.data is None and time.monotonic() < deadline and vm.alive():

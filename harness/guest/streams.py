@@ -48,17 +48,27 @@ class LineReader:
 
 
 class BlobReader:
-    """The syms port: blobs as 'TAG <n>\\n' then n bytes (KALLSYMS, CORE)."""
-    MAX_BYTES = 256 << 20  # guest data is not trusted: a bigger blob is dropped
-    TAGS = ("KALLSYMS", "CORE")  # and so is one kstall did not ask for
+    """The syms port: blobs as 'TAG <n>\\n' then n bytes (KALLSYMS, CORE).
+    The guest is not trusted: a blob is kept only when kstall asked for one
+    of its tag (expect()), and only up to the size asked for; another is
+    skipped whole, and a header that lies beyond MAX_BYTES drops the stream
+    until the next header line."""
+    MAX_BYTES = 256 << 20
 
     def __init__(self, sock: socket.socket | None) -> None:
         self.sock = sock
         self.buf = bytearray()
         self.head: tuple[str, int] | None = None
+        self.skip = 0  # bytes of a refused blob still to come
+        self.expected: dict[str, int] = {}  # tag -> the most bytes kstall will take
+        self.refused: list[str] = []  # 'TAG n' of the blobs skipped
         self.blobs: dict[str, bytes] = {}
         self.arrived: dict[str, float] = {}
         self.eof = sock is None
+
+    def expect(self, tag: str, max_bytes: int) -> None:
+        """Take the next blob of this tag, if it is no larger than max_bytes."""
+        self.expected[tag] = max_bytes
 
     @property
     def data(self) -> bytes | None:
@@ -85,22 +95,41 @@ class BlobReader:
     def feed(self, chunk: bytes) -> None:
         self.buf += chunk
         while True:
+            if self.skip:
+                dropped = min(self.skip, len(self.buf))
+                del self.buf[:dropped]
+                self.skip -= dropped
+                if self.skip:
+                    return
             if self.head is None:
-                nl = self.buf.find(b"\n")
-                if nl < 0:
-                    if len(self.buf) > 256:  # no header in sight: not ours
-                        self.buf.clear()
+                if not self._header():
                     return
-                m = re.match(rb"([A-Z]+) (\d+)$", bytes(self.buf[:nl]))
-                del self.buf[:nl + 1]
-                size = num(m.group(2).decode()) if m else None
-                if size is None or size > self.MAX_BYTES or m.group(1).decode() not in self.TAGS:
-                    self.buf.clear()
-                    return
-                self.head = (m.group(1).decode(), size)
+                continue  # a blob to take, or one to skip
             tag, n = self.head
             if len(self.buf) < n:
                 return
             self.blobs[tag], self.arrived[tag] = bytes(self.buf[:n]), time.monotonic()
             del self.buf[:n]
             self.head = None
+            self.expected.pop(tag, None)  # one blob per request
+
+    def _header(self) -> bool:
+        """Read the next header: whether a blob to keep or skip follows."""
+        nl = self.buf.find(b"\n")
+        if nl < 0:
+            if len(self.buf) > 256:  # no header in sight: not ours
+                self.buf.clear()
+            return False
+        m = re.match(rb"([A-Z]+) (\d+)$", bytes(self.buf[:nl]))
+        del self.buf[:nl + 1]
+        size = num(m.group(2).decode()) if m else None
+        if size is None or size > self.MAX_BYTES:
+            self.buf.clear()
+            return False
+        tag = m.group(1).decode()
+        if size > self.expected.get(tag, -1):
+            self.refused.append(f"{tag} {size}")
+            self.skip = size
+        else:
+            self.head = (tag, size)
+        return True

@@ -28,6 +28,7 @@ SUSPECT_AT = 0.4
 # the outcome of a console report that ends the run, where its kind is not the outcome's name
 REPORT_ENDS = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERROR}
 RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
+KALLSYMS_MAX_BYTES = 64 << 20  # a Debian kernel's text symbols are ~7 MB
 
 
 @dataclass
@@ -44,7 +45,8 @@ class Limits:
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: console.Patterns | None = None,
                  echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None,
-                 go: str = "", restored: dict | None = None, on_ready=None, on_suspect=None) -> None:
+                 go: str = "", restored: dict | None = None, on_ready=None, on_suspect=None,
+                 want_syms: bool = False) -> None:
         self.vm = vm
         self.limits = limits
         self.echo = echo  # callable(str) for progress output, or None
@@ -65,6 +67,8 @@ class Watch:
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
+        if want_syms:  # the guest sends /proc/kallsyms once: syms=1 in the GO, kstall.syms=1 on the command line
+            self.syms.expect("KALLSYMS", KALLSYMS_MAX_BYTES)
         if restored is not None:
             a = self.agent
             a.hello, a.hello_at = restored, time.monotonic()
@@ -216,6 +220,7 @@ class Watch:
         """Have the agent dump the stuck reproducer (its threads from /proc,
         then the kernel's core of it) and wait, bounded, for the core; None
         when the agent reported none."""
+        self.syms.expect("CORE", self.vm.cfg.memory_mb << 20)  # no process is bigger than the guest
         self._send(b"CORE\n")
         deadline = time.monotonic() + timeout
         info = lambda: self.agent.core_info  # noqa: E731 - filled in as the agent's line arrives

@@ -124,6 +124,8 @@ def test_blobs_across_reads():
     a, b = socket.socketpair()
     try:
         r = BlobReader(a)
+        r.expect("KALLSYMS", 5)
+        r.expect("CORE", 3)
         a.setblocking(False)
         b.sendall(b"KALLSYMS 5\nabc")
         r.read()
@@ -134,3 +136,12 @@ def test_blobs_across_reads():
     finally:
         a.close()
         b.close()
+
+
+def test_a_blob_kstall_did_not_ask_for_or_larger_than_asked_is_skipped_whole():
+    r = BlobReader(None)
+    r.expect("CORE", 4)
+    r.feed(b"KALLSYMS 6\nabcdefCORE 9\n123456789CORE 3\nxyz")  # unasked, then too big, then as asked
+    assert r.blobs == {"CORE": b"xyz"} and r.refused == ["KALLSYMS 6", "CORE 9"]
+    r.feed(b"CORE 3\nabc")  # one blob per request
+    assert r.blobs == {"CORE": b"xyz"} and r.refused[-1] == "CORE 3"
