@@ -9,11 +9,14 @@ tarball is downloaded (verified against apt's SHA256), into <cache>/src.
 """
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from pathlib import Path
 
 from harness.base import paths
-from images import debian
+from images import cached, debian
+from images.download import download
 from images.kernel import Progress, SpecError, sha256_file
 
 
@@ -51,7 +54,14 @@ def orig_tarball(upstream: str, progress: Progress | None = None) -> Path:
     if dest.is_file() and dest.stat().st_size == size and sha256_file(dest) == sha:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    debian._download(url, part, size, sha, name, progress)
-    part.replace(dest)
+    with cached.locked(dest):  # one download; the others wait and find it
+        if dest.is_file() and dest.stat().st_size == size and sha256_file(dest) == sha:
+            return dest
+        fd, part = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=dest.parent)
+        os.close(fd)
+        try:
+            download(url, Path(part), size, sha, name, progress)
+            os.replace(part, dest)
+        finally:
+            Path(part).unlink(missing_ok=True)
     return dest

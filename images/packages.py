@@ -18,10 +18,11 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.base import paths, untrusted
+from harness.base import paths, procs, untrusted
 from images import cached, modules
 from images.kernel import Kernel, SpecError, sha256_file
 
@@ -72,7 +73,10 @@ class Collector:
     def feed(self, pkg: Path) -> None:
         """Stream one package, keeping what is wanted."""
         self.read.append(pkg.name)
-        proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # the tool's stderr goes to a file: a pipe nobody reads would block it once full
+        err_file = tempfile.TemporaryFile()
+        proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=err_file,
+                                preexec_fn=procs.die_with_parent)
         finished_early = False
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
@@ -90,10 +94,10 @@ class Collector:
                 proc.stdout.close()
             if proc.poll() is None:
                 proc.kill()
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             rc = proc.wait(60)
-            if proc.stderr:
-                proc.stderr.close()
+            err_file.seek(0)
+            err = err_file.read(1 << 16).decode(errors="replace")
+            err_file.close()
         if rc != 0 and not finished_early:
             raise SpecError(f"{pkg.name}: {tar_command(pkg)[0]} could not read it: {err.strip()[-300:]}")
 

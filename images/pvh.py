@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import lzma
 import os
+import re
 import struct
 import subprocess
+import tempfile
 import zlib
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import paths, procs
 
 PHYS32_ENTRY = 18  # XEN_ELFNOTE_PHYS32_ENTRY
+_PART = re.compile(r"\.(\d+)\.(?:\w+\.)?part$")  # SHA.elf.PID[.RANDOM].part: its writer's pid
 ZSTD_MAGIC, XZ_MAGIC, GZIP_MAGIC = b"\x28\xb5\x2f\xfd", b"\xfd7zXZ\x00", b"\x1f\x8b"
+MAX_ELF_BYTES = 512 << 20  # a decompressed kernel larger than this is no kernel (a bomb)
 # the cache keeps the most recently booted ELFs up to this size (~64 MB each)
 MAX_BYTES = int(float(os.environ.get("KSTALL_PVH_MAX_GB", "2")) * (1 << 30))
 
@@ -35,18 +39,43 @@ def payload(bz: bytes) -> bytes | None:
     return bz[start:start + length] if start + length <= len(bz) else None
 
 
-def decompress(data: bytes) -> bytes | None:
+def decompress(data: bytes, limit: int = MAX_ELF_BYTES) -> bytes | None:
+    """The payload decompressed, or None when it is not one kstall reads or
+    comes out larger than limit (a kernel is tens of MB: more is no kernel)."""
     if data.startswith(ZSTD_MAGIC):  # the kernel's build appends the size after the frame
-        p = subprocess.run(["zstd", "-dcq", "--memory=2048MB"], input=data[:-4], capture_output=True, timeout=120)
-        return p.stdout if p.returncode == 0 else None
+        return _zstd(data[:-4], limit)
     try:
         if data.startswith(XZ_MAGIC):
-            return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data)
-        if data.startswith(GZIP_MAGIC):
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+            d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+            out = d.decompress(data, max_length=limit + 1)
+        elif data.startswith(GZIP_MAGIC):
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = d.decompress(data, limit + 1)
+        else:
+            return None
     except (lzma.LZMAError, zlib.error):
         return None
-    return None
+    return out if len(out) <= limit else None
+
+
+def _zstd(frame: bytes, limit: int) -> bytes | None:
+    """zstd(1) reads the frame from a file and its output is read up to limit,
+    so neither side of the pipe can block or grow without bound."""
+    with tempfile.TemporaryFile() as src, tempfile.TemporaryFile() as err:
+        src.write(frame)
+        src.seek(0)
+        proc = subprocess.Popen(["zstd", "-dcq", "--memory=2048MB"], stdin=src, stdout=subprocess.PIPE, stderr=err,
+                                preexec_fn=procs.die_with_parent)
+        try:
+            out = proc.stdout.read(limit + 1)
+            if len(out) <= limit:
+                proc.wait(60)  # it has written all: let it exit on its own
+        except subprocess.TimeoutExpired:
+            out = b""
+        finally:
+            proc.stdout.close()
+            procs.reap(proc, grace=10)
+    return out if len(out) <= limit and proc.returncode == 0 else None
 
 
 def has_pvh_entry(elf: bytes) -> bool:
@@ -86,9 +115,15 @@ def boot_file(vmlinuz: Path, sha256: str) -> Path:
     if not image or not has_pvh_entry(image):
         no.touch()
         return vmlinuz
-    tmp = elf.with_name(f"{elf.name}.{os.getpid()}.part")
-    tmp.write_bytes(image)
-    tmp.replace(elf)  # whole or absent, even if kstall dies here
+    # unique to this writer (a matrix's cells are threads of one pid); the pid
+    # in its name lets a later prune remove the part of a kstall that died
+    fd, tmp = tempfile.mkstemp(prefix=f"{elf.name}.{os.getpid()}.", suffix=".part", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        os.replace(tmp, elf)  # whole or absent, even if kstall dies here
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     prune(d)
     return elf
 
@@ -98,8 +133,8 @@ def prune(d: Path, keep_bytes: int = MAX_BYTES) -> list[Path]:
     always kept), and the .part files of processes that are gone; what went."""
     gone = []
     for part in d.glob("*.part"):
-        pid = part.name.rsplit(".", 2)[-2]
-        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+        m = _PART.search(part.name)
+        if m is None or not Path(f"/proc/{m.group(1)}").exists():
             part.unlink(missing_ok=True)
             gone.append(part)
     elfs = []

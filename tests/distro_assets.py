@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base import paths  # noqa: E402
 from images import debian  # noqa: E402
+from images.download import download  # noqa: E402
 
 COMPRESS = {"xz": ["xz", "--check=crc32", "--lzma2=dict=1MiB", "-q"], "zst": ["zstd", "-q", "--rm", "-T1"]}
 
@@ -90,7 +91,7 @@ def debian_debs(version: str) -> list[Path]:
         dest = out_dir / fname
         if not dest.is_file() or dest.stat().st_size != size:
             part = dest.with_name(dest.name + ".part")
-            debian._download(url, part, size, sha, pkg, None)
+            download(url, part, size, sha, pkg, None)
             part.replace(dest)
         files.append(dest)
     return files

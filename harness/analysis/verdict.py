@@ -10,6 +10,7 @@ A boot failure is never VULNERABLE.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -110,7 +111,7 @@ def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, e
 
 def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes: list[classify.CpuClass] | None,
            debug_errors: list[str], pmiss: dict, report_reason: str = "", stall: dict | None = None,
-           process: tuple[thread_hang.Analysis | None, str] | None = None) -> Verdict:
+           process: tuple[thread_hang.Analysis | None, str] | None = None, pmiss_target: float = 1.0) -> Verdict:
     """stall: stall evidence (harness/analysis/latency.py evidence()) for reproducers
     that measure latencies; a stall past the threshold is VULNERABLE.
     process: (thread analysis, error) for reproducers whose hang is a process's."""
@@ -154,6 +155,11 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
     if count < repro.min_count:
         what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
         return Verdict(VerdictKind.INCONCLUSIVE, f"path {what}")
+    log10 = pmiss.get("p_miss_log10")
+    if log10 is not None and log10 > math.log10(pmiss_target):
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{count} {repro.count_name} without a hang, but {pmiss['text']} is "
+                       f"above the target {pmiss_target:g} (the run ended before it got there: --duration?)",
+                       p_miss=pmiss)
     return Verdict(VerdictKind.NOT_REPRODUCED,
                    f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
                    summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",

@@ -35,9 +35,13 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
     same content (two matrix cells building one initramfs) do not collide."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: no half file left beside it
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

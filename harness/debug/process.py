@@ -19,7 +19,9 @@ live process on this machine harness/analysis/threads.py reads them.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Callable
 
@@ -130,10 +132,19 @@ def dump_core(core: Path, exe: Path, log_path: Path, proc: dict[int, ProcThread]
 
 def capture_live(pid: int, core: Path, timeout: float = 30.0) -> None:
     """A core of a running process through gdb's gcore: attach, dump, detach.
-    The process goes on as it was (a deadlocked one stays deadlocked)."""
+    The process is left as it was found: running (a deadlocked one stays
+    deadlocked), or stopped. A gdb killed mid-attach (its time ran out) leaves
+    a running one stopped, and gdb's detach resumes a stopped one: either is
+    put back."""
+    was = (procs.stat_fields(f"/proc/{pid}/stat") or ["?"])[0]
+    core.unlink(missing_ok=True)  # a core left from before is not this one
     try:
         p = procs.run_bounded([GDB, "-nx", "-q", "-batch", "-p", str(pid), "-ex", f"gcore {core}"], timeout)
     except Exception as e:  # noqa: BLE001 - TimeoutExpired and OSError alike: say what failed
         raise DumpError(f"gcore of process {pid} failed: {e}") from None
+    finally:  # gdb's detach resumes a process that was stopped, and one it was killed on stays stopped
+        now = (procs.stat_fields(f"/proc/{pid}/stat") or ["?"])[0]
+        if now != "?" and (was == "T") != (now == "T"):
+            os.kill(pid, signal.SIGSTOP if was == "T" else signal.SIGCONT)
     if not core.exists():
         raise DumpError(f"gcore of process {pid} wrote no core: {(p.stderr or p.stdout).strip()[-300:]}")

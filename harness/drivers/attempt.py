@@ -197,7 +197,7 @@ class _Run:
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
                 initrd: Path, out_dir: Path, echo: Echo, number: int = 1,
                 disk: boot_image.BootDisk | None = None) -> Attempt:
-    cal = pmiss.load(repro.name)
+    cal = pmiss.load(repro.name, opts.repro_args, opts.cpus or repro.default_cpus, accel_kind)
     r = _Run(kernel, repro, opts, out_dir, echo)
     plan = make_plan(kernel, repro, opts, accel_kind, initrd, out_dir, disk, cal, r.syms_path is None)
     t0 = time.monotonic()
@@ -313,9 +313,11 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
             if chart:
                 (r.out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.console.reports if rep.kind == "infra"), "")
-    pm = pmiss.p_miss(cal, w.agent.count, repro.count_name)
+    pm = pmiss.p_miss(cal, w.agent.count, repro.count_name,
+                      pmiss.unknown_because(repro.name, r.opts.repro_args, plan.cpus, plan.vm.accel))
     v = decide(outcome, w.agent.ktap, w.agent.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
-               report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None)
+               report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None,
+               r.opts.pmiss_target)
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall)
 

@@ -7,6 +7,7 @@ those figures into the P(miss) of every later NOT_REPRODUCED.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Callable
@@ -17,11 +18,14 @@ from harness.drivers import verify
 from harness.drivers.options import Options
 
 
-def write(path, reproducer: str, kernel: str, cpus: int, runs: list[dict], argv: list[str]) -> None:
+def write(path, reproducer: str, kernel: str, cpus: int, args: list[str], accel: str, runs: list[dict],
+          argv: list[str]) -> None:
     lines = [f"# Written by: kstall {' '.join(argv)}",
-             "# Per run: passes over the path completed before the hang (count) and seconds",
-             "# from reproducer start to its last sign of life. Used by harness/analysis/pmiss.py.",
-             f'reproducer = "{reproducer}"', f'kernel = "{kernel}"', f"cpus = {cpus}", "confidence = 0.95",
+             "# Per run: passes over the path completed before the hang, or in all when it did not",
+             "# hang (count), and seconds from reproducer start to its last sign of life. Used by",
+             "# harness/analysis/pmiss.py for runs with these arguments, vCPUs and accelerator.",
+             f'reproducer = "{reproducer}"', f'kernel = "{kernel}"', f"cpus = {cpus}",
+             f"args = [{', '.join(json.dumps(a) for a in args)}]", f'accel = "{accel}"', "confidence = 0.95",
              f'measured = "{time.strftime("%Y-%m-%d")}"', ""]
     for r in runs:
         lines += ["[[run]]", f'verdict = "{r["verdict"]}"', f"count = {r['count']}",
@@ -46,8 +50,8 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     print(f"{len(hangs)}/{len(runs)} runs hung")
     if write_file:
         path = pmiss.CAL_DIR / f"{reproducer}.toml"
-        write(path, reproducer, canonical, rec.vm["cpus"], runs, sys.argv[1:])
-        cal = pmiss.load(reproducer)
+        write(path, reproducer, canonical, rec.vm["cpus"], opts.repro_args, rec.vm["accel"], runs, sys.argv[1:])
+        cal = pmiss.load(reproducer, opts.repro_args, rec.vm["cpus"], rec.vm["accel"])
         lam, k, n = cal.rate_lower_bound() if cal else (0, 0, 0)
         print(f"wrote {path}: hang rate >= {lam:.3g} per pass (95%), {pmiss.count_for(cal, 1e-6)} passes "
               "give P(miss) <= 1e-6")

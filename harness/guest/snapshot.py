@@ -20,8 +20,12 @@ touches.
 A snapshot is keyed by the kernel's sha256 and by VM.shape(), the QEMU command
 line without the run's private paths, which names the initramfs by its content
 hash; and by the QEMU binary, whose migration format may change between
-versions. It lives in the cache (snapshots/KEY.vmstate, with KEY.json beside
-it), is written atomically, and one that does not load is removed.
+versions. It lives in the cache as a set of files, KEY.json naming the other
+three (the device state, the RAM, the boot's console) by a name unique to
+that save: a save writes its files whole, then replaces KEY.json in one
+rename, then removes the set it replaced, so a reader never mixes two saves
+(a reader that still has the old files open keeps them). One that does not
+load is removed.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import paths
@@ -67,23 +71,27 @@ def _qemu_identity() -> list:
 @dataclass
 class Snapshot:
     key: str
+    files: dict = field(default_factory=dict)  # the saved set, as its KEY.json names it
+
+    def _file(self, kind: str) -> Path:
+        return directory() / self.files.get(kind, f"{self.key}.{kind}")
 
     @property
     def state(self) -> Path:
-        return directory() / f"{self.key}.vmstate"
+        return self._file("vmstate")
 
     @property
     def ram(self) -> Path:
-        return directory() / f"{self.key}.ram"
-
-    @property
-    def meta_path(self) -> Path:
-        return directory() / f"{self.key}.json"
+        return self._file("ram")
 
     @property
     def console(self) -> Path:
         """The boot's console up to the gate, which a restored guest does not print again."""
-        return directory() / f"{self.key}.console"
+        return self._file("console")
+
+    @property
+    def meta_path(self) -> Path:
+        return directory() / f"{self.key}.json"
 
     def start_console_log(self, log: Path) -> None:
         """Begin a restored run's console log (QEMU appends to it) with the boot."""
@@ -93,22 +101,29 @@ class Snapshot:
         except OSError:
             pass
 
-    def meta(self) -> dict | None:
-        """What was recorded when it was saved; None when there is no whole snapshot."""
+    def meta(self, touch: bool = True) -> dict | None:
+        """What was recorded when it was saved (and the set it names, for
+        state/ram/console); None when there is no whole snapshot. touch: mark
+        it used (pruned last)."""
         try:
             doc = json.loads(self.meta_path.read_text())
         except (OSError, ValueError):
             return None
+        self.files = doc.get("files", {})
         try:
             if self.state.stat().st_size != doc.get("bytes") or self.ram.stat().st_size != doc.get("ram_size"):
                 return None
-        except OSError:
+            if touch:
+                os.utime(self.meta_path)
+        except OSError:  # another kstall replaced or pruned it meanwhile
             return None
-        os.utime(self.meta_path)  # recently used: pruned last
         return doc
 
     def discard(self) -> None:
-        for p in (self.meta_path, self.state, self.ram, self.console):
+        """Remove it: KEY.json first (no reader finds it), then the set it named."""
+        self.meta(touch=False)
+        self.meta_path.unlink(missing_ok=True)
+        for p in (self.state, self.ram, self.console):
             p.unlink(missing_ok=True)
 
     def save(self, vm: VM, meta: dict) -> dict:
@@ -118,43 +133,60 @@ class Snapshot:
             raise SnapshotError("the guest's RAM is not shared with kstall (VMConfig.shared_ram)")
         directory().mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.key}.", suffix=".vmstate", dir=directory())
-        ram_tmp = Path(tmp).with_suffix(".ram")
+        save_id = Path(tmp).name.split(".")[2]  # mkstemp's unique part: this save's files
+        new = {kind: f"{self.key}.{save_id}.{kind}" for kind in ("vmstate", "ram", "console")}
+        written: list[Path] = []
         t0 = time.monotonic()
         try:
-            vm.qmp.cmd("stop")
-            vm.qmp.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
-            # the default cap (32 MiB/s) is meant for a network
-            vm.qmp.cmd("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
-            vm.qmp.send_fd("kstall-snapshot", fd)
-            vm.qmp.cmd("migrate", uri="fd:kstall-snapshot")
-            try:
-                status = _wait_migration(vm, SAVE_TIMEOUT, "saving")
-            except SnapshotError:
-                with contextlib.suppress(QMPError, OSError):
-                    vm.qmp.cmd("migrate_cancel")
-                raise
-            if status.get("status") != "completed":
-                raise SnapshotError(f"migration {status.get('status')}: {status.get('error-desc', '')}".strip(": "))
+            self._migrate(vm, fd)
             size = os.fstat(fd).st_size
-            ram_size, ram_data = copy_sparse(vm.ram_fd, ram_tmp)
-            os.replace(ram_tmp, self.ram)
-            os.replace(tmp, self.state)
-            shutil.copyfile(vm.cfg.log_dir / "console.log", self.console)
-            doc = meta | {"key": self.key, "bytes": size, "ram_size": ram_size, "ram_bytes": ram_data,
+            ram_size, ram_data = copy_sparse(vm.ram_fd, directory() / new["ram"])
+            written.append(directory() / new["ram"])
+            shutil.copyfile(vm.cfg.log_dir / "console.log", directory() / new["console"])
+            written.append(directory() / new["console"])
+            os.replace(tmp, directory() / new["vmstate"])
+            written.append(directory() / new["vmstate"])
+            doc = meta | {"key": self.key, "files": new, "bytes": size, "ram_size": ram_size, "ram_bytes": ram_data,
                           "save_s": round(time.monotonic() - t0, 2),
                           "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            paths.write_atomic(self.meta_path, json.dumps(doc, indent=1) + "\n")
+            old = Snapshot(self.key)
+            old_meta = old.meta(touch=False)
+            paths.write_atomic(self.meta_path, json.dumps(doc, indent=1) + "\n")  # the set, replaced at once
+            written.clear()
+            if old_meta is not None and old.files != new:
+                for f in (old.state, old.ram, old.console):
+                    f.unlink(missing_ok=True)
+            self.files = new
             return doc
         except (QMPError, OSError) as e:
             raise SnapshotError(str(e)) from None
         finally:
             os.close(fd)
             Path(tmp).unlink(missing_ok=True)
-            ram_tmp.unlink(missing_ok=True)
+            for f in written:  # a save that failed leaves no part of itself
+                f.unlink(missing_ok=True)
             try:
                 vm.qmp.cmd("cont")
             except (QMPError, OSError):
                 pass  # QEMU gone: the watch names it
+
+    @staticmethod
+    def _migrate(vm: VM, fd: int) -> None:
+        """The guest's devices (its RAM stays in the memfd) into fd, the guest stopped."""
+        vm.qmp.cmd("stop")
+        vm.qmp.cmd("migrate-set-capabilities", capabilities=[{"capability": "x-ignore-shared", "state": True}])
+        # the default cap (32 MiB/s) is meant for a network
+        vm.qmp.cmd("migrate-set-parameters", **{"max-bandwidth": 1 << 40})
+        vm.qmp.send_fd("kstall-snapshot", fd)
+        vm.qmp.cmd("migrate", uri="fd:kstall-snapshot")
+        try:
+            status = _wait_migration(vm, SAVE_TIMEOUT, "saving")
+        except SnapshotError:
+            with contextlib.suppress(QMPError, OSError):
+                vm.qmp.cmd("migrate_cancel")
+            raise
+        if status.get("status") != "completed":
+            raise SnapshotError(f"migration {status.get('status')}: {status.get('error-desc', '')}".strip(": "))
 
 
 PAGE = 4096
@@ -222,12 +254,25 @@ def wait_restored(vm: VM, timeout: float = RESTORE_TIMEOUT) -> None:
 
 
 def prune(keep_bytes: int = MAX_BYTES) -> list[Path]:
-    """Remove the least recently used snapshots beyond keep_bytes; what went."""
-    metas = sorted(directory().glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    """Remove the least recently used snapshots beyond keep_bytes; what went.
+    Another kstall may prune or replace the same files meanwhile: a file
+    already gone is no error."""
+    metas = []
+    for m in directory().glob("*.json"):
+        try:
+            metas.append((m.stat().st_mtime, m))
+        except FileNotFoundError:
+            continue
     total, gone = 0, []
-    for m in metas:
+    for _, m in sorted(metas, reverse=True):
         snap = Snapshot(m.stem)
-        total += sum(p.stat().st_blocks * 512 for p in (snap.state, snap.ram) if p.exists())
+        if snap.meta(touch=False) is None:
+            continue
+        for p in (snap.state, snap.ram):
+            try:
+                total += p.stat().st_blocks * 512
+            except FileNotFoundError:
+                pass
         if total > keep_bytes:
             snap.discard()
             gone.append(snap.state)

@@ -38,6 +38,7 @@ class Limits:
     stuck_after: float = 1.0
     run_timeout: float = 180.0
     report_grace: float = 1.5
+    gate_timeout: float = 3600.0  # at the agent's gate, waiting for free host cores (a matrix)
     stalls: int = 0  # > 0: end with "stall" once the progress line's over= reaches this
     stall_measure: str = "measurement"  # what the reproducer times (its data file's [stall] measure)
 
@@ -113,6 +114,9 @@ class Watch:
         if out is not None or self.agent.hello_at is None:
             return out
         if self.agent.ready_at is not None and self.go_at is None:
+            if now - self.agent.ready_at > self.limits.gate_timeout:
+                return Outcome(OutcomeKind.TIMEOUT, f"waited more than {self.limits.gate_timeout:.0f}s at the gate "
+                               "for free cores", now)
             self._at_gate(now)
             return None
         return self._hung(now)

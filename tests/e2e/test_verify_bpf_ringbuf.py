@@ -47,3 +47,10 @@ def test_fixed_kernel_is_not_reproduced_with_counts_and_a_chart(tmp_path):
     assert nmi["reserves"] == ev["count"] and nmi["hist"]
     assert (Path(doc["results_dir"]) / "latency.svg").read_text().startswith("<svg")
     assert json.loads((Path(doc["results_dir"]) / "run.json").read_text())["verdict"] == "NOT_REPRODUCED"
+
+
+def test_a_run_cut_short_of_its_p_miss_target_is_inconclusive(tmp_path):
+    """--pmiss promises a target: 2 s of NMIs cannot reach 1e-9 on a fixed kernel."""
+    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", "bpf-ringbuf", "--pmiss", "1e-9", "--duration", "2")
+    assert rc == 3 and doc["verdict"] == "INCONCLUSIVE", err[-2000:]
+    assert "P(miss)" in doc["reason"] and "above the target 1e-09" in doc["reason"], doc["reason"]

@@ -142,3 +142,17 @@ def test_a_stuck_count_is_suspected_once_before_it_is_declared():
     for a, b in pairs:
         a.close()
         b.close()
+
+
+def test_a_guest_that_waits_at_its_gate_too_long_times_out():
+    pairs, guest, vm = _socket_vm()
+    try:
+        gate = SimpleNamespace(try_open=lambda: False)  # the cores never come free
+        w = Watch(vm, Limits(gate_timeout=0.3), gate=gate)
+        guest.sendall(b"KSTALL hello uname=x cpus=2\nKSTALL ready\n")
+        out = w.watch()
+        assert out.kind == "timeout" and "at the gate for free cores" in out.detail, out
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()

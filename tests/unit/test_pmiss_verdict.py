@@ -84,3 +84,35 @@ def test_emulator_faults_boot_failures_and_crashes():
 
 def test_exit_codes_are_the_contract():
     assert EXIT_CODES == {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4}
+
+
+def test_calibration_runs_that_did_not_hang_count_in_the_denominator():
+    hung = [{"verdict": "VULNERABLE", "count": c, "seconds": 0.1} for c in (10, 20)]
+    clean = [{"verdict": "NOT_REPRODUCED", "count": 1000, "seconds": 9.0}]
+    errored = [{"verdict": "ERROR", "count": 5000, "seconds": 1.0}]  # never ran the path to the end
+    lam, k, n = cal([], runs=hung + clean + errored).rate_lower_bound()
+    assert (k, n) == (2, 10 + 1 + 20 + 1 + 1000)
+    assert lam == pytest.approx(pmiss.gamma_quantile(0.05, 2) / 1032)
+    assert lam < cal([10, 20]).rate_lower_bound()[0]  # the clean run makes the bound more cautious
+
+
+def test_a_calibration_holds_only_for_the_arguments_vcpus_and_accelerator_it_was_measured_with():
+    assert pmiss.load("signal-malloc", [], 2, "tcg") is not None
+    assert pmiss.load("signal-malloc", ["--safe"], 2, "tcg") is None
+    assert pmiss.unknown_because("signal-malloc", ["--safe"], 2, "tcg") == "no calibration for these arguments"
+    assert pmiss.unknown_because("perf-refresh", [], 4, "tcg") == "no calibration for 4 vCPUs"
+    assert pmiss.unknown_because("perf-refresh", [], 2, "kvm") == "no calibration under KVM"
+    assert pmiss.unknown_because("console-trigger") == "no calibration"
+    safe = pmiss.p_miss(None, 5000, "allocations", pmiss.unknown_because("signal-malloc", ["--safe"], 2, "tcg"))
+    assert safe["text"] == "P(miss) unknown (no calibration for these arguments)" and safe["p_miss"] is None
+
+
+def test_a_run_short_of_its_p_miss_target_is_inconclusive_not_clean():
+    k = Ktap()
+    for line in ["KTAP version 1", "1..1", "ok 1 perf-refresh"]:
+        k.feed(line)
+    reached = {"text": "P(miss) 2.1e-07", "p_miss_log10": -6.7}
+    ok = decide(Outcome("done", "exited 0", 0), k, 12000, REPRO, None, [], reached, pmiss_target=1e-6)
+    short = decide(Outcome("done", "exited 0", 0), k, 12000, REPRO, None, [], reached, pmiss_target=1e-9)
+    assert ok.verdict == "NOT_REPRODUCED" and short.verdict == "INCONCLUSIVE" and short.exit_code == 3
+    assert "P(miss) 2.1e-07 is above the target 1e-09" in short.reason and short.p_miss == reached

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Four kstall processes on one cold cache: the same kernels fetched, their
+PVH ELFs decompressed (by two cells of one matrix, threads of one pid),
+their symbols captured and their snapshots saved side by side. Every verdict
+is right, none is an internal error, and nothing half-made is left."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from helpers import KSTALL, kstall_processes, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_four_processes_on_one_cold_cache_agree_and_leave_nothing_half_made(tmp_path):
+    cache = tmp_path / "cache"
+    env = dict(os.environ, KSTALL_CACHE=str(cache))
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('[[reproducer]]\nname = "perf-refresh"\n\n[[reproducer]]\nname = "signal-malloc"\n\n'
+                      '[[kernel]]\nspec = "debian:7.3.4"\n'
+                      'expect = { perf-refresh = "not_reproduced", signal-malloc = "vulnerable" }\n')
+    tmp_before = set(Path(tempfile.gettempdir()).glob("kstall-*"))
+    cmds = {"matrix": [*KSTALL, "matrix", str(matrix), "--json", "--results", str(tmp_path / "m")],
+            "fixed": [*KSTALL, "verify", "debian:7.3.4", "bpf-ringbuf", "--json", "--results", str(tmp_path / "a")],
+            "hung": [*KSTALL, "verify", "debian:6.16.12", "perf-refresh", "--json", "--results", str(tmp_path / "b")],
+            "again": [*KSTALL, "verify", "debian:6.16.12", "perf-refresh", "--json", "--results", str(tmp_path / "c")]}
+    procs = {k: subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for k, c in cmds.items()}
+    outs = {k: p.communicate(timeout=1200) for k, p in procs.items()}
+    docs = {k: json.loads(out) for k, (out, _) in outs.items()}
+    said = {k: err for k, (_, err) in outs.items()}
+    assert [c["status"] for c in docs["matrix"]["cells"]] == ["pass", "pass"], said["matrix"][-2000:]
+    assert docs["fixed"]["verdict"] == "NOT_REPRODUCED", said["fixed"][-2000:]
+    assert docs["hung"]["verdict"] == docs["again"]["verdict"] == "VULNERABLE", said["hung"][-1000:]
+    assert not any("internal error" in err for err in said.values())
+    assert [p.returncode for p in procs.values()] == [0, 0, 1, 1]
+    # each package fetched once, whole; no temporary file or part left half-made
+    fetched = [line.split(":")[1].strip() for err in said.values() for line in err.splitlines()
+               if ": 100% of" in line]
+    assert fetched and len(fetched) == len(set(fetched)), fetched
+    leftovers = [p for p in cache.rglob("*") if p.name.endswith((".part", ".tmp")) or
+                 (p.name.startswith(".") and p.is_file() and p.parent.name not in ("locks",))]
+    assert leftovers == []
+    assert len(list((cache / "kernels" / "debian").iterdir())) == 2
+    assert wait_for(lambda: not kstall_processes(), 10) is not None
+    assert set(Path(tempfile.gettempdir()).glob("kstall-*")) - tmp_before == set()
