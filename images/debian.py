@@ -45,7 +45,10 @@ FETCH_FAILED = re.compile(r"^W: Failed to fetch (\S+)\s+(.*)$", re.M)
 
 
 def version_key(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v))
+    """'6.16.12-1~bpo13+1' -> (6, 16, 12, 1, 13, 1). Also sorts versions an
+    image's boot entries give: runs of digits are cut at 18, so no text makes
+    an integer too long to convert."""
+    return tuple(int(x) for x in re.findall(r"\d{1,18}", v))
 
 
 @dataclass(frozen=True)

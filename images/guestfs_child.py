@@ -150,30 +150,38 @@ def release_of(linux_path: str) -> str:
     return base.removeprefix("vmlinuz-") if base.startswith("vmlinuz-") else linux_path.split("/")[-2]
 
 
-def installed(g) -> dict[str, str]:
+def installed(g, refused: list[str] | None = None) -> dict[str, str]:
     """release -> path of its vmlinuz, from /boot and (Fedora) lib/modules.
-    A name that is no kernel release ('..', a '/') is not a kernel: the
-    release is joined into paths on the host."""
+    A name that is no kernel release ('..', a '/') is not a kernel (the
+    release is joined into paths on the host): it goes to refused."""
     out = {}
+    refused = [] if refused is None else refused
     if g.is_dir("/boot"):
         for name in g.ls("/boot"):
-            release = untrusted.release(name.removeprefix("vmlinuz-"))
-            if name.startswith("vmlinuz-") and release and not name.endswith((".old", "-rescue")) \
-                    and "rescue" not in name:
-                out[release] = f"/boot/{name}"
+            if name.startswith("vmlinuz-") and not name.endswith((".old", "-rescue")) and "rescue" not in name:
+                release = untrusted.release(name.removeprefix("vmlinuz-"))
+                if release:
+                    out[release] = f"/boot/{name}"
+                else:
+                    refused.append(f"/boot/{name}")
     for base in ("/usr/lib/modules", "/lib/modules"):
         if g.is_dir(base):
             for rel in g.ls(base):
-                if rel not in out and untrusted.release(rel) and g.is_file(f"{base}/{rel}/vmlinuz"):
-                    out[rel] = f"{base}/{rel}/vmlinuz"
+                if rel not in out and g.is_file(f"{base}/{rel}/vmlinuz"):
+                    if untrusted.release(rel):
+                        out[rel] = f"{base}/{rel}/vmlinuz"
+                    else:
+                        refused.append(f"{base}/{rel}/vmlinuz")
     return out
 
 
 def choose(g, wanted: str) -> tuple[str, str, str]:
     """(release, why, kernel arguments of its boot entry)"""
-    kernels = installed(g)
+    refused: list[str] = []
+    kernels = installed(g, refused)
     if not kernels:
-        raise SpecError("the image has no kernel (nothing in /boot/vmlinuz-* or /lib/modules/*/vmlinuz)")
+        why = f"; refused, as no kernel release: {', '.join(refused)}" if refused else ""
+        raise SpecError(f"the image has no kernel (nothing in /boot/vmlinuz-* or /lib/modules/*/vmlinuz{why})")
     if wanted:
         if wanted not in kernels:
             raise SpecError(f"the image has no kernel {wanted}; it has {', '.join(sorted(kernels))}")

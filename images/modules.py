@@ -79,25 +79,29 @@ class Tree:
             raise SpecError(f"depmod -b {self.root} {self.release} failed: {p.stderr.strip()[-300:]}")
 
     def deps(self) -> dict[str, tuple[str, list[str]]]:
-        """name -> (path in the tree, paths of everything it depends on). The
-        file is the package's or the image's: a path that leaves the module
-        tree (absolute, '..') is refused, naming its line."""
-        out = {}
-        for n, line in enumerate((self.dir / "modules.dep").read_text(errors="replace").splitlines(), 1):
-            path, sep, rest = line.partition(":")
-            if not sep:
-                continue
-            paths = [untrusted.relative_path(p) for p in [path.strip(), *rest.split()]]
-            if None in paths:
-                raise SpecError(f"{self.dir / 'modules.dep'} line {n} names a file outside the module tree: "
-                                f"{line.strip()[:200]!r}")
-            out[module_name(paths[0])] = (paths[0], paths[1:])
-        return out
+        """name -> (path in the tree, paths of everything it depends on)."""
+        return parse_dep((self.dir / "modules.dep").read_text(errors="replace"), self.dir / "modules.dep")
 
     def builtin(self) -> set[str] | None:
         """Built-in module names; None when the tree does not say."""
         f = self.dir / "modules.builtin"
         return {module_name(l) for l in f.read_text().split()} if f.is_file() else None
+
+
+def parse_dep(text: str, where: Path) -> dict[str, tuple[str, list[str]]]:
+    """A modules.dep (from a package or an image, not trusted): name -> (path
+    in the tree, paths of what it depends on). A path that leaves the module
+    tree (absolute, '..') is refused, naming its line."""
+    out = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        path, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        paths = [untrusted.relative_path(p) for p in [path.strip(), *rest.split()]]
+        if None in paths:
+            raise SpecError(f"{where} line {n} names a file outside the module tree: {line.strip()[:200]!r}")
+        out[module_name(paths[0])] = (paths[0], paths[1:])
+    return out
 
 
 def load_order(deps: dict[str, tuple[str, list[str]]], name: str) -> list[str]:

@@ -81,7 +81,7 @@ class Collector:
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
                 for m in tar:
-                    if m.isfile() and self._take(tar, m) and self.complete():
+                    if (m.isfile() or m.issym() or m.islnk()) and self._take(tar, m) and self.complete():
                         finished_early = True
                         break
             if not finished_early:  # the tool's end-of-archive padding: let it finish writing
@@ -108,6 +108,11 @@ class Collector:
         name = untrusted.relative_path(m.name)
         if name is None:
             raise SpecError(f"package member {m.name!r} leaves the package's tree: refused")
+        if not m.isfile():  # a link where kstall takes a file would be followed out of the package
+            if _VMLINUZ.fullmatch(name) or _CONFIG.fullmatch(name) or _MODFILE.fullmatch(name):
+                raise SpecError(f"package member {m.name!r} is a link (to {m.linkname!r}) where a file belongs: "
+                                "refused")
+            return False
         if mz := _VMLINUZ.fullmatch(name):
             self.releases.add(_checked_release(mz, m))
             self.vmlinuz = self._write(tar, m, self.dest / "vmlinuz")

@@ -13,18 +13,20 @@ import random
 import sys
 import time
 import tracemalloc
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from recorded import FIXTURES
 
-from harness.analysis import console, latency
-from harness.base import reproducers
-from harness.analysis import threads
+from harness.analysis import console, latency, threads
+from harness.analysis.kallsyms import Kallsyms
 from harness.analysis.ktap import Ktap
+from harness.base import reproducers, untrusted
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.watch import Limits, Watch
-from harness.analysis.kallsyms import Kallsyms
+from images import guestfs_child, modules
+from images.kernel import SpecError
 
 N = int(os.environ.get("FUZZ_INPUTS", "10000"))
 SEED = 20261123
@@ -40,7 +42,11 @@ TOKENS = ["KSTALL thread ", "KSTALL hello ", "HB ", "# progress count=", "# resu
           "kstack=", "RIP: 0010:", "Call Trace:", "</TASK>", " ? ", "+0x1f/0x40", "[<ffffffff81000000>] ",
           "[    1.000000] ", "INFO: task ", " blocked for more than ", "BUG: soft lockup - CPU#", "rcu: INFO: ",
           "csd: Detected non-responsive CSD lock (#", "{func}", "%s", "\x00", "\x1b[0m", "\ufffd", "9" * 5000,
-          "-" + "1" * 4400, "f" * 300, "=" * 50, ","]
+          "-" + "1" * 4400, "f" * 300, "=" * 50, ",",
+          # what a hostile package or image names: paths that climb, absolute ones, releases that are paths
+          "../", "..", "/", "./", "/etc/shadow", "lib/modules/", "kernel/", ".ko:", ".ko.xz", "vmlinuz-",
+          "menuentry '", "' {\n", "\n}\n", "submenu '", "linux /boot/vmlinuz-../../../etc ", "set default=",
+          "saved_entry=", "title ", "options ", "version ", "\n"]
 
 
 def lines(rng: random.Random) -> list[str]:
@@ -120,7 +126,43 @@ PARSERS = {
     "symbols.Kallsyms": lambda pats: (lambda l: Kallsyms.parse(l + "\n" + l).lookup(0xffffffff81000000)),
     "watch.LineReader": lambda pats: (lambda r: lambda l: r.feed(l.encode(errors="replace")))(LineReader(None, 4096)),
     "watch.BlobReader": lambda pats: (lambda r: lambda l: r.feed(l.encode(errors="replace")))(BlobReader(None)),
+    "untrusted.relative_path": lambda pats: _stays_inside,
+    "untrusted.release": lambda pats: _is_a_name,
+    "modules.parse_dep": lambda pats: _dep_stays_inside,
+    "guestfs_child.grub_default": lambda pats: (lambda l: guestfs_child.grub_default(
+        l.replace("\\n", "\n"), {"saved_entry": l[:40]})),
+    "guestfs_child.read_env+bls_entries": lambda pats: (lambda l: (guestfs_child.read_env(_image(l), ("/e",)),
+                                                                   guestfs_child.bls_entries(_image(l)))),
 }
+
+
+def _stays_inside(text: str) -> None:
+    """A member name or modules.dep path: None, or relative with no '..'."""
+    p = untrusted.relative_path(text)
+    assert p is None or (not p.startswith("/") and ".." not in p.split("/") and "\0" not in p), (text, p)
+
+
+def _is_a_name(text: str) -> None:
+    r = untrusted.release(text)
+    assert r is None or ("/" not in r and ".." not in r and r not in (".", "")), (text, r)
+
+
+def _dep_stays_inside(text: str) -> None:
+    try:
+        deps = modules.parse_dep(text.replace("\\n", "\n"), Path("modules.dep"))
+    except SpecError as e:
+        assert "names a file outside the module tree" in str(e)
+        return
+    for path, needs in deps.values():
+        for p in (path, *needs):
+            _stays_inside(p)
+            assert untrusted.relative_path(p) == p
+
+
+def _image(text: str) -> SimpleNamespace:
+    """A disk image whose every file holds text (grubenv, BLS entries)."""
+    return SimpleNamespace(is_file=lambda p: True, is_dir=lambda p: True, cat=lambda p: text,
+                           ls=lambda p: ["a.conf", text[:30] + ".conf"])
 
 
 @pytest.mark.parametrize("name", list(PARSERS))
