@@ -44,3 +44,15 @@ def test_a_killed_bisection_is_kept_for_resume_not_swept(tmp_path):
     assert doc["status"] == "killed" and doc["steps"] == [{"candidate": "6.12.107"}]
     assert [p.name for p in (final / "runs").iterdir()] == ["20261123-6.12.107-perf-refresh-ef56"]
     assert not (final / leftovers.OWNER).exists()
+
+
+def test_run_directories_are_private_whatever_the_umask(tmp_path):
+    from harness.base import rundir
+    old = os.umask(0o022)
+    try:
+        run = rundir.RunDir("x", tmp_path)
+        assert run.work.stat().st_mode & 0o777 == 0o700
+        final = run.finalize()
+        assert final.stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
