@@ -30,28 +30,29 @@ def test_a_stale_core_is_not_taken_for_a_new_one(tmp_path):
     assert not core.exists()
 
 
+def _state_after_a_dump(pid: int, core, timeout: float) -> str:
+    """The process's state once capture_live is done with it (done or given up)."""
+    try:
+        process.capture_live(pid, core, timeout=timeout)
+    except process.DumpError:
+        pass
+    time.sleep(0.1)
+    return procs.stat_fields(f"/proc/{pid}/stat")[0]
+
+
 @pytest.mark.parametrize("timeout", [0.05, 0.2, 0.5])
 def test_a_process_is_left_running_as_it_was_found(tmp_path, timeout):
-    """gdb killed by its time limit, mid-attach or mid-dump, leaves no stopped process behind."""
+    """gdb killed by its time limit, mid-attach or mid-dump, leaves no stopped
+    process behind; and gdb's detach does not resume one that was stopped."""
     sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=procs.die_with_parent)
     try:
         time.sleep(0.05)
-        try:
-            process.capture_live(sleeper.pid, tmp_path / "core", timeout=timeout)
-        except process.DumpError:
-            pass
-        time.sleep(0.1)
-        assert procs.stat_fields(f"/proc/{sleeper.pid}/stat")[0] != "T"
-        os.kill(sleeper.pid, signal.SIGSTOP)  # one stopped before is left stopped
+        assert _state_after_a_dump(sleeper.pid, tmp_path / "core", timeout) != "T"
+        os.kill(sleeper.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 5
         while procs.stat_fields(f"/proc/{sleeper.pid}/stat")[0] != "T" and time.monotonic() < deadline:
             time.sleep(0.01)
-        try:
-            process.capture_live(sleeper.pid, tmp_path / "core2", timeout=timeout)
-        except process.DumpError:
-            pass
-        time.sleep(0.1)
-        assert procs.stat_fields(f"/proc/{sleeper.pid}/stat")[0] == "T"
+        assert _state_after_a_dump(sleeper.pid, tmp_path / "core2", timeout) == "T"
     finally:
         sleeper.kill()
         sleeper.wait()
