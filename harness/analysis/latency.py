@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import math
 import re
+from typing import Callable
 
 from harness.base.reproducers import StallSpec
 from harness.base.untrusted import num
@@ -73,18 +74,26 @@ def parse(lines: list[str], spec: StallSpec, progress: dict | None = None) -> di
     return {"complete": complete, "paths": paths, "first_stall_count": first}
 
 
-def evaluate(data: dict, spec: StallSpec) -> list[dict]:
-    """Paths that stalled: max latency past the path's threshold (ms), with at
-    least min_stalls measurements counted past it by the reproducer."""
-    out = []
+def evaluate(data: dict, spec: StallSpec,
+             host_wait: Callable[[float], float | None] | None = None) -> tuple[list[dict], list[dict]]:
+    """(paths that stalled, paths whose stall the host may have made): max
+    latency past the path's threshold (ms), with at least min_stalls
+    measurements counted past it by the reproducer. Under TCG the guest's
+    clock runs on while the host keeps a vCPU's thread waiting, so a stall is
+    the kernel's only if it stays past the threshold without the most a vCPU
+    thread waited for a host CPU within a window of its length
+    (host_wait(window ms), harness/guest/hostwait.py)."""
+    stalled, suspect = [], []
     thresholds, titles = spec.thresholds(), spec.titles()
     for path, p in data["paths"].items():
         ms = thresholds.get(path)
         over = p.get("over", 0)
         if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= spec.min_stalls:
-            out.append({"path": path, "title": titles.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
-                        "over": over, "nulls": p.get("nulls"), "threshold_ms": ms})
-    return sorted(out, key=lambda s: -s["max_ms"])
+            s = {"path": path, "title": titles.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
+                 "over": over, "nulls": p.get("nulls"), "threshold_ms": ms,
+                 "host_wait_ms": host_wait(p["max_ns"] / 1e6) if host_wait else None}
+            (suspect if s["host_wait_ms"] and s["max_ms"] - s["host_wait_ms"] < ms else stalled).append(s)
+    return sorted(stalled, key=lambda s: -s["max_ms"]), sorted(suspect, key=lambda s: -s["max_ms"])
 
 
 def describe(stalled: list[dict], measure: str) -> str:
@@ -93,14 +102,15 @@ def describe(stalled: list[dict], measure: str) -> str:
                      f"{'s' if s['over'] != 1 else ''} >= {s['threshold_ms']:g} ms)" for s in stalled)
 
 
-def evidence(spec: StallSpec, lines: list[str], progress: dict) -> dict:
+def evidence(spec: StallSpec, lines: list[str], progress: dict,
+             host_wait: Callable[[float], float | None] | None = None) -> dict:
     """run.json's evidence.stalls (with the measurement under "data"): enough
     to judge, describe and chart the run from the run record alone."""
     data = parse(lines, spec, progress)
-    stalled = evaluate(data, spec)
+    stalled, suspect = evaluate(data, spec, host_wait)
     return {"threshold_ms": spec.thresholds(), "titles": spec.titles(), "min_stalls": spec.min_stalls,
             "measure": spec.measure, "title": spec.title, "signature": spec.signature,
-            "stalled": stalled, "text": describe(stalled, spec.measure), "data": data}
+            "stalled": stalled, "text": describe(stalled, spec.measure), "suspect": suspect, "data": data}
 
 
 def _fmt_ns(ns: float) -> str:

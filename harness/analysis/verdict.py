@@ -64,6 +64,15 @@ def from_stalls(outcome: Outcome, stall: dict) -> Verdict:
                    summary=stall["text"], confidence="high", signature=stall["signature"])
 
 
+def host_noise(outcome: Outcome, stall: dict) -> Verdict:
+    """A latency past its threshold only while the host kept a vCPU waiting
+    as long: the host's, perhaps, not the kernel's. Retried; never VULNERABLE."""
+    worst = stall["suspect"][0]
+    return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {worst['title']} took {worst['max_ms']:.1f} ms "
+                   f"(threshold {worst['threshold_ms']:g} ms), but a vCPU waited {worst['host_wait_ms']:.0f} ms for "
+                   "a host CPU within as long: the host's delay, not necessarily the kernel's", retryable=True)
+
+
 def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: list[str],
               stall: dict | None = None) -> Verdict:
     stalled = stall is not None and bool(stall["stalled"])
@@ -135,6 +144,8 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
     if kind == OutcomeKind.STALL:
         if stall and stall["stalled"]:
             return from_stalls(outcome, stall)
+        if stall and stall.get("suspect"):
+            return host_noise(outcome, stall)
         return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.detail}, but its counters do not confirm it")
     if kind in (OutcomeKind.QEMU_EXIT, OutcomeKind.QEMU_STOPPED):
         return Verdict(VerdictKind.ERROR, outcome.detail)
@@ -152,6 +163,8 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
         return Verdict(VerdictKind.INCONCLUSIVE, f"reproducer failed: {result['reason'] or outcome.detail}")
     if stall and stall["stalled"]:
         return from_stalls(outcome, stall)
+    if stall and stall.get("suspect"):
+        return host_noise(outcome, stall)
     if count < repro.min_count:
         what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
         return Verdict(VerdictKind.INCONCLUSIVE, f"path {what}")

@@ -25,6 +25,7 @@ from harness.debug import process, vcpus as debug
 from harness.drivers.options import Options
 from harness.guest import machine, snapshot
 from harness.guest.cores import Gate
+from harness.guest.hostwait import HostWait
 from harness.guest.nmi import NmiInjector
 from harness.guest.vm import VM, VMConfig, VMError
 from harness.guest.watch import Limits, Watch
@@ -119,6 +120,7 @@ class _Run:
         self.process: thread_hang.Analysis | None = None
         self.process_error = ""
         self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
+        self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
 
     def prepare_debugger(self) -> None:
         """A kernel hang may be coming: start GDB now, off the path to the verdict."""
@@ -235,7 +237,12 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                 echo(f"could not save a snapshot ({e}): later runs boot cold")
         echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {accel_kind.upper()}), "
              f"{repro.name} until {plan.target} {repro.count_name} or {plan.duration:.0f}s")
-        hook = (lambda: opts.on_repro_start(vm, number)) if opts.on_repro_start else None
+        def hook() -> None:
+            r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
+            r.host_wait.start()
+            stack.callback(r.host_wait.stop)
+            if opts.on_repro_start:
+                opts.on_repro_start(vm, number)
         w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,
                   go=plan.go, restored=restored, on_ready=save if snap and restored is None else None,
                   on_suspect=r.prepare_debugger, want_syms=r.syms_path is None)
@@ -303,7 +310,8 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
                       "repro_s": round(outcome.at - w.agent.repro_started_at, 2) if w.agent.repro_started_at else None,
                       "total_s": round(time.monotonic() - t0, 2)})
     repro = r.repro
-    stall = latency.evidence(repro.stall, w.agent.ktap.lines, w.agent.progress) if repro.stall else None
+    host_wait = r.host_wait.worst if r.host_wait else None
+    stall = latency.evidence(repro.stall, w.agent.ktap.lines, w.agent.progress, host_wait) if repro.stall else None
     if stall:
         if outcome.kind.hang:
             stall["frozen_s"] = r.timings.get("hang_observed_s")

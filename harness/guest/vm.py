@@ -119,6 +119,8 @@ class VM:
         logs = c.log_dir
         return [
             QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
+            # vCPU threads named "CPU n/TCG": their host scheduling delay is read (harness/guest/hostwait.py)
+            "-name", "kstall,debug-threads=on",
             "-machine", c.machine, *machine.accel_args(c.accel), "-smp", machine.get(c.machine).smp_arg(c.cpus),
             "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,

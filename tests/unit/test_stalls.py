@@ -41,7 +41,7 @@ def test_fixed_kernel_run_has_histograms_and_no_stall():
     assert data["complete"] and set(data["paths"]) == {"nmi", "sched_switch"}
     nmi = data["paths"]["nmi"]
     assert nmi["reserves"] >= 500 and nmi["max_ns"] < 1e6 and sum(nmi["hist"].values()) == nmi["reserves"]
-    assert latency.evaluate(data, SPEC) == []
+    assert latency.evaluate(data, SPEC) == ([], [])
     chart = latency.svg(data, THRESHOLDS, TITLES, "7.3.4")
     assert chart.startswith("<svg") and chart.count("<rect") >= 5 and "stall threshold 50 ms" in chart
 
@@ -58,7 +58,7 @@ def test_stalled_run_is_judged_from_its_last_progress_line():
     lines, progress = replay("bpf-ringbuf-6.16.12-stall.log")
     data = latency.parse(lines, SPEC, progress)
     assert not data["complete"] and data["first_stall_count"] is not None
-    stalled = latency.evaluate(data, SPEC)
+    stalled, _ = latency.evaluate(data, SPEC)
     assert stalled and stalled[0]["path"] == "sched_switch" and stalled[0]["max_ms"] > 500
     text = latency.describe(stalled, SPEC.measure)
     assert "sched_switch reserve stalled" in text and ">= 300 ms" in text
@@ -70,7 +70,7 @@ def test_stalled_run_is_judged_from_its_last_progress_line():
 
 def test_a_path_below_its_threshold_is_not_a_stall():
     data = {"paths": {"nmi": {"max_ns": 49_000_000, "over": 0}, "sched_switch": {"max_ns": 99_000_000, "over": 0}}}
-    assert latency.evaluate(data, SPEC) == []
+    assert latency.evaluate(data, SPEC) == ([], [])
 
 
 def test_nmi_context_rqspinlock_wait_is_the_culprit():
@@ -93,3 +93,26 @@ def test_a_passing_wait_is_only_a_victim_sample():
     assert "rqspinlock_ringbuf_wait" in per_sample
     classes = classify.classify_samples(samples, classify.load_signatures())
     assert not [c for c in classes if c.signature.role == "culprit"]
+
+
+def test_a_stall_the_host_may_have_made_is_retried_never_vulnerable():
+    """Under TCG the guest's clock runs while the host keeps a vCPU waiting:
+    a reserve of L ms during which a vCPU waited L - 100 ms is 100 ms of the
+    kernel's at most, under the 300 ms threshold."""
+    lines, progress = replay("bpf-ringbuf-6.16.12-stall.log")
+    quiet = latency.evidence(SPEC, lines, progress, host_wait=lambda window_ms: 2.0)
+    noisy = latency.evidence(SPEC, lines, progress, host_wait=lambda window_ms: window_ms - 100)
+    assert quiet["stalled"] and not quiet["suspect"]
+    assert not noisy["stalled"] and noisy["suspect"][0]["path"] == quiet["stalled"][0]["path"]
+    v = decide(Outcome("stall", "measured", 0), Ktap(), 46, REPRO, [], [], {}, "", noisy)
+    assert v.verdict == "INCONCLUSIVE" and v.retryable and "waited" in v.reason and "host CPU" in v.reason
+
+
+def test_host_wait_is_the_most_one_vcpu_waited_within_a_window():
+    from harness.guest.hostwait import HostWait
+    hw = HostWait(None)
+    # vCPU 0 waits 40 ms from t=100 to t=140, and 30 ms more from t=400; vCPU 1 never waits
+    hw.samples = [[(t, 0 if t < 100 else min(t - 100, 40) + (min(t - 400, 30) if t > 400 else 0))
+                   for t in range(0, 1000, 10)], [(t, 0) for t in range(0, 1000, 10)]]
+    assert hw.worst(50) == 40 and hw.worst(400) == 70 and hw.worst(5) >= 10
+    assert HostWait(None).worst(100) is None

@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: GPL-2.0
+"""How long the host kept a guest's vCPUs waiting for a CPU.
+
+Under TCG the guest's clock is the host's: while a vCPU thread waits for a
+host CPU (a busy host, another guest), the guest's time runs on, and a
+latency the reproducer measures grows by that wait. So a latency stall is
+the kernel's only when it stays past its threshold without the most the
+host can have added within a window of its length. The vCPU threads' run
+delay (schedstat: time runnable, not running) is sampled every 10 ms while
+the reproducer runs; worst(window) is the largest growth of one thread's
+delay within any window of that length.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+PERIOD_S = 0.01
+MAX_SAMPLES = 60_000  # 10 minutes of samples; older ones are dropped
+
+
+class HostWait:
+    def __init__(self, pid: int | None) -> None:
+        self.files: list[Path] = []
+        for task in Path(f"/proc/{pid}/task").glob("*") if pid else []:
+            try:
+                if (task / "comm").read_text().startswith("CPU "):  # QEMU's -name debug-threads=on
+                    self.files.append(task / "schedstat")
+            except OSError:
+                continue
+        self.samples: list[list[tuple[float, float]]] = [[] for _ in self.files]  # (t ms, delay ms)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.files and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kstall-hostwait", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(PERIOD_S):
+            now = time.monotonic() * 1e3
+            for f, series in zip(self.files, self.samples):
+                try:
+                    series.append((now, int(f.read_text().split()[1]) / 1e6))
+                except (OSError, IndexError, ValueError):  # QEMU gone
+                    return
+                if len(series) > MAX_SAMPLES:
+                    del series[:len(series) - MAX_SAMPLES]
+
+    def worst(self, window_ms: float) -> float | None:
+        """The most one vCPU thread waited within any window_ms of the run
+        (to a sample period); None when nothing was sampled."""
+        if not any(self.samples):
+            return None
+        most = 0.0
+        for series in self.samples:
+            i = 0
+            for t, delay in series:  # two pointers: the earliest sample within window_ms before this one
+                while series[i][0] < t - window_ms - PERIOD_S * 1e3:
+                    i += 1
+                most = max(most, delay - series[i][1])
+        return round(most, 1)
