@@ -64,6 +64,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -502,6 +503,8 @@ static void host_commands(const char *until)
 {
 	char buf[sizeof(go_line)];
 	size_t have = 0;
+	/* waiting for the GO: 30 s of a closed port; later, for as long as the guest runs */
+	unsigned int eofs = 0, max_eofs = until ? 300 : UINT_MAX;
 
 	for (;;) {
 		ssize_t n = read(agent_fd, buf + have, sizeof(buf) - 1 - have);
@@ -509,8 +512,15 @@ static void host_commands(const char *until)
 
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n == 0 && eofs++ < max_eofs) {
+			/* the port is closed to the guest for a moment (a restored guest
+			 * whose host reconnects): wait for it rather than lose the GO */
+			usleep(100 * 1000);
+			continue;
+		}
 		if (n <= 0)
 			return;	/* host gone */
+		eofs = 0;
 		have += n;
 		buf[have] = 0;
 		while ((nl = strchr(buf, '\n'))) {

@@ -155,6 +155,8 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
         return Verdict(VerdictKind.ERROR, outcome.detail)
     # done: the reproducer ran to its end
     result = ktap.results[-1] if ktap.results else None
+    if result is None and not ktap.lines:  # it never ran: the agent's doing, or the channel's; retried
+        return Verdict(VerdictKind.ERROR, f"the reproducer printed nothing ({outcome.detail})", retryable=True)
     if result is None:
         return Verdict(VerdictKind.ERROR, f"reproducer reported no KTAP result ({outcome.detail})")
     if result["directive"] == "SKIP":

@@ -187,14 +187,17 @@ class VM:
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())
+            # every port connected before a snapshot loads: a port whose host is
+            # not there when the state is loaded is closed to the guest, and a
+            # restored agent reading its GO from it reads end-of-file
+            self.console = self._connect("console", deadline)
+            self.agent = self._connect("agent", deadline)
+            self.syms = self._connect("syms", deadline)
             if self._incoming is not None:
                 # the snapshot's RAM is its own file (_memory): the stream holds the rest
                 self.qmp.cmd("migrate-set-capabilities",
                              capabilities=[{"capability": "x-ignore-shared", "state": True}])
                 self.qmp.cmd("migrate-incoming", uri=f"fd:{self._incoming}")
-            self.console = self._connect("console", deadline)
-            self.agent = self._connect("agent", deadline)
-            self.syms = self._connect("syms", deadline)
             self.qmp.cmd("cont")
         except (QMPError, OSError, VMError) as e:  # QEMU gone mid-handshake: a reset connection
             if self.proc is not None and not self.stopped():

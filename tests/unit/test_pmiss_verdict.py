@@ -66,7 +66,8 @@ def test_verdicts_for_completed_runs():
     assert done(["ok 1 perf-refresh"], 0).reason == "path not exercised"
     skip = done(["ok 1 perf-refresh # SKIP perf_event_open: Permission denied"], 0)
     assert skip.verdict == "INCONCLUSIVE" and "Permission denied" in skip.reason
-    assert done([], 0).verdict == "ERROR"
+    assert done([], 0).verdict == "ERROR" and done([], 0).retryable  # it never ran: retried
+    assert not done(["KTAP version 1", "1..1"], 5).retryable  # it ran and said nothing of its end
 
 
 def test_emulator_faults_boot_failures_and_crashes():
