@@ -204,7 +204,7 @@ def cmd_threads(a: argparse.Namespace) -> int:
         print(json.dumps(analysis.to_json() | {"dump_errors": dump.errors, "exe": str(exe)}, indent=2))
     else:
         sys.stdout.write(analysis.table())
-    return 1 if analysis.signature else 0
+    return 1 if analysis.signature or analysis.cycles else 0
 
 
 def cmd_matrix(a: argparse.Namespace) -> int:
@@ -501,7 +501,7 @@ def _threads_parser(sub) -> None:
                         description="Dump every thread of a live process (through gdb's gcore; the process "
                         "is left as it was) or of a core file, one bounded gdb command per thread. Prints "
                         "the thread table, the threads grouped by the futex word they wait on, the owner "
-                        "of each word and the hang class. Exit: 1 a hang signature matched, 0 none, 4 error.")
+                        "of each word, deadlock cycles (mutex owners, pthread_join) and the hang class. Exit: 1 a hang signature matched or a deadlock cycle was found, 0 none, 4 error.")
     th.add_argument("target", metavar="PID|core:FILE")
     th.add_argument("--exe", type=Path, help="the program (with symbols); default for a PID: /proc/PID/exe")
     th.add_argument("--keep-core", type=Path, metavar="PATH", help="for a PID: write the core here and keep it")

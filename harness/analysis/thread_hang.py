@@ -23,6 +23,7 @@ from harness.analysis.classify import Role, base_name
 from harness.analysis.threads import Dump, ProcThread, futex_words
 
 SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures", "threads")
+WAITS = paths.data_file("harness", "analysis", "thread-waits.toml")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,19 @@ class Group:
         return {"word": f"{self.word:#x}", "waiters": self.waiters, "owner": self.owner, "owner_from": self.owner_from}
 
 
+@dataclass(frozen=True)
+class Wait:
+    """One edge of the wait-for graph: lwp waits for other, through word."""
+    lwp: int
+    other: int
+    word: int
+    kind: str  # "mutex" | "join"
+
+    def text(self) -> str:
+        how = " to exit (pthread_join)" if self.kind == "join" else f", which holds mutex {self.word:#x}"
+        return f"LWP {self.lwp} waits for LWP {self.other}{how}"
+
+
 @dataclass
 class Analysis:
     threads: list[Thread]
@@ -121,12 +135,23 @@ class Analysis:
     owner: Thread | None = None
     group: Group | None = None
     signal: str = ""
+    waits: list[Wait] = field(default_factory=list)
+    cycles: list[list[Wait]] = field(default_factory=list)  # deadlocks: each a cycle of waits
+
+    @staticmethod
+    def cycle_text(cycle: list[Wait]) -> str:
+        """'deadlock: LWP 7 <-> LWP 8 (LWP 7 waits for LWP 8, which holds mutex 0x...; ...)'"""
+        ring = " <-> ".join(f"LWP {w.lwp}" for w in cycle) if len(cycle) == 2 else \
+            " -> ".join(f"LWP {w.lwp}" for w in cycle + cycle[:1])
+        return f"deadlock: {ring} ({'; '.join(w.text() for w in cycle)})"
 
     @property
     def queued(self) -> list[int]:
         return [w for w in self.group.waiters if w != self.owner.lwp] if self.group and self.owner else []
 
     def summary(self) -> str:
+        if self.cycles:
+            return "; ".join(self.cycle_text(c) for c in self.cycles)
         if self.signature and self.owner and self.group:
             n = len(self.queued)
             return (f"{self.signature.title.format(signal=self.signal)} (LWP {self.owner.lwp} holds "
@@ -159,13 +184,16 @@ class Analysis:
                 "word": f"{self.group.word:#x}" if self.group else None,
                 "handler": self.owner.handler() if self.owner else None, "signal": self.signal or None,
                 "queued": self.queued, "groups": [g.to_json() for g in self.groups],
+                "waits": [vars(w) for w in self.waits],
+                "cycles": [[w.lwp for w in c] for c in self.cycles],
                 "threads": [t.to_json() for t in self.threads]}
 
     def table(self) -> str:
         """The thread table, the futex groups and the verdict, for people."""
         rows = [f"{'LWP':>7}  {'NAME':<15} {'ST':<2} {'WAITS ON':<20} STACK (innermost first)"]
+        joins = {w.lwp: w.other for w in self.waits if w.kind == "join"}
         for t in self.threads:
-            waits = f"futex {t.futex:#x}" if t.futex is not None else "-"
+            waits = f"join LWP {joins[t.lwp]}" if t.lwp in joins else f"futex {t.futex:#x}" if t.futex is not None else "-"
             rows.append(f"{t.lwp:>7}  {t.name[:15]:<15} {t.state[:2]:<2} {waits:<20} {t.line()}")
         rows.append("")
         for g in self.groups:
@@ -224,6 +252,7 @@ def _owner_from_stacks(members: list[Thread], sig: ThreadSignature) -> Thread | 
 
 def analyse(dump: Dump, proc: dict[int, ProcThread], sigs: list[ThreadSignature] | None = None) -> Analysis:
     sigs = load_signatures() if sigs is None else sigs
+    waits = load_waits()
     threads = merge(dump, proc)
     by_lwp = {t.lwp: t for t in threads}
     words: dict[int, list[int]] = {}
@@ -235,7 +264,8 @@ def analyse(dump: Dump, proc: dict[int, ProcThread], sigs: list[ThreadSignature]
     for g in groups:
         members = [by_lwp[l] for l in g.waiters]
         word = dump.lock_words.get(g.word, {})
-        through_mutex = any(_is(f.get("func"), s.mutex_lock) for s in sigs for t in members for f in t.frames)
+        mutex_lock = waits["mutex"] + tuple(p for s in sigs for p in s.mutex_lock)
+        through_mutex = any(_is(f.get("func"), mutex_lock) for t in members for f in t.frames)
         if through_mutex and word.get("owner") in by_lwp:
             g.owner, g.owner_from = word["owner"], "__owner"
         for sig in sigs:
@@ -247,4 +277,51 @@ def analyse(dump: Dump, proc: dict[int, ProcThread], sigs: list[ThreadSignature]
             if a.signature is None and owner is not None and owner.lwp in g.waiters and _waits_in_handler(owner, sig):
                 a.signature, a.owner, a.group = sig, owner, g
                 a.signal = signal_name(owner.split()[1].get("signal"))
+    a.waits = wait_for(threads, groups, dump.lock_words, waits)
+    a.cycles = cycles(a.waits)
     return a
+
+
+def load_waits(path: Path = WAITS) -> dict[str, tuple[str, ...]]:
+    with open(path, "rb") as f:
+        return {kind: tuple(t["functions"]) for kind, t in tomllib.load(f).items()}
+
+
+def wait_for(threads: list[Thread], groups: list[Group], lock_words: dict[int, dict],
+             waits: dict[str, tuple[str, ...]] | None = None) -> list[Wait]:
+    """The wait-for graph's edges: a thread in a mutex lock waits for its
+    word's owner; one in pthread_join for the thread whose tid its word holds."""
+    waits = load_waits() if waits is None else waits
+    lwps = {t.lwp for t in threads}
+    owners = {g.word: g.owner for g in groups if g.owner is not None}
+    out = []
+    for t in threads:
+        if t.futex is None:
+            continue
+        funcs = [f.get("func") for f in t.frames]
+        joined = lock_words.get(t.futex, {}).get("lock")
+        if any(_is(f, waits.get("join", ())) for f in funcs) and joined in lwps and joined != t.lwp:
+            out.append(Wait(t.lwp, joined, t.futex, "join"))
+        elif any(_is(f, waits.get("mutex", ())) for f in funcs) and owners.get(t.futex) not in (None, t.lwp):
+            out.append(Wait(t.lwp, owners[t.futex], t.futex, "mutex"))
+    return out
+
+
+def cycles(waits: list[Wait]) -> list[list[Wait]]:
+    """The cycles of the wait-for graph, each once, from its lowest LWP (a
+    thread waits for one other at most: follow the edges)."""
+    edge = {w.lwp: w for w in waits}
+    found: list[list[Wait]] = []
+    seen: set[int] = set()
+    for start in sorted(edge):
+        path: list[int] = []
+        at = start
+        while at in edge and at not in seen and at not in path:
+            path.append(at)
+            at = edge[at].other
+        if at in path:  # back to a thread of this walk: a cycle from there
+            ring = path[path.index(at):]
+            first = ring.index(min(ring))
+            found.append([edge[l] for l in ring[first:] + ring[:first]])
+        seen.update(path)
+    return found
