@@ -75,14 +75,14 @@ def parse(lines: list[str], spec: StallSpec, progress: dict | None = None) -> di
 
 
 def evaluate(data: dict, spec: StallSpec,
-             host_wait: Callable[[float], float | None] | None = None) -> tuple[list[dict], list[dict]]:
+             host_wait: Callable[[str, float], float | None] | None = None) -> tuple[list[dict], list[dict]]:
     """(paths that stalled, paths whose stall the host may have made): max
     latency past the path's threshold (ms), with at least min_stalls
     measurements counted past it by the reproducer. Under TCG the guest's
     clock runs on while the host keeps a vCPU's thread waiting, so a stall is
     the kernel's only if it stays past the threshold without the most a vCPU
-    thread waited for a host CPU within a window of its length
-    (host_wait(window ms), harness/guest/hostwait.py)."""
+    thread waited for a host CPU while it lasted (host_wait(path, its length
+    in ms), harness/guest/hostwait.py)."""
     stalled, suspect = [], []
     thresholds, titles = spec.thresholds(), spec.titles()
     for path, p in data["paths"].items():
@@ -91,7 +91,7 @@ def evaluate(data: dict, spec: StallSpec,
         if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= spec.min_stalls:
             s = {"path": path, "title": titles.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
                  "over": over, "nulls": p.get("nulls"), "threshold_ms": ms,
-                 "host_wait_ms": host_wait(p["max_ns"] / 1e6) if host_wait else None}
+                 "host_wait_ms": host_wait(path, p["max_ns"] / 1e6) if host_wait else None}
             (suspect if s["host_wait_ms"] and s["max_ms"] - s["host_wait_ms"] < ms else stalled).append(s)
     return sorted(stalled, key=lambda s: -s["max_ms"]), sorted(suspect, key=lambda s: -s["max_ms"])
 
@@ -103,7 +103,7 @@ def describe(stalled: list[dict], measure: str) -> str:
 
 
 def evidence(spec: StallSpec, lines: list[str], progress: dict,
-             host_wait: Callable[[float], float | None] | None = None) -> dict:
+             host_wait: Callable[[str, float], float | None] | None = None) -> dict:
     """run.json's evidence.stalls (with the measurement under "data"): enough
     to judge, describe and chart the run from the run record alone."""
     data = parse(lines, spec, progress)

@@ -33,6 +33,9 @@ from images import boot_image, symcache
 from images.kernel import Kernel, SpecError
 
 Echo = Callable[[str], None]
+# a latency the reproducer measured ended at most this long before the progress line that showed it
+# (its progress period, 10 ms, and the line's way to the host)
+PROGRESS_SLACK_S = 0.05
 
 
 def kernel_cmdline(m: machine.Machine, extra: str) -> str:
@@ -127,6 +130,19 @@ class _Run:
         if self.prepared is None and self.repro.hang != "process" and self.syms_path is not None:
             self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.syms_path,
                                            self.kernel.vmlinux or self.opts.vmlinux)
+
+    def host_wait_during(self, w: Watch, outcome: Outcome):
+        """host_wait(path, ms) for latency.evaluate: the most a vCPU thread
+        waited for a host CPU during the path's longest latency, which ended
+        by the progress line that first showed it (or by the outcome)."""
+        if self.host_wait is None or self.repro.stall is None:
+            return None
+        prefixes = {p.name: p.progress for p in self.repro.stall.paths}
+
+        def wait(path: str, ms: float) -> float | None:
+            end = w.agent.max_at.get(prefixes.get(path, path), outcome.at)
+            return self.host_wait.between(end - ms / 1e3 - PROGRESS_SLACK_S, end)
+        return wait
 
     def close_debugger(self) -> None:
         if self.prepared is not None:
@@ -310,8 +326,8 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
                       "repro_s": round(outcome.at - w.agent.repro_started_at, 2) if w.agent.repro_started_at else None,
                       "total_s": round(time.monotonic() - t0, 2)})
     repro = r.repro
-    host_wait = r.host_wait.worst if r.host_wait else None
-    stall = latency.evidence(repro.stall, w.agent.ktap.lines, w.agent.progress, host_wait) if repro.stall else None
+    stall = latency.evidence(repro.stall, w.agent.ktap.lines, w.agent.progress, r.host_wait_during(w, outcome)) \
+        if repro.stall else None
     if stall:
         if outcome.kind.hang:
             stall["frozen_s"] = r.timings.get("hang_observed_s")

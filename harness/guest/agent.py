@@ -43,6 +43,7 @@ class AgentChannel:
         self.poweroff = False
         self.ktap = Ktap()
         self.progress: dict = {}  # fields of the reproducer's last progress line
+        self.max_at: dict[str, float] = {}  # a timed path's progress prefix -> when its maximum last grew
         self.stall_at: float | None = None
         self.proc_threads: dict[int, threads.ProcThread] = {}  # the agent's /proc view, on CORE
         self.core_info: dict = {}
@@ -101,6 +102,9 @@ class AgentChannel:
         line = unnest(line)
         if line.startswith("# progress "):
             f = dict(KV.findall(line))
+            for key, value in f.items():  # PREFIX_max_ns: a timed path's longest latency so far
+                if key.endswith("_max_ns") and num(value, 0) > num(self.progress.get(key), 0):
+                    self.max_at[key[:-len("_max_ns")]] = now
             self.progress = f
             self._set_count(num(f.get("count"), self.count), now)
             if self.stalls and num(f.get("over"), 0) >= self.stalls and self.stall_at is None:

@@ -5,10 +5,10 @@ Under TCG the guest's clock is the host's: while a vCPU thread waits for a
 host CPU (a busy host, another guest), the guest's time runs on, and a
 latency the reproducer measures grows by that wait. So a latency stall is
 the kernel's only when it stays past its threshold without the most the
-host can have added within a window of its length. The vCPU threads' run
-delay (schedstat: time runnable, not running) is sampled every 10 ms while
-the reproducer runs; worst(window) is the largest growth of one thread's
-delay within any window of that length.
+host can have added while it ran. The vCPU threads' run delay (schedstat:
+time runnable, not running) is sampled every 10 ms while the reproducer
+runs; between(t0, t1) is the most one thread's delay grew from t0 to t1, and
+worst(window) the most it grew within any window of that length.
 """
 from __future__ import annotations
 
@@ -53,6 +53,20 @@ class HostWait:
                     return
                 if len(series) > MAX_SAMPLES:
                     del series[:len(series) - MAX_SAMPLES]
+
+    def between(self, t0: float, t1: float) -> float | None:
+        """The most one vCPU thread waited for a host CPU from t0 to t1 (host
+        monotonic seconds), to a sample period on either side; None when
+        nothing was sampled then."""
+        t0, t1 = t0 * 1e3 - PERIOD_S * 1e3, t1 * 1e3 + PERIOD_S * 1e3
+        most = None
+        for series in self.samples:
+            inside = [d for t, d in series if t0 <= t <= t1]
+            before = [d for t, d in series if t < t0][-1:]
+            if inside:
+                grew = inside[-1] - (before or inside)[0]
+                most = grew if most is None else max(most, grew)
+        return None if most is None else round(most, 1)
 
     def worst(self, window_ms: float) -> float | None:
         """The most one vCPU thread waited within any window_ms of the run

@@ -100,8 +100,8 @@ def test_a_stall_the_host_may_have_made_is_retried_never_vulnerable():
     a reserve of L ms during which a vCPU waited L - 100 ms is 100 ms of the
     kernel's at most, under the 300 ms threshold."""
     lines, progress = replay("bpf-ringbuf-6.16.12-stall.log")
-    quiet = latency.evidence(SPEC, lines, progress, host_wait=lambda window_ms: 2.0)
-    noisy = latency.evidence(SPEC, lines, progress, host_wait=lambda window_ms: window_ms - 100)
+    quiet = latency.evidence(SPEC, lines, progress, host_wait=lambda path, ms: 2.0)
+    noisy = latency.evidence(SPEC, lines, progress, host_wait=lambda path, ms: ms - 100)
     assert quiet["stalled"] and not quiet["suspect"]
     assert not noisy["stalled"] and noisy["suspect"][0]["path"] == quiet["stalled"][0]["path"]
     v = decide(Outcome("stall", "measured", 0), Ktap(), 46, REPRO, [], [], {}, "", noisy)
@@ -116,3 +116,5 @@ def test_host_wait_is_the_most_one_vcpu_waited_within_a_window():
                    for t in range(0, 1000, 10)], [(t, 0) for t in range(0, 1000, 10)]]
     assert hw.worst(50) == 40 and hw.worst(400) == 70 and hw.worst(5) >= 10
     assert HostWait(None).worst(100) is None
+    # from t=0.05 s to t=0.25 s: vCPU 0 waited its 40 ms; from t=0.39 s to 0.5 s the next 30; later none
+    assert hw.between(0.05, 0.25) == 40 and hw.between(0.39, 0.5) == 30 and hw.between(0.6, 0.9) == 0
