@@ -16,6 +16,7 @@ from harness.base import leftovers, paths, procs, reproducers, rundir
 from harness.reports import formats, matrix_doc, text
 from images import schemes
 from images.kernel import SpecError
+from images.programs import BuildError
 
 # the drivers pull in the VM side (QEMU, pexpect); they are imported where
 # they are used, so that `kstall report` and `--help` run anywhere
@@ -124,10 +125,12 @@ def cmd_verify(a: argparse.Namespace) -> int:
     from harness.drivers import verify
     from harness.guest.vm import VMError
     try:
-        res = verify.verify(a.kernel, a.reproducer, options_from(a), echo_stderr)
-    except KeyError as e:
-        echo_stderr(str(e.args[0]))
+        repro = verify.reproducer(a.reproducer, echo_stderr)
+    except (reproducers.ReproducerError, BuildError) as e:
+        echo_stderr(f"error: {e}")
         return EXIT_USAGE
+    try:
+        res = verify.verify(a.kernel, repro, options_from(a), echo_stderr)
     except (SpecError, VMError) as e:  # bad input, or an accelerator that is not there
         if a.json:
             print(json.dumps({"verdict": VerdictKind.ERROR, "exit_code": EXIT_ERROR, "reason": str(e)}))
@@ -273,6 +276,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_debian(a: argparse.Namespace) -> int:
+    from harness.drivers import verify
     from harness.drivers.bisect import debian as bisect_debian
     from harness.drivers.bisect.search import REPRODUCES
     from harness.drivers.bisect.steps import StepPolicy
@@ -287,9 +291,10 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
         if not (a.old and a.new and a.reproducer):
             echo_stderr("error: --old, --new and REPRODUCER are needed (or --resume DIR)")
             return EXIT_USAGE
-        reproducers.load(a.reproducer)
+        a.reproducer = reproducers.canonical_spec(a.reproducer)
+        repro = verify.reproducer(a.reproducer, echo_stderr)
         bisect_debian.candidates(a.old, a.new)
-    except (KeyError, FileNotFoundError) as e:
+    except (LookupError, FileNotFoundError, BuildError) as e:
         echo_stderr(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
         return EXIT_USAGE
     except SpecError as e:
@@ -300,7 +305,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
         bad = next((s for s in resumed.values() if s.state == REPRODUCES and s.runs), None)
         if bad and (Path(bad.runs[-1]) / "run.json").exists():
             policy.learn_from_bad_end(RunRecord.from_json(json.loads((Path(bad.runs[-1]) / "run.json").read_text())))
-    out = rundir.RunDir(f"bisect-debian-{a.old}-{a.new}-{a.reproducer}", a.results)
+    out = rundir.RunDir(f"bisect-debian-{a.old}-{a.new}-{repro.name}", a.results)
     opts_root = out.work / "runs"
     policy.opts.results_root = opts_root
     try:
@@ -316,6 +321,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_git(a: argparse.Namespace) -> int:
+    from harness.drivers import verify
     from harness.drivers.bisect import git as bisect_git
     from harness.drivers.bisect.steps import StepPolicy
     resumed = None
@@ -327,18 +333,19 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
         if not (a.tree and a.old and a.new and a.reproducer):
             echo_stderr("error: TREE, --old, --new and REPRODUCER are needed (or --resume DIR)")
             return EXIT_USAGE
-        reproducers.load(a.reproducer)
+        a.reproducer = reproducers.canonical_spec(a.reproducer)
+        repro = verify.reproducer(a.reproducer, echo_stderr)
         bisect_git.check_tree(a.tree.resolve(), a.old, a.new)
         build = build_options_from(a)
         build.config_files()
-    except (KeyError, FileNotFoundError) as e:
+    except (LookupError, FileNotFoundError, BuildError) as e:
         echo_stderr(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
         return EXIT_USAGE
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
     policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
-    out = rundir.RunDir(f"bisect-git-{a.tree.resolve().name}-{a.old[:12]}-{a.new[:12]}-{a.reproducer}", a.results)
+    out = rundir.RunDir(f"bisect-git-{a.tree.resolve().name}-{a.old[:12]}-{a.new[:12]}-{repro.name}", a.results)
     policy.opts.results_root = out.work / "runs"
     try:
         doc = bisect_git.run(a.tree, a.old, a.new, a.reproducer, policy, build, out, echo_stderr,
@@ -357,14 +364,16 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_step(a: argparse.Namespace) -> int:
+    from harness.drivers import verify
     from harness.drivers.bisect import git as bisect_git
     try:
-        reproducers.load(a.reproducer)
+        a.reproducer = reproducers.canonical_spec(a.reproducer)
+        verify.reproducer(a.reproducer, echo_stderr)
         return bisect_git.bisect_step(a.tree.resolve(), a.reproducer, options_from(a), build_options_from(a),
                                       a.state.resolve() if a.state else None, a.old_state, a.step_pmiss,
                                       echo_stderr)
-    except KeyError as e:
-        echo_stderr(f"error: {e.args[0]}")
+    except (reproducers.ReproducerError, BuildError) as e:
+        echo_stderr(f"error: {e}")
         return bisect_git.EXIT_ABORT
     except SpecError as e:
         echo_stderr(f"error: {e}")

@@ -79,11 +79,13 @@ def guest_files(guest: Path | None = None) -> dict[str, bytes | Symlink]:
     return files
 
 
-def build(guest: Path | None = None, modules: list[Path] | tuple[Path, ...] = ()) -> Path:
+def build(guest: Path | None = None, modules: list[Path] | tuple[Path, ...] = (),
+          extra: dict[str, bytes] | None = None) -> Path:
     """Path of the initramfs for the current guest binaries, built if needed,
     with modules (NAME.ko, uncompressed) for the agent to load first, in order
-    (the agent reads etc/kstall/modules, see repro/agent.c)."""
-    files = guest_files(guest)
+    (the agent reads etc/kstall/modules, see repro/agent.c), and extra files
+    (a user's program and its libraries: images/programs.py)."""
+    files = guest_files(guest) | (extra or {})
     for m in modules:
         files[f"lib/modules/kstall/{m.name}"] = m.read_bytes()
     if modules:

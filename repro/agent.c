@@ -21,9 +21,13 @@
  * The host's GO line may carry what a restored guest cannot have had on its
  * command line, and what must differ between guests restored from one
  * snapshot:
- *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC
+ *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC repeat=N seconds=S sleep=S
  * repro, args and syms as on the command line (they override it), seed mixed
  * into the kernel's RNG and the CRNG reseeded, time set as CLOCK_REALTIME.
+ * repeat: a program that knows nothing of kstall (a user's own) is run up to
+ * N times, for at most S seconds, each completed run one pass of the count.
+ * sleep: report a task of the reproducer's that sleeps in D state for S
+ * seconds (see sleep_watch).
  *
  * Modules: a kernel whose virtio console or PCI transport is a module (=m)
  * cannot reach the host until they are loaded, so /etc/kstall/modules lists
@@ -56,6 +60,7 @@
  *   KSTALL thread tid=T comm=C state=S syscall=NR,ARG0,.. kstack=F1,F2..  (on CORE)
  *   KSTALL core bytes=B exe=PATH ms=T | KSTALL core error=WHAT
  *   KSTALL ready                      (gated: waiting for "GO" from the host)
+ *   KSTALL dstate tid=T pid=P comm=C secs=S wchan=W kstack=F1,F2..  (GO sleep=S)
  *   HB seq mono_ns count
  *   KSTALL exit code=C
  *   KSTALL poweroff
@@ -382,6 +387,25 @@ static void read_small(const char *path, char *out, size_t len)
 		close(fd);
 }
 
+/* "[<0>] futex_wait_queue+0x5f/0x90\n[<0>] ..." -> "futex_wait_queue+0x5f/0x90,..." */
+static void flatten_stack(char *stack)
+{
+	char *p;
+
+	for (char *r = stack, *w = stack; ; ) {
+		if (r[0] == '[' && (p = strstr(r, "] ")))
+			r = p + 2;
+		if (!*r) {
+			*w = 0;
+			if (w > stack && w[-1] == ',')
+				w[-1] = 0;
+			break;
+		}
+		*w++ = *r == '\n' ? ',' : *r;
+		r++;
+	}
+}
+
 /* what the kernel knows of each thread of pid, one line each: the host reads
  * the futex word a thread waits on from its syscall arguments */
 static void report_threads(int pid)
@@ -408,19 +432,7 @@ static void report_threads(int pid)
 		for (p = sys; *p; p++)
 			if (*p == ' ')
 				*p = ',';
-		/* "[<0>] futex_wait_queue+0x5f/0x90\n[<0>] ..." -> "futex_wait_queue+0x5f/0x90,..." */
-		for (char *r = stack, *w = stack; ; ) {
-			if (r[0] == '[' && (p = strstr(r, "] ")))
-				r = p + 2;
-			if (!*r) {
-				*w = 0;
-				if (w > stack && w[-1] == ',')
-					w[-1] = 0;
-				break;
-			}
-			*w++ = *r == '\n' ? ',' : *r;
-			r++;
-		}
+		flatten_stack(stack);
 		p = strrchr(stat, ')');
 		say("KSTALL thread tid=%s comm=%s state=%c syscall=%s kstack=%s", e->d_name, comm,
 		    p && p[1] && p[2] ? p[2] : '?', sys[0] ? sys : "-", stack[0] ? stack : "-");
@@ -544,6 +556,135 @@ static void host_commands(const char *until)
 	}
 }
 
+/*
+ * Sleeping hangs: a task of the reproducer's (its process group) that stays
+ * in D state, in the same kernel wait, for sleep_after_s seconds is reported
+ * once, with its wait channel and kernel stack:
+ *   KSTALL dstate tid=T pid=P comm=C secs=S wchan=W kstack=F1,F2..
+ * Sampled every 250 ms; a task whose stack changes between samples (I/O
+ * that goes on) starts over.
+ */
+static unsigned sleep_after_s;	/* 0: not watched (GO sleep=S) */
+
+struct dtask {
+	int tid;
+	unsigned long long since;
+	unsigned long stack_hash;
+	int reported;
+	int seen;
+};
+
+static unsigned long hash_text(const char *s)
+{
+	unsigned long h = 5381;
+
+	while (*s)
+		h = h * 33 + (unsigned char)*s++;
+	return h;
+}
+
+static struct dtask *dtask_slot(struct dtask *t, int n, int tid)
+{
+	struct dtask *free_slot = NULL;
+
+	for (int i = 0; i < n; i++) {
+		if (t[i].tid == tid)
+			return &t[i];
+		if (!t[i].tid && !free_slot)
+			free_slot = &t[i];
+	}
+	if (free_slot)
+		*free_slot = (struct dtask){ .tid = tid };
+	return free_slot;
+}
+
+static void check_task(struct dtask *tasks, int n, int pid, const char *task_dir, const char *tid,
+		       unsigned long long now)
+{
+	char path[384], stat[512], stack[2048], wchan[128], comm[64], *p;
+	struct dtask *slot;
+
+	snprintf(path, sizeof(path), "%s/stat", task_dir);
+	read_small(path, stat, sizeof(stat));
+	p = strrchr(stat, ')');
+	if (!p || !p[1] || p[2] != 'D')
+		return;		/* not seen: forgotten after this pass */
+	slot = dtask_slot(tasks, n, atoi(tid));
+	if (!slot)
+		return;
+	snprintf(path, sizeof(path), "%s/stack", task_dir);
+	read_small(path, stack, sizeof(stack));
+	slot->seen = 1;
+	if (slot->stack_hash != hash_text(stack) || !slot->since) {
+		slot->stack_hash = hash_text(stack);
+		slot->since = now;
+		slot->reported = 0;
+	}
+	if (slot->reported || now - slot->since < sleep_after_s * 1000000000ULL)
+		return;
+	slot->reported = 1;
+	snprintf(path, sizeof(path), "%s/wchan", task_dir);
+	read_small(path, wchan, sizeof(wchan));
+	snprintf(path, sizeof(path), "%s/comm", task_dir);
+	read_small(path, comm, sizeof(comm));
+	for (p = comm; *p; p++)
+		if (*p == ' ' || *p == '=')
+			*p = '_';
+	flatten_stack(stack);
+	say("KSTALL dstate tid=%s pid=%d comm=%s secs=%llu wchan=%s kstack=%s", tid, pid, comm,
+	    (now - slot->since) / 1000000000ULL, wchan[0] ? wchan : "-", stack[0] ? stack : "-");
+}
+
+static void *sleep_watch(void *arg)
+{
+	static struct dtask tasks[256];
+	char path[320], stat[512], *p;
+	struct dirent *e, *te;
+
+	(void)arg;
+	while (!atomic_load(&hb_stop)) {
+		int group = atomic_load(&repro_pid);
+		unsigned long long now = mono_ns();
+		DIR *d = group > 0 ? opendir("/proc") : NULL;
+
+		for (int i = 0; i < 256; i++)
+			tasks[i].seen = 0;
+		while (d && (e = readdir(d))) {
+			int pid = atoi(e->d_name);
+			DIR *td;
+			int pgrp = 0;
+
+			if (pid <= 1)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+			read_small(path, stat, sizeof(stat));
+			p = strrchr(stat, ')');
+			/* ") S ppid pgrp ...": the reproducer's process group only */
+			if (!p || !p[1] || sscanf(p + 2, "%*c %*d %d", &pgrp) != 1 || pgrp != group)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/task", pid);
+			td = opendir(path);
+			while (td && (te = readdir(td))) {
+				char task_dir[320];
+
+				if (te->d_name[0] == '.')
+					continue;
+				snprintf(task_dir, sizeof(task_dir), "/proc/%d/task/%s", pid, te->d_name);
+				check_task(tasks, 256, pid, task_dir, te->d_name, now);
+			}
+			if (td)
+				closedir(td);
+		}
+		if (d)
+			closedir(d);
+		for (int i = 0; i < 256; i++)
+			if (!tasks[i].seen)
+				tasks[i] = (struct dtask){ 0 };
+		usleep(250000);
+	}
+	return NULL;
+}
+
 static void *command_reader(void *arg)
 {
 	(void)arg;
@@ -624,6 +765,7 @@ static int run_repro(const char *name, char *args)
 		return -errno;
 	pid = fork();
 	if (pid == 0) {
+		setpgid(0, 0);	/* its own process group: the tasks sleep_watch looks at */
 		dup2(pfd[1], STDOUT_FILENO);
 		dup2(pfd[1], STDERR_FILENO);
 		execv(path, argv);
@@ -667,6 +809,40 @@ static int run_repro(const char *name, char *args)
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/*
+ * A program that knows nothing of kstall: run it again and again (up to
+ * repeat times, or until seconds have passed), each completed run one pass,
+ * and report it as a reproducer would: progress after each run, then one
+ * KTAP result. A run that fails ends it: exit 4 (kselftest's skip) is a
+ * skip, any other non-zero exit the program's own failure, never a hang.
+ */
+static int run_repeated(const char *name, const char *args, unsigned long long repeat,
+			unsigned long long seconds)
+{
+	unsigned long long done = 0, start = mono_ns();
+	char argv_copy[1024];
+	int code = 0;
+
+	say("KTAP version 1");
+	say("1..1");
+	while (done < repeat && (!seconds || mono_ns() - start < seconds * 1000000000ULL)) {
+		snprintf(argv_copy, sizeof(argv_copy), "%s", args);	/* run_repro's strtok cuts it */
+		code = run_repro(name, argv_copy);
+		if (code != 0)
+			break;
+		atomic_store(&progress_count, ++done);
+		say("# progress count=%llu elapsed_ms=%llu", done, (mono_ns() - start) / 1000000);
+	}
+	say("# result count=%llu elapsed_ms=%llu exit=%d", done, (mono_ns() - start) / 1000000, code);
+	if (code == 4)
+		say("ok 1 %s # SKIP it exited 4 (kselftest's skip)", name);
+	else if (code)
+		say("not ok 1 %s # FAIL it exited %d on run %llu", name, code, done + 1);
+	else
+		say("ok 1 %s", name);
+	return code;
 }
 
 int main(int argc, char **argv)
@@ -729,8 +905,21 @@ int main(int argc, char **argv)
 	}
 	if (agent_fd >= 0)
 		pthread_create(&cmd, NULL, command_reader, NULL);
-	if (strcmp(repro, "none") != 0)
-		code = run_repro(repro, args);
+	if (cmdline_get(go_line, "sleep", val, sizeof(val)) && atoi(val) > 0) {
+		pthread_t sleeper;
+
+		sleep_after_s = atoi(val);
+		pthread_create(&sleeper, NULL, sleep_watch, NULL);
+	}
+	if (strcmp(repro, "none") != 0) {
+		unsigned long long repeat = 0, seconds = 0;
+
+		if (cmdline_get(go_line, "repeat", val, sizeof(val)))
+			repeat = strtoull(val, NULL, 10);
+		if (cmdline_get(go_line, "seconds", val, sizeof(val)))
+			seconds = strtoull(val, NULL, 10);
+		code = repeat ? run_repeated(repro, args, repeat, seconds) : run_repro(repro, args);
+	}
 	if (atomic_load(&core_requested))
 		send_core();
 	say("KSTALL exit code=%d", code);

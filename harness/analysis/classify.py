@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.base import paths
+from harness.base.reproducers import Reproducer
 
 SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures")
 # GCC/LLVM clones: hrtimer_try_to_cancel.part.0, set_ptes.isra.0, foo.cold
@@ -63,12 +64,27 @@ class Signature:
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""))
 
 
-def load_signatures(directory: Path = SIGNATURE_DIR) -> list[Signature]:
+def load_signatures(directory: Path = SIGNATURE_DIR, bug: str = "") -> list[Signature]:
+    """The signatures in directory; bug: what those that name no bug are of
+    (a user's signatures/ describe the user's reproducer)."""
     sigs = []
     for p in sorted(directory.glob("*.toml")):
-        with open(p, "rb") as f:
-            sigs.append(Signature.from_toml(tomllib.load(f)))
+        try:
+            with open(p, "rb") as f:
+                doc = tomllib.load(f)
+            sigs.append(Signature.from_toml({"bug": bug} | doc))
+        except (OSError, tomllib.TOMLDecodeError, KeyError, ValueError) as e:
+            raise ValueError(f"signature {p}: {e}") from None
     return sorted(sigs, key=lambda s: -s.priority)
+
+
+def signatures_for(repro: Reproducer) -> tuple[list[Signature], str]:
+    """kstall's signatures and the reproducer's own, and its bug name when
+    some of them are its own ("" when none are: any hang it makes is its finding)."""
+    sigs = load_signatures()
+    if repro.signatures:
+        sigs = sorted(sigs + load_signatures(Path(repro.signatures), repro.name), key=lambda s: -s.priority)
+    return sigs, repro.name if any(s.bug == repro.name for s in sigs) else ""
 
 
 USER = Signature("user", "in user mode", Role.BENIGN, -1, frozenset())

@@ -85,7 +85,14 @@ class CpuState:
     def to_json(self) -> dict:
         return {"cpu": self.cpu, "state": self.state, "title": self.title, "irqs_off": self.irqs_off,
                 "nmi": self.nmi, "stuck": self.stuck, "function": self.function, "role": self.role,
-                "waits_for": self.waits_for}
+                "waits_for": self.waits_for, "samples": self.samples}
+
+
+def describe(doc: dict) -> str:
+    """CpuState.describe() of a CPU as run.json holds it (to_json())."""
+    return CpuState(doc["cpu"], doc["state"], doc["title"], doc["irqs_off"], doc["nmi"], doc["stuck"],
+                    doc["function"], samples=doc.get("samples", 0), role=Role(doc["role"]),
+                    waits_for=doc["waits_for"]).describe()
 
 
 def cpus_text(cpus: list[int]) -> str:

@@ -13,7 +13,7 @@ from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
 from harness.base import reproducers
 
-EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "any")
+EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "failed", "any")
 # "missing": a cell of the matrix that no merged shard ran
 FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing")
 STATUS_TEXT = {"pass": "pass", "regression": "REGRESSION", "unexpected-pass": "UNEXPECTED PASS",
@@ -58,6 +58,7 @@ class Cell:
     args: list[str] = field(default_factory=list)
     duration: float | None = None
     count: int | None = None
+    spec: str = ""  # what verify runs: a user's reproducer's path; the name for a built-in
 
     @property
     def id(self) -> str:
@@ -83,6 +84,15 @@ def load(path: Path) -> Matrix:
     if not repros or not kernels:
         raise MatrixError(f"{path}: needs at least one [[kernel]] and one [[reproducer]]")
     known = set(reproducers.names())
+    specs = {}
+    for r in repros:  # a user's reproducer: path = its .toml, directory, C file or executable
+        if r.get("path"):
+            spec = str((path.parent / r["path"]).resolve())
+            try:
+                specs[r.get("name")] = reproducers.canonical_spec(spec)
+                reproducers.resolve(spec)
+            except reproducers.ReproducerError as e:
+                raise MatrixError(f"{path}: reproducer {r.get('name')!r}: {e}") from None
     default = doc.get("defaults", {}).get("expect", "any")
     cells = []
     for k in kernels:
@@ -93,15 +103,16 @@ def load(path: Path) -> Matrix:
                 if name not in {r["name"] for r in repros}:
                     raise MatrixError(f"{path}: {k['spec']}: {table} names {name!r}, not a [[reproducer]] here")
         for r in repros:
-            if r.get("name") not in known:
-                raise MatrixError(f"{path}: unknown reproducer {r.get('name')!r}; known: {', '.join(sorted(known))}")
+            if r.get("name") not in known and r.get("name") not in specs:
+                raise MatrixError(f"{path}: unknown reproducer {r.get('name')!r}; known: {', '.join(sorted(known))} "
+                                  "(a reproducer of your own needs path = its .toml, directory, C file or program)")
             want = k.get("expect", {}).get(r["name"], default)
             if want not in EXPECTATIONS:
                 raise MatrixError(f"{path}: {k['spec']} x {r['name']}: expect must be one of {', '.join(EXPECTATIONS)}")
             cells.append(Cell(kernel=k["spec"], reproducer=r["name"], expect=want,
                               xfail=k.get("xfail", {}).get(r["name"]), skip=k.get("skip", {}).get(r["name"]),
                               cpus=r.get("cpus"), args=list(r.get("args", [])), duration=r.get("duration"),
-                              count=r.get("count")))
+                              count=r.get("count"), spec=specs.get(r["name"], r["name"])))
     return Matrix(path, [k["spec"] for k in kernels], [r["name"] for r in repros], cells)
 
 

@@ -13,6 +13,8 @@ class OutcomeKind(StrEnum):
     STUCK = "stuck"                # heartbeats go on, the progress count does not: some CPUs are
                                    # wedged, or (a user-space reproducer) the process is
     STALL = "stall"                # the reproducer's own latency measurement passed its threshold
+    SLEEPING = "sleeping"          # a task of the reproducer's slept in D state, in one kernel wait,
+                                   # past its threshold while the kernel went on (a hung task)
     PANIC = "panic"                # a kernel report on the console (after a grace period that
     OOPS = "oops"                  # lets the report finish)
     INFRA = "infra"                # an emulator fault recognised on the console (retryable)

@@ -142,7 +142,7 @@ def p_miss(cal: Calibration | None, count: int, count_name: str, unknown: str = 
               f"hang rate {lam:.3g} per pass; P(miss) <= exp(-{lam:.3g} x {count}) = 10^{log10:.0f}")
     return {"p_miss": max(10 ** log10, 0.0) if log10 > -300 else 0.0, "p_miss_log10": round(log10, 1),
             "text": f"P(miss) {fmt_p(log10)}", "method": method, "rate_lower_bound": lam,
-            "calibration": str(cal.path.relative_to(paths.REPO)) if cal.path else None}
+            "calibration": paths.shown(cal.path) if cal.path else None}
 
 
 def count_for(cal: Calibration | None, target: float) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.analysis import console
+from harness.analysis import console, cpu_state, sleeping
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.verdict import Verdict, VerdictKind
 
@@ -61,6 +61,7 @@ class RunRecord:
     evidence: Evidence = field(default_factory=Evidence)
     cpus: list[dict] = field(default_factory=list)  # harness/analysis/classify.py CpuClass.to_json()
     process: dict | None = None  # a process hang: its thread analysis (threads.json), or why there is none
+    hang: dict | None = None     # a hang no signature named: harness/analysis/cpu_state.py Hang.to_json()
     guest: dict = field(default_factory=dict)       # the agent's hello
     symbols: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
@@ -90,9 +91,9 @@ class RunRecord:
         doc = {"schema": SCHEMA, "id": self.id, "command": self.command, "started": self.started,
                "finished": self.finished, "wall_s": self.wall_s, "verdict": v.verdict, "exit_code": v.exit_code,
                "line": v.line(), "reason": v.reason, "summary": v.summary, "confidence": v.confidence,
-               "signature": v.signature, "kernel": self.kernel, "reproducer": self.reproducer, "vm": self.vm,
+               "signature": v.signature, "title": v.title, "kernel": self.kernel, "reproducer": self.reproducer, "vm": self.vm,
                "outcome": {"kind": self.outcome.kind, "detail": self.outcome.detail},
-               "evidence": self.evidence.to_json(), "cpus": self.cpus, "process": self.process,
+               "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "process": self.process,
                "guest": self.guest, "symbols": self.symbols, "timings": self.timings, "attempts": self.attempts,
                "files": self.files}
         if self.results_dir is not None:
@@ -106,7 +107,8 @@ class RunRecord:
         stalls = {**ev["stalls"], "data": ev.get("latency")} if ev.get("stalls") else None
         return cls(id=doc.get("id", ""),
                    verdict=Verdict(VerdictKind(doc["verdict"]), doc.get("reason", ""), doc.get("summary", ""),
-                                   doc.get("confidence", ""), doc.get("signature"), p_miss=ev.get("p_miss") or {}),
+                                   doc.get("confidence", ""), doc.get("signature"), p_miss=ev.get("p_miss") or {},
+                                   title=doc.get("title") or ""),
                    outcome=Outcome(OutcomeKind(doc["outcome"]["kind"]), doc["outcome"]["detail"], 0.0),
                    kernel=doc.get("kernel", {}), reproducer=doc.get("reproducer", {}), vm=doc.get("vm", {}),
                    evidence=Evidence(count=ev.get("count"), count_name=ev.get("count_name", ""), stalls=stalls,
@@ -115,11 +117,19 @@ class RunRecord:
                                      console_reports=ev.get("console_reports", []),
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
                                      debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", [])),
-                   cpus=doc.get("cpus", []), process=doc.get("process"), guest=doc.get("guest", {}),
+                   cpus=doc.get("cpus", []), hang=doc.get("hang"), process=doc.get("process"), guest=doc.get("guest", {}),
                    symbols=doc.get("symbols", {}), timings=doc.get("timings", {}), attempts=doc.get("attempts", []),
                    files=doc.get("files", []), command=doc.get("command", []), started=doc.get("started", ""),
                    finished=doc.get("finished", ""), wall_s=doc.get("wall_s", 0.0),
                    results_dir=doc.get("results_dir"))
+
+    def hang_lines(self) -> list[str]:
+        """A hang no signature named: its title, then each CPU that is not
+        idle or in user mode, or each task asleep and its kernel stack."""
+        h = self.hang or {}
+        return [f"title: {h.get('title') or 'none (no CPU stuck)'}"] + [
+            sleeping.task_text(t) for t in h.get("tasks", [])] + [
+            cpu_state.describe(c) for c in h.get("cpus", []) if c.get("state") not in ("idle", "user")]
 
     @property
     def passes_before_hang(self) -> int:

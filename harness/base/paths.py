@@ -45,6 +45,14 @@ def write_atomic(path: Path, data: bytes | str) -> Path:
     return path
 
 
+def shown(path: Path) -> str:
+    """A path as run records show it: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def data_file(*parts: str) -> Path:
     """A data file shipped in the repository (signatures, patterns, calibration)."""
     return REPO.joinpath(*parts)

@@ -1,7 +1,22 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The reproducers kstall knows: repro/<name>.toml next to their C sources."""
+"""Reproducers: the built-ins (repro/<name>.toml next to their C sources) and
+a user's own, in the same shape.
+
+A reproducer spec is one of:
+  NAME          a built-in (repro/NAME.toml)
+  FILE.c        a C file, built on the host as the built-ins are
+  EXECUTABLE    a program as it is (static, or with its shared libraries)
+  FILE.toml     a reproducer's data file kept anywhere, with its program
+  DIRECTORY     a directory holding one such data file
+A program named by a C file or an executable knows nothing of kstall: it is
+run again and again (`repeat`), each completed run one pass. A data file may
+say it speaks kstall's protocol instead (count_arg, duration_arg, progress
+lines), as the built-ins do.
+"""
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +24,17 @@ from pathlib import Path
 from harness.base import paths
 
 REPRO_DIR = paths.data_file("repro")
+BUILTIN_CALIBRATION = REPRO_DIR / "calibration"
+# a program run as it is: what its data file need not say
+GENERIC = {"count_name": "runs", "min_count": 1, "count_arg": "", "duration_arg": "", "max_seconds": 60,
+           "stuck_after_s": 30, "default_cpus": 2, "sleep_after_s": 10}
+
+
+class ReproducerError(LookupError):
+    """A reproducer spec kstall cannot use: a usage error."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)
@@ -81,9 +107,28 @@ class Reproducer:
     # "kernel": a hang is read from the vCPUs (GDB on QEMU's gdbstub);
     # "process": from the stuck reproducer's threads (GDB on its core)
     hang: str = "kernel"
+    source: str = ""       # a C file kstall builds (images/programs.py), or ""
+    program: str = ""      # an executable on the host that goes into the guest as it is, or ""
+    signatures: str = ""   # a directory of its own hang signatures, or ""
+    calibration: str = ""  # where its calibration lives (built-ins: repro/calibration)
+    # a task of its own in D state, in one kernel wait, this long is a sleeping hang (0: not watched)
+    sleep_after_s: float = 0
 
     def stall_thresholds(self) -> dict[str, float]:
         return self.stall.thresholds() if self.stall else {}
+
+    @property
+    def generic(self) -> bool:
+        """It knows nothing of kstall's protocol: run again and again, a completed run one pass."""
+        return not self.count_arg
+
+    @property
+    def builtin(self) -> bool:
+        return not (self.source or self.program)
+
+    @property
+    def calibration_dir(self) -> Path:
+        return Path(self.calibration) if self.calibration else BUILTIN_CALIBRATION
 
 
 AGENT = "agent"  # repro/agent.toml: the guest agent's needs, not a reproducer
@@ -99,19 +144,108 @@ def names() -> list[str]:
 
 
 def load(name: str) -> Reproducer:
+    """A built-in, by name."""
     path = REPRO_DIR / f"{name}.toml"
     if name == AGENT or not path.is_file():
-        raise KeyError(f"unknown reproducer {name!r}; known: {', '.join(names())}")
+        raise ReproducerError(f"unknown reproducer {name!r}: give one of {', '.join(names())}, a C file, "
+                              "an executable, a reproducer's .toml or its directory")
     return from_file(path)
 
 
+def looks_like_path(spec: str) -> bool:
+    return "/" in spec or spec.endswith((".c", ".toml")) or spec.startswith(".")
+
+
+def canonical_spec(spec: str) -> str:
+    """A spec that means the same from any directory (an absolute path for a file)."""
+    return str(Path(spec).expanduser().resolve()) if looks_like_path(spec) else spec
+
+
+def resolve(spec: str) -> Reproducer:
+    """The reproducer a spec names (see the module's docstring)."""
+    if not looks_like_path(spec):
+        return load(spec)
+    path = Path(spec).expanduser().resolve()
+    if path.is_dir():
+        found = sorted(path.glob("*.toml"))
+        if len(found) != 1:
+            raise ReproducerError(f"{spec}: a reproducer directory holds exactly one .toml data file "
+                                  f"(found {len(found)})")
+        path = found[0]
+    if not path.exists():
+        raise ReproducerError(f"no such reproducer file {spec}")
+    if path.suffix == ".toml":
+        return from_file(path)
+    if path.suffix == ".c":
+        return program_reproducer(path, source=True)
+    if path.is_file() and os.access(path, os.X_OK):
+        return program_reproducer(path, source=False)
+    raise ReproducerError(f"{spec}: not a C file, an executable, a .toml data file or a directory holding one")
+
+
+def guest_name(stem: str) -> str:
+    """A name that is safe on the agent's GO line and in the initramfs."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", stem)[:40].strip(".-")
+    if not name:
+        raise ReproducerError(f"{stem!r} gives no usable program name")
+    return name
+
+
+def program_reproducer(path: Path, source: bool, doc: dict | None = None) -> Reproducer:
+    """A C file or an executable run as it is, with what a data file says."""
+    d = GENERIC | (doc or {})
+    name = guest_name(d.get("name") or path.stem)
+    cal = d.get("calibration") or str(paths.cache_dir() / "calibration")
+    return _reproducer(name, d | {"binary": guest_name(path.stem), "calibration": cal,
+                                  "summary": d.get("summary") or f"{path.name} (a user's program)"},
+                       source=str(path) if source else "", program="" if source else str(path))
+
+
 def from_file(path: Path) -> Reproducer:
-    """A reproducer's data file (repro/NAME.toml, or one kept elsewhere)."""
-    with open(path, "rb") as f:
-        d = tomllib.load(f)
-    return Reproducer(name=d["name"], binary=d["binary"], summary=d["summary"], count_name=d["count_name"],
-                      min_count=int(d["min_count"]), count_arg=d["count_arg"], duration_arg=d["duration_arg"],
-                      max_seconds=float(d["max_seconds"]), stuck_after_s=float(d["stuck_after_s"]),
-                      default_cpus=int(d["default_cpus"]), default_args=tuple(d.get("default_args", ())),
-                      nmi_rate=float(d.get("nmi", {}).get("rate", 0)), stall=StallSpec.from_doc(d.get("stall", {})),
-                      needs=KernelNeeds.from_doc(d["name"], d), hang=d.get("hang", "kernel"))
+    """A reproducer's data file (repro/NAME.toml, or a user's kept anywhere)."""
+    try:
+        with open(path, "rb") as f:
+            d = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ReproducerError(f"{path}: {e}") from None
+    if path.parent == REPRO_DIR:
+        return _reproducer(d["name"], d)
+    return user_file(path, d)
+
+
+def user_file(path: Path, d: dict) -> Reproducer:
+    """A user's data file: its program (source = "x.c" or program = "x", or
+    binary = one of kstall's own guest programs), its signatures/ and
+    calibration/ beside it unless it names others."""
+    home = path.parent
+    here = {k: str((home / d[k]).resolve()) for k in ("source", "program", "signatures", "calibration") if d.get(k)}
+    if "signatures" not in here and (home / "signatures").is_dir():
+        here["signatures"] = str(home / "signatures")
+    here.setdefault("calibration", str(home / "calibration"))
+    d = d | here | {"name": d.get("name") or path.stem}
+    if "signatures" in d and not Path(d["signatures"]).is_dir():
+        raise ReproducerError(f"{path}: its signatures directory {d['signatures']} does not exist")
+    if not (d.get("source") or d.get("program")):
+        if not d.get("binary"):
+            raise ReproducerError(f"{path}: say which program it runs: source = \"FILE.c\", program = \"FILE\" "
+                                  "or binary = \"NAME\" (one of kstall's guest programs)")
+        return _reproducer(d["name"], GENERIC | d)
+    prog = Path(d.get("source") or d["program"])
+    if not prog.is_file():
+        raise ReproducerError(f"{path}: its program {prog} does not exist")
+    return program_reproducer(prog, bool(d.get("source")), d)
+
+
+def _reproducer(name: str, d: dict, source: str = "", program: str = "") -> Reproducer:
+    try:
+        return Reproducer(
+            name=name, binary=d["binary"], summary=d["summary"], count_name=d["count_name"],
+            min_count=int(d["min_count"]), count_arg=d["count_arg"], duration_arg=d["duration_arg"],
+            max_seconds=float(d["max_seconds"]), stuck_after_s=float(d["stuck_after_s"]),
+            default_cpus=int(d["default_cpus"]), default_args=tuple(str(a) for a in d.get("default_args", ())),
+            nmi_rate=float(d.get("nmi", {}).get("rate", 0)), stall=StallSpec.from_doc(d.get("stall", {})),
+            needs=KernelNeeds.from_doc(name, d), hang=d.get("hang", "kernel"), source=source, program=program,
+            signatures=d.get("signatures", ""), calibration=d.get("calibration", ""),
+            sleep_after_s=float(d.get("sleep_after_s", 0)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ReproducerError(f"reproducer {name}: its data file is missing or has a bad {e}") from None

@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify, latency, pmiss, thread_hang
+from harness.analysis import classify, cpu_state, latency, pmiss, sleeping, thread_hang
 from harness.analysis.classify import Role
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.verdict import Verdict, decide
@@ -69,6 +70,7 @@ class Attempt:
     go: str = ""  # the GO line's parameters
     snapshot: dict | None = None  # restored from, or saved to
     stalls: dict | None = None  # the reproducer's latency measurement (harness/analysis/latency.py)
+    hang: cpu_state.Hang | sleeping.SleepingHang | None = None  # a hang no signature named
 
 
 @dataclass
@@ -98,13 +100,19 @@ def make_plan(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, acce
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "")
     go = go_params(repro, repro_arguments(repro, opts, target, duration), want_syms)
+    if repro.generic:  # the agent repeats it: until target runs or the time is up
+        go += f" repeat={target} seconds={math.ceil(duration)}"
+    if repro.sleep_after_s:
+        go += f" sleep={math.ceil(repro.sleep_after_s)}"
     return Plan(target, duration, cpus, go, cfg, limits)
 
 
 def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, duration: float) -> list[str]:
-    """The reproducer's command line: stop conditions, its defaults, the stall
-    threshold from its data file, then the user's arguments (which win)."""
-    args = [repro.count_arg, str(target), repro.duration_arg, f"{duration:g}", *repro.default_args]
+    """The reproducer's command line: stop conditions (none for a program
+    that knows nothing of kstall), its defaults, the stall threshold from its
+    data file, then the user's arguments (which win)."""
+    args = [*([repro.count_arg, str(target)] if repro.count_arg else []),
+            *([repro.duration_arg, f"{duration:g}"] if repro.duration_arg else []), *repro.default_args]
     for path in repro.stall.paths if repro.stall else ():
         args += [path.arg, f"{path.threshold_ms:g}"]
     return args + list(opts.repro_args)
@@ -118,6 +126,8 @@ class _Run:
         self.kernel, self.repro, self.opts, self.out_dir, self.echo = kernel, repro, opts, out_dir, echo
         self.syms_path = symcache.cached(kernel.sha256)
         self.classes: list[classify.CpuClass] = []
+        self.sigs, self.own_bug = classify.signatures_for(repro)
+        self.hang: cpu_state.Hang | sleeping.SleepingHang | None = None
         self.samples: debug.Samples | None = None
         self.timings: dict = {}
         self.process: thread_hang.Analysis | None = None
@@ -161,7 +171,9 @@ class _Run:
     def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:
         """GDB samples of every vCPU; whether they settle the run: a culprit
         (victims alone may be a stall that ends, which the reproducer's own
-        measurement then reports), or no samples at all."""
+        measurement then reports), or no samples at all. For a reproducer
+        with no signatures of its own, a culprit the CPUs' states name
+        (cpu_state.py) settles it too."""
         since = self.note_hang(w, outcome, "reading every vCPU with gdb")
         t = time.monotonic()
         prepared, self.prepared = self.prepared, None
@@ -171,8 +183,11 @@ class _Run:
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
-        self.classes = classify.classify_samples(self.samples.dumps, classify.load_signatures())
-        return any(c.signature.role == Role.CULPRIT for c in self.classes) or not self.samples.dumps
+        self.classes = classify.classify_samples(self.samples.dumps, self.sigs)
+        if any(c.signature.role == Role.CULPRIT for c in self.classes) or not self.samples.dumps:
+            return True
+        self.hang = cpu_state.analyze(self.samples.dumps, self.classes)
+        return bool(self.hang.culprits) and not self.own_bug
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""
@@ -195,7 +210,8 @@ class _Run:
             return
         core_path = self.out_dir / "core"
         core_path.write_bytes(core)
-        exe = paths.guest_dir() / Path(w.agent.core_info.get("exe") or self.repro.binary).name
+        exe = Path(self.repro.program) if self.repro.program else \
+            paths.guest_dir() / Path(w.agent.core_info.get("exe") or self.repro.binary).name
         t = time.monotonic()
         try:
             dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.agent.proc_threads,
@@ -215,7 +231,7 @@ class _Run:
 def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
                 initrd: Path, out_dir: Path, echo: Echo, number: int = 1,
                 disk: boot_image.BootDisk | None = None) -> Attempt:
-    cal = pmiss.load(repro.name, opts.repro_args, opts.cpus or repro.default_cpus, accel_kind)
+    cal = pmiss.load(repro.name, opts.repro_args, opts.cpus or repro.default_cpus, accel_kind, repro.calibration_dir)
     r = _Run(kernel, repro, opts, out_dir, echo)
     plan = make_plan(kernel, repro, opts, accel_kind, initrd, out_dir, disk, cal, r.syms_path is None)
     t0 = time.monotonic()
@@ -291,6 +307,10 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             if outcome.kind == OutcomeKind.STUCK and r.repro.hang == "process":
                 r.dump_process(w, outcome)
                 return outcome, None
+            if outcome.kind == OutcomeKind.SLEEPING:  # the agent said which tasks and where
+                r.hang = sleeping.SleepingHang(list(w.agent.sleeping))
+                r.note_hang(w, outcome, "titled from the kernel stacks the agent read")
+                return outcome, None
             if outcome.kind == OutcomeKind.STALL:
                 # decided by the reproducer's own measurement, after the
                 # stall ended: no stacks to read, but its final histograms
@@ -338,12 +358,13 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
                 (r.out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.console.reports if rep.kind == "infra"), "")
     pm = pmiss.p_miss(cal, w.agent.count, repro.count_name,
-                      pmiss.unknown_because(repro.name, r.opts.repro_args, plan.cpus, plan.vm.accel))
+                      pmiss.unknown_because(repro.name, r.opts.repro_args, plan.cpus, plan.vm.accel,
+                                            repro.calibration_dir))
     v = decide(outcome, w.agent.ktap, w.agent.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
                report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None,
-               r.opts.pmiss_target)
+               r.opts.pmiss_target, r.hang, r.own_bug)
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
-                   process=r.process, process_error=r.process_error, go=plan.go, stalls=stall)
+                   process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)
 
 
 def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,

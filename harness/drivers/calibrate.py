@@ -14,6 +14,7 @@ from typing import Callable
 
 from harness.analysis import pmiss
 from harness.analysis.verdict import VerdictKind
+from harness.base import reproducers
 from harness.drivers import verify
 from harness.drivers.options import Options
 
@@ -49,9 +50,10 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     hangs = [r for r in runs if r["verdict"] == VerdictKind.VULNERABLE]
     print(f"{len(hangs)}/{len(runs)} runs hung")
     if write_file:
-        path = pmiss.CAL_DIR / f"{reproducer}.toml"
-        write(path, reproducer, canonical, rec.vm["cpus"], opts.repro_args, rec.vm["accel"], runs, sys.argv[1:])
-        cal = pmiss.load(reproducer, opts.repro_args, rec.vm["cpus"], rec.vm["accel"])
+        repro = reproducers.resolve(reproducer)
+        path = repro.calibration_dir / f"{repro.name}.toml"
+        write(path, repro.name, canonical, rec.vm["cpus"], opts.repro_args, rec.vm["accel"], runs, sys.argv[1:])
+        cal = pmiss.load(repro.name, opts.repro_args, rec.vm["cpus"], rec.vm["accel"], repro.calibration_dir)
         lam, k, n = cal.rate_lower_bound() if cal else (0, 0, 0)
         print(f"wrote {path}: hang rate >= {lam:.3g} per pass (95%), {pmiss.count_for(cal, 1e-6)} passes "
               "give P(miss) <= 1e-6")

@@ -79,7 +79,7 @@ class Runner:
             if self.verbose:
                 self._say(f"{cell.id}: {msg}")
         try:
-            res = verify.verify(cell.kernel, cell.reproducer, opts, echo)
+            res = verify.verify(cell.kernel, cell.spec or cell.reproducer, opts, echo)
         except SpecError as e:
             return _error(cell, str(e), time.monotonic() - t0, waited)
         return CellResult(cell, judge_cell(cell, res.verdict.verdict), res.record, res.run_dir,

@@ -30,7 +30,7 @@ from harness.guest import accel
 from harness.guest.cores import Cancelled
 from harness.guest.vm import VMError
 from harness.reports import views
-from images import boot_image, initramfs, symcache
+from images import boot_image, initramfs, programs, symcache
 from images.build import BuildOptions
 from images.kernel import Kernel, SpecError
 from images.schemes import resolve
@@ -83,7 +83,7 @@ def prepare(spec: str, repro: reproducers.Reproducer, opts: Options, echo: Echo)
     check = preflight.check(kernel, repro)
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
-    initrd = initramfs.build(modules=check.modules)
+    initrd = initramfs.build(modules=check.modules, extra=programs.files(repro))
     if check.missing:  # nothing will boot
         return Prepared(kernel, check, initrd, "none")
     p = Prepared(kernel, check, initrd, accel.choose(opts.accel, kernel, initrd, echo))
@@ -93,8 +93,23 @@ def prepare(spec: str, repro: reproducers.Reproducer, opts: Options, echo: Echo)
     return p
 
 
-def verify(spec: str, repro_name: str, opts: Options, echo: Echo) -> Result:
-    repro = reproducers.load(repro_name)
+def reproducer(spec: str, echo: Echo) -> reproducers.Reproducer:
+    """The reproducer a spec names, its program built: ReproducerError or
+    programs.BuildError (usage errors) before anything boots."""
+    repro = reproducers.resolve(spec)
+    if repro.source:
+        ensure_guest(echo)  # kselftest.h, which a user's C file may include
+        t = time.monotonic()
+        repro = programs.build(repro)
+        if time.monotonic() - t > 0.1:  # not cached
+            echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
+    return repro
+
+
+def verify(spec: str, repro: str | reproducers.Reproducer, opts: Options, echo: Echo) -> Result:
+    """repro: a reproducer spec (reproducers.resolve), or one resolved by reproducer()."""
+    if isinstance(repro, str):
+        repro = reproducer(repro, echo)
     t_start = time.time()
     prep = prepare(spec, repro, opts, echo)
     kernel = prep.kernel
@@ -211,7 +226,8 @@ def make_record(run: rundir.RunDir, spec: str, kernel: Kernel, repro: reproducer
                           console_reports_dropped=w.get("console_reports_dropped", 0),
                           debug_method=final.samples.method if final.samples else None,
                           debug_errors=final.samples.errors if final.samples else []),
-        cpus=[c.to_json() for c in final.classes], process=_process_doc(final), guest=w.get("hello", {}),
+        cpus=[c.to_json() for c in final.classes], hang=final.hang.to_json() if final.hang else None,
+        process=_process_doc(final), guest=w.get("hello", {}),
         symbols=w.get("syms") or {"cached": str(symcache.cached(kernel.sha256) or "")}, timings=final.timings,
         attempts=[_attempt_doc(a, n) for n, a in attempts], files=sorted(p.name for p in run.work.iterdir()),
         command=sys.argv,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from harness.analysis import threads
+from harness.analysis import sleeping, threads
 from harness.analysis.ktap import KV, Ktap, unnest
 from harness.base.untrusted import num
 
@@ -47,6 +47,8 @@ class AgentChannel:
         self.stall_at: float | None = None
         self.proc_threads: dict[int, threads.ProcThread] = {}  # the agent's /proc view, on CORE
         self.core_info: dict = {}
+        self.sleeping: list[dict] = []  # tasks asleep in D state past the threshold (analysis/sleeping.py)
+        self.sleeping_at: float | None = None
 
     def feed(self, line: str, now: float) -> None:
         if (m := _HB.match(line)) is not None:
@@ -88,6 +90,10 @@ class AgentChannel:
             self.proc_threads[t.tid] = t
         elif what == "core":
             self.core_info = fields
+        elif what == "dstate" and len(self.sleeping) < 64:
+            self.sleeping.append(sleeping.task_from_fields(fields))
+            if self.sleeping_at is None:
+                self.sleeping_at = now
 
     def _reproducer_says(self, line: str, now: float) -> None:
         if self.repro_started_at is None:

@@ -28,6 +28,8 @@ SUSPECT_AT = 0.4
 # the outcome of a console report that ends the run, where its kind is not the outcome's name
 REPORT_ENDS = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERROR}
 RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
+# the agent reports every task asleep past the threshold in one pass (250 ms): wait for the rest
+SLEEPING_GRACE = 0.5
 KALLSYMS_MAX_BYTES = 64 << 20  # a Debian kernel's text symbols are ~7 MB
 
 
@@ -173,6 +175,11 @@ class Watch:
                            f"{RESTORED_SILENCE:.0f}s", now)
         if now - (self.go_at or a.hello_at) > L.run_timeout:
             return Outcome(OutcomeKind.TIMEOUT, f"run exceeded {L.run_timeout:.0f}s", now)
+        if a.sleeping_at is not None and now - a.sleeping_at >= SLEEPING_GRACE:  # every such task reported
+            t = a.sleeping[0]
+            return Outcome(OutcomeKind.SLEEPING, f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in "
+                           f"{t['wchan']}" + (f" (and {len(a.sleeping) - 1} more)" if len(a.sleeping) > 1 else ""),
+                           now)
         if a.stall_at is not None:
             return Outcome(OutcomeKind.STALL, f"the reproducer measured {a.progress.get('over')} "
                            f"{L.stall_measure}(s) past its stall threshold", now)

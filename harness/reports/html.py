@@ -43,7 +43,8 @@ document.querySelectorAll('td.cell').forEach(function (td) {
 """
 
 _BAR_COLORS = {VerdictKind.VULNERABLE: "#d9534f", VerdictKind.CRASHED: "#b52b27",
-               VerdictKind.NOT_REPRODUCED: "#5cb85c", VerdictKind.INCONCLUSIVE: "#e0b020", VerdictKind.ERROR: "#888"}
+               VerdictKind.NOT_REPRODUCED: "#5cb85c", VerdictKind.INCONCLUSIVE: "#e0b020", VerdictKind.ERROR: "#888",
+               VerdictKind.FAILED: "#8a6d3b"}
 
 
 def _chart(cells: list[dict]) -> str:

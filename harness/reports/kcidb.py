@@ -28,7 +28,7 @@ SCHEMA_VERSION = {"major": 4, "minor": 5}
 EXCERPT_MAX = 16384  # the schema's limit on log_excerpt
 
 STATUS = {VerdictKind.VULNERABLE: "FAIL", VerdictKind.CRASHED: "FAIL", VerdictKind.NOT_REPRODUCED: "PASS",
-          VerdictKind.ERROR: "MISS"}
+          VerdictKind.ERROR: "MISS", VerdictKind.FAILED: "ERROR"}  # FAILED: the test program itself failed
 
 
 def status(cell: dict) -> str:

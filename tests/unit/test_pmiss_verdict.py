@@ -84,7 +84,8 @@ def test_emulator_faults_boot_failures_and_crashes():
 
 
 def test_exit_codes_are_the_contract():
-    assert EXIT_CODES == {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4}
+    assert EXIT_CODES == {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4,
+                          "FAILED": 5}
 
 
 def test_calibration_runs_that_did_not_hang_count_in_the_denominator():

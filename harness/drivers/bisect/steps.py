@@ -35,8 +35,9 @@ class StepPolicy:
 
     def __post_init__(self) -> None:
         if self.cal is None:  # the accelerator is not known before each run: any the calibration was made on
-            self.cal = pmiss.load(self.reproducer, self.opts.repro_args, self.opts.cpus or
-                                  reproducers.load(self.reproducer).default_cpus)
+            repro = reproducers.resolve(self.reproducer)
+            self.cal = pmiss.load(repro.name, self.opts.repro_args, self.opts.cpus or repro.default_cpus,
+                                  directory=repro.calibration_dir)
 
     def learn_from_bad_end(self, rec: RunRecord) -> None:
         """The bad end's own reproduction joins the calibration."""
@@ -60,7 +61,7 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
     total = 0
     cal = policy.calibration()
     # enough passes for the per-step target, and never fewer than a verdict needs
-    count = max(reproducers.load(policy.reproducer).min_count, policy.opts.count or 0,
+    count = max(reproducers.resolve(policy.reproducer).min_count, policy.opts.count or 0,
                 pmiss.count_for(cal, policy.pmiss_target))
     for n in range(1, policy.max_runs + 1):
         # the step judges P(miss) over all its runs: a run need not reach the target alone

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A sleeping hang: a task of the reproducer's that stayed in D state, in
+the same kernel wait, past its threshold while the kernel went on (the
+agent's "KSTALL dstate" lines, repro/agent.c sleep_watch). Titled from its
+kernel stack as syzbot titles the kernel's own hung-task report: the first
+frame past the scheduler, sleep and lock primitives (the same skip list as
+console-patterns.toml), "INFO: task hung in anon_pipe_write"."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.analysis import console
+from harness.analysis.classify import base_name
+
+@dataclass
+class SleepingHang:
+    tasks: list[dict]  # tid, pid, comm, secs, wchan, kstack (function names, innermost first)
+
+    @property
+    def culprits(self) -> list[dict]:
+        return self.tasks
+
+    @property
+    def title(self) -> str:
+        """The kernel's hung-task report's title (console-patterns.toml), from the first task's stack."""
+        if not self.tasks:
+            return ""
+        pats = console.load_patterns()
+        template = next(p.title for p in pats if p.name == "hung-task")
+        t = self.tasks[0]
+        return template.format(func=next((f for f in t["kstack"] if not pats.skip.fullmatch(f)), t["wchan"]))
+
+    def summary(self) -> str:
+        return "; ".join([self.title] + [task_text(t) for t in self.tasks])
+
+    def to_json(self) -> dict:
+        return {"kind": "sleeping", "title": self.title, "tasks": self.tasks}
+
+
+def task_text(t: dict) -> str:
+    """'task writer:42 in D state for 10s in __mutex_lock: __schedule < ... < anon_pipe_write'"""
+    return f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in {t['wchan']}: {' < '.join(t['kstack'][:8])}"
+
+
+def task_from_fields(fields: dict) -> dict:
+    """A "KSTALL dstate" line's fields: kstack "f1+0x1/0x2,f2+..." to function names."""
+    frames = [base_name(f.split("+", 1)[0]) for f in fields.get("kstack", "").split(",") if f and f != "-"]
+    return {"tid": fields.get("tid", "?"), "pid": fields.get("pid", "?"), "comm": fields.get("comm", "?"),
+            "secs": fields.get("secs", "?"), "wchan": fields.get("wchan", "-"), "kstack": frames[:64]}

@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A user's program for the guest, as the files it needs in the initramfs.
+
+A C file is built on the host as the built-ins are (static, the kernel's
+kselftest.h and repro/ on the include path, -Wall), once per source, headers
+and compiler, into <cache>/programs; a compile error is a BuildError that
+shows the compiler's message. An executable goes in as it is when static; a
+dynamic one goes in with every shared library ldd names and its loader, at
+the paths it asks for them, so it runs in kstall's bare initramfs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import subprocess
+from pathlib import Path
+
+from harness.base import paths
+from harness.base.reproducers import Reproducer
+from images import cached
+from images.kernel import SpecError
+
+CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-static", "-pthread"]
+BUILD_TIMEOUT = 300
+
+
+class BuildError(SpecError):
+    """The user's C file does not build: a usage error."""
+
+
+def include_dirs() -> list[Path]:
+    """What the built-ins build with: the kernel's kselftest.h (make guest) and repro/repro.h."""
+    return [paths.guest_dir().parent / "kselftest", paths.data_file("repro")]
+
+
+def build(repro: Reproducer) -> Reproducer:
+    """The reproducer with its program on the host: a C file built (cached)."""
+    if not repro.source:
+        return repro
+    return dataclasses.replace(repro, program=str(build_c(Path(repro.source))))
+
+
+def files(repro: Reproducer) -> dict[str, bytes]:
+    """What a user's program adds to the initramfs (nothing for a built-in)."""
+    if repro.builtin:
+        return {}
+    if not repro.program:
+        repro = build(repro)
+    return guest_files(Path(repro.program), repro.binary)
+
+
+def _compiler_identity(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return cc
+
+
+def build_c(source: Path, cc: str = "gcc") -> Path:
+    """The static binary of source, built once per source, headers and compiler."""
+    if not source.is_file():
+        raise BuildError(f"no such C file {source}")
+    include = include_dirs()
+    h = hashlib.sha256(source.read_bytes())
+    for header in sorted(f for d in include for f in d.glob("*.h")):
+        h.update(header.read_bytes())
+    h.update(_compiler_identity(cc).encode())
+    d = paths.cache_dir() / "programs" / f"{source.stem[:40]}-{h.hexdigest()[:16]}"
+    out = d / source.stem
+
+    def make() -> None:
+        try:
+            p = subprocess.run([cc, *CFLAGS, *(f"-I{d}" for d in include), "-o", str(out), str(source)],
+                               capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        except FileNotFoundError:
+            raise BuildError(f"{cc} not found: run `make deps`") from None
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"building {source} took longer than {BUILD_TIMEOUT}s") from None
+        if p.returncode != 0:
+            raise BuildError(f"{source} does not build ({cc} {' '.join(CFLAGS)}):\n"
+                             f"{(p.stderr or p.stdout).strip()[-3000:]}")
+        (d / "built").touch()
+    cached.make_once(d, make, done="built")
+    return out
+
+
+_LDD_LINE = re.compile(r"^\s*(?:\S+ => )?(/\S+) \(0x[0-9a-f]+\)$")
+
+
+def libraries(program: Path) -> list[Path]:
+    """The shared libraries and the loader a dynamic executable needs (ldd); [] for a static one."""
+    try:
+        p = subprocess.run(["ldd", str(program)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SpecError(f"ldd {program}: {e}") from None
+    if p.returncode != 0:  # "not a dynamic executable": static
+        return []
+    missing = [l.split()[0] for l in p.stdout.splitlines() if "=> not found" in l]
+    if missing:
+        raise SpecError(f"{program} needs libraries this host does not have: {', '.join(missing)}")
+    return [Path(m.group(1)) for l in p.stdout.splitlines() if (m := _LDD_LINE.match(l))]
+
+
+def guest_files(program: Path, name: str) -> dict[str, bytes]:
+    """initramfs path -> contents: the program as bin/NAME, and for a dynamic
+    one its libraries and loader where it looks for them."""
+    if not program.is_file():
+        raise SpecError(f"no such program {program}")
+    files = {f"bin/{name}": program.read_bytes()}
+    for lib in libraries(program):
+        files[str(lib).lstrip("/")] = lib.resolve().read_bytes()
+    return files
