@@ -42,8 +42,9 @@ def build(repro: Reproducer) -> Reproducer:
 
 
 def files(repro: Reproducer) -> dict[str, bytes]:
-    """What a user's program adds to the initramfs (nothing for a built-in)."""
-    if repro.builtin:
+    """What a user's program adds to the initramfs (nothing for a built-in,
+    or a host command, which runs from the host's root)."""
+    if repro.builtin or repro.command:
         return {}
     if not repro.program:
         repro = build(repro)

@@ -22,12 +22,14 @@
  * command line, and what must differ between guests restored from one
  * snapshot:
  *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC repeat=N seconds=S sleep=S
+ *      hostfs=TAG cmd=HEX cwd=HEX
  * repro, args and syms as on the command line (they override it), seed mixed
  * into the kernel's RNG and the CRNG reseeded, time set as CLOCK_REALTIME.
  * repeat: a program that knows nothing of kstall (a user's own) is run up to
  * N times, for at most S seconds, each completed run one pass of the count.
  * sleep: report a task of the reproducer's that sleeps in D state for S
- * seconds (see sleep_watch).
+ * seconds (see sleep_watch). hostfs: run a host command over the host's
+ * root filesystem (see mount_host).
  *
  * Modules: a kernel whose virtio console or PCI transport is a module (=m)
  * cannot reach the host until they are loaded, so /etc/kstall/modules lists
@@ -112,7 +114,9 @@ static atomic_int core_acked;	/* the host has the whole core ("CORE-OK") */
 static char repro_exe[256];
 static unsigned hb_ms = 50;
 static char base_dir[256] = "";	/* where the agent's executable is: "" for / */
-static char go_line[2048];	/* the host's GO, with its parameters */
+static char go_line[8192];	/* the host's GO, with its parameters */
+static char host_cmd[2048];	/* GO hostfs: the host command, run by the host's /bin/sh */
+static char host_cwd[1024];
 
 static void say_fd(int fd, const char *buf, size_t len)
 {
@@ -747,6 +751,60 @@ static void apply_go(void)
 	}
 }
 
+static void unhex(const char *hex, char *out, size_t outlen)
+{
+	size_t n = 0;
+
+	while (n + 1 < outlen && sscanf(hex + 2 * n, "%2hhx", (unsigned char *)&out[n]) == 1)
+		n++;
+	out[n] = 0;
+}
+
+/*
+ * GO hostfs=TAG cmd=HEX cwd=HEX: a host command (`run:CMD`). The host's root
+ * (an overlay the host made, writes going to its tmpfs) is mounted over
+ * virtiofs at /host with the guest's own /proc, /sys and /dev in it; the
+ * command runs chrooted there, by the host's /bin/sh, from its directory.
+ */
+static void mount_host(void)
+{
+	static const char *const binds[] = { "/proc", "/sys", "/dev" };
+	char tag[64], hex[sizeof(host_cmd) * 2 + 1], path[64];
+
+	if (!cmdline_get(go_line, "hostfs", tag, sizeof(tag)))
+		return;
+	if (cmdline_get(go_line, "cmd", hex, sizeof(hex)))
+		unhex(hex, host_cmd, sizeof(host_cmd));
+	if (cmdline_get(go_line, "cwd", hex, sizeof(hex)))
+		unhex(hex, host_cwd, sizeof(host_cwd));
+	mkdir("/host", 0755);
+	if (mount(tag, "/host", "virtiofs", 0, NULL) < 0)
+		fatal("cannot mount the host's root filesystem (virtiofs tag %s): %s (CONFIG_VIRTIO_FS?)", tag,
+		      strerror(errno));
+	for (size_t i = 0; i < sizeof(binds) / sizeof(binds[0]); i++) {
+		snprintf(path, sizeof(path), "/host%s", binds[i]);
+		mkdir(path, 0755);
+		if (mount(binds[i], path, NULL, MS_BIND | MS_REC, NULL) < 0)
+			say("# kstall-agent: bind %s: %s", binds[i], strerror(errno));
+	}
+	mkdir("/host/dev/shm", 01777);
+	mount("kstall-shm", "/host/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+}
+
+/* the child of run_repro, for a host command: into the host's root, then its shell */
+static void exec_host_command(void)
+{
+	if (chroot("/host") < 0 || chdir("/") < 0)
+		dprintf(STDOUT_FILENO, "# kstall-agent: chroot /host: %s\n", strerror(errno));
+	else if (host_cwd[0] && chdir(host_cwd) < 0)
+		dprintf(STDOUT_FILENO, "# kstall-agent: cd %s: %s (running from /)\n", host_cwd, strerror(errno));
+	setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
+	setenv("HOME", "/root", 1);
+	execl("/bin/sh", "sh", "-c", host_cmd, (char *)NULL);
+	dprintf(STDOUT_FILENO, "# kstall-agent: exec the host's /bin/sh: %s\n", strerror(errno));
+	_exit(127);
+}
+
 /* run /bin/NAME ARGS..., forward its output a line at a time; exit code */
 static int run_repro(const char *name, char *args)
 {
@@ -768,6 +826,8 @@ static int run_repro(const char *name, char *args)
 		setpgid(0, 0);	/* its own process group: the tasks sleep_watch looks at */
 		dup2(pfd[1], STDOUT_FILENO);
 		dup2(pfd[1], STDERR_FILENO);
+		if (host_cmd[0])
+			exec_host_command();
 		execv(path, argv);
 		dprintf(STDOUT_FILENO, "# kstall-agent: exec %s: %s\n", path, strerror(errno));
 		_exit(127);
@@ -902,6 +962,7 @@ int main(int argc, char **argv)
 		cmdline_get(go_line, "args", args, sizeof(args));
 		if (cmdline_get(go_line, "syms", val, sizeof(val)) && val[0] == '1')
 			send_kallsyms();
+		mount_host();
 	}
 	if (agent_fd >= 0)
 		pthread_create(&cmd, NULL, command_reader, NULL);

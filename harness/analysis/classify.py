@@ -79,11 +79,11 @@ def load_signatures(directory: Path = SIGNATURE_DIR, bug: str = "") -> list[Sign
 
 
 def signatures_for(repro: Reproducer) -> tuple[list[Signature], str]:
-    """kstall's signatures and the reproducer's own, and its bug name when
-    some of them are its own ("" when none are: any hang it makes is its finding)."""
-    sigs = load_signatures()
-    if repro.signatures:
-        sigs = sorted(sigs + load_signatures(Path(repro.signatures), repro.name), key=lambda s: -s.priority)
+    """The reproducer's own signatures (tried first) and kstall's, and its
+    bug name when some of them are its own ("" when none are: any hang it
+    makes is its finding)."""
+    own = load_signatures(Path(repro.signatures), repro.name) if repro.signatures else []
+    sigs = own + load_signatures()
     return sigs, repro.name if any(s.bug == repro.name for s in sigs) else ""
 
 

@@ -8,6 +8,9 @@ A reproducer spec is one of:
   EXECUTABLE    a program as it is (static, or with its shared libraries)
   FILE.toml     a reproducer's data file kept anywhere, with its program
   DIRECTORY     a directory holding one such data file
+  run:CMD ARGS  a command run in the guest as it would run on the host, over
+                the host's root filesystem (harness/guest/hostfs.py), from
+                the directory kstall was started in
 A program named by a C file or an executable knows nothing of kstall: it is
 run again and again (`repeat`), each completed run one pass. A data file may
 say it speaks kstall's protocol instead (count_arg, duration_arg, progress
@@ -111,6 +114,8 @@ class Reproducer:
     program: str = ""      # an executable on the host that goes into the guest as it is, or ""
     signatures: str = ""   # a directory of its own hang signatures, or ""
     calibration: str = ""  # where its calibration lives (built-ins: repro/calibration)
+    command: str = ""      # run:CMD: a command the guest runs over the host's root, or ""
+    cwd: str = ""          # where it runs
     # a task of its own in D state, in one kernel wait, this long is a sleeping hang (0: not watched)
     sleep_after_s: float = 0
 
@@ -124,7 +129,7 @@ class Reproducer:
 
     @property
     def builtin(self) -> bool:
-        return not (self.source or self.program)
+        return not (self.source or self.program or self.command)
 
     @property
     def calibration_dir(self) -> Path:
@@ -152,8 +157,15 @@ def load(name: str) -> Reproducer:
     return from_file(path)
 
 
+HOST_COMMAND = "run:"
+# what a host command needs of the guest kernel: virtiofs (built in on Debian's 6.12 and later)
+HOST_COMMAND_NEEDS = {"kernel": {"options": ["VIRTIO_FS", "FUSE_FS"],
+                                  "modules": {"FUSE_FS": "fuse", "VIRTIO_FS": "virtiofs"}}}
+
+
 def looks_like_path(spec: str) -> bool:
-    return "/" in spec or spec.endswith((".c", ".toml")) or spec.startswith(".")
+    return not spec.startswith(HOST_COMMAND) and ("/" in spec or spec.endswith((".c", ".toml")) or
+                                                 spec.startswith("."))
 
 
 def canonical_spec(spec: str) -> str:
@@ -163,6 +175,8 @@ def canonical_spec(spec: str) -> str:
 
 def resolve(spec: str) -> Reproducer:
     """The reproducer a spec names (see the module's docstring)."""
+    if spec.startswith(HOST_COMMAND):
+        return host_command(spec[len(HOST_COMMAND):].strip())
     if not looks_like_path(spec):
         return load(spec)
     path = Path(spec).expanduser().resolve()
@@ -189,6 +203,19 @@ def guest_name(stem: str) -> str:
     if not name:
         raise ReproducerError(f"{stem!r} gives no usable program name")
     return name
+
+
+def host_command(command: str, cwd: str | None = None, doc: dict | None = None) -> Reproducer:
+    """run:CMD: the command, run by the host's /bin/sh in the guest, over the host's root."""
+    if not command:
+        raise ReproducerError("run: needs a command, e.g. 'run:perf record -a -- sleep 5'")
+    if len(command.encode()) > 700:  # it travels hex-encoded on the agent's GO line (2 KB)
+        raise ReproducerError("run: the command is longer than 700 bytes: put it in a script")
+    d = GENERIC | HOST_COMMAND_NEEDS | (doc or {})
+    name = guest_name("run-" + Path(command.split()[0]).name)
+    return _reproducer(d.get("name") or name, d | {"binary": "@host", "summary": d.get("summary") or f"run: {command}",
+                                                 "calibration": d.get("calibration") or str(paths.cache_dir() / "calibration")},
+                       command=command, cwd=cwd or os.getcwd())
 
 
 def program_reproducer(path: Path, source: bool, doc: dict | None = None) -> Reproducer:
@@ -236,7 +263,8 @@ def user_file(path: Path, d: dict) -> Reproducer:
     return program_reproducer(prog, bool(d.get("source")), d)
 
 
-def _reproducer(name: str, d: dict, source: str = "", program: str = "") -> Reproducer:
+def _reproducer(name: str, d: dict, source: str = "", program: str = "", command: str = "",
+                cwd: str = "") -> Reproducer:
     try:
         return Reproducer(
             name=name, binary=d["binary"], summary=d["summary"], count_name=d["count_name"],
@@ -245,6 +273,7 @@ def _reproducer(name: str, d: dict, source: str = "", program: str = "") -> Repr
             default_cpus=int(d["default_cpus"]), default_args=tuple(str(a) for a in d.get("default_args", ())),
             nmi_rate=float(d.get("nmi", {}).get("rate", 0)), stall=StallSpec.from_doc(d.get("stall", {})),
             needs=KernelNeeds.from_doc(name, d), hang=d.get("hang", "kernel"), source=source, program=program,
+            command=command, cwd=cwd,
             signatures=d.get("signatures", ""), calibration=d.get("calibration", ""),
             sleep_after_s=float(d.get("sleep_after_s", 0)))
     except (KeyError, TypeError, ValueError) as e:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from harness.base import paths, reproducers
 from harness.base.procs import Interrupted
 from harness.debug import process, vcpus as debug
 from harness.drivers.options import Options
-from harness.guest import machine, snapshot
+from harness.guest import hostfs, machine, snapshot
 from harness.guest.cores import Gate
 from harness.guest.hostwait import HostWait
 from harness.guest.nmi import NmiInjector
@@ -94,16 +95,19 @@ def make_plan(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, acce
     m = machine.for_kernel(kernel)
     cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
                    cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=m.name,
-                   extra_args=disk.qemu_args() if disk else [])
+                   extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command))
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "")
-    go = go_params(repro, repro_arguments(repro, opts, target, duration), want_syms)
+    go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)
     if repro.generic:  # the agent repeats it: until target runs or the time is up
         go += f" repeat={target} seconds={math.ceil(duration)}"
     if repro.sleep_after_s:
         go += f" sleep={math.ceil(repro.sleep_after_s)}"
+    if repro.command:  # the user's arguments join the command, which travels hex-encoded
+        command = " ".join([repro.command, *(shlex.quote(a) for a in opts.repro_args)])
+        go += f" hostfs={hostfs.TAG} cmd={command.encode().hex()} cwd={repro.cwd.encode().hex()}"
     return Plan(target, duration, cpus, go, cfg, limits)
 
 
@@ -236,9 +240,11 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     plan = make_plan(kernel, repro, opts, accel_kind, initrd, out_dir, disk, cal, r.syms_path is None)
     t0 = time.monotonic()
     gate = Gate(opts.budget, plan.cpus, opts.cancel) if opts.budget else None  # waits for a boot core
-    # an image's disk changes as it boots: its guests always boot cold
+    # an image's disk changes as it boots, and a vhost-user device (the host's
+    # root for a host command) cannot be migrated: their guests always boot cold
     try:
-        vm, snap, restored = start_guest(plan.vm, kernel.sha256, opts.snapshot and disk is None, echo)
+        vm, snap, restored = start_guest(plan.vm, kernel.sha256, opts.snapshot and disk is None and not plan.vm.host_fs,
+                                         echo)
     except BaseException:
         if gate:
             gate.close()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from harness.analysis import classify
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.record import Evidence, RunRecord
 from harness.analysis.verdict import Verdict, VerdictKind
@@ -97,6 +98,10 @@ def reproducer(spec: str, echo: Echo) -> reproducers.Reproducer:
     """The reproducer a spec names, its program built: ReproducerError or
     programs.BuildError (usage errors) before anything boots."""
     repro = reproducers.resolve(spec)
+    try:
+        classify.signatures_for(repro)  # a user's signatures that do not load: said now, not after the boot
+    except ValueError as e:
+        raise reproducers.ReproducerError(f"reproducer {repro.name}: {e}") from None
     if repro.source:
         ensure_guest(echo)  # kselftest.h, which a user's C file may include
         t = time.monotonic()

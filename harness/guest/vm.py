@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import leftovers, procs
-from harness.guest import machine
+from harness.guest import hostfs, machine
 from harness.guest.qmp import QMP, QMPError
 
 
@@ -42,6 +42,8 @@ class VMConfig:
     restore_ram: Path | None = None
     # guest RAM in a memfd kstall can read, so that a snapshot can be saved
     shared_ram: bool = False
+    # the host's root filesystem over virtiofs (harness/guest/hostfs.py), for a host command
+    host_fs: bool = False
 
 
 def kvm_available() -> tuple[bool, str]:
@@ -80,6 +82,7 @@ class VM:
         self.started_at = 0.0
         self._incoming: int | None = None  # the state file's descriptor, while QEMU starts
         self.ram_fd: int | None = None  # the memfd of a shared_ram guest
+        self.host_share: hostfs.HostShare | None = None
 
     def sock(self, name: str) -> Path:
         return self.run_dir / f"{name}.sock"
@@ -137,6 +140,7 @@ class VM:
             "-chardev", f"socket,id=gdb0,path={self.gdb_socket},server=on,wait=off",
             "-gdb", "chardev:gdb0",
             "-qmp", f"unix:{self.sock('qmp')},server=on,wait=off",
+            *(hostfs.HostShare.qemu_args(self.run_dir) if c.host_fs else []),
             *c.extra_args,
         ]
 
@@ -171,7 +175,13 @@ class VM:
         self.started_at = time.monotonic()
 
     def _start(self, timeout: float) -> None:
-        if self.cfg.shared_ram:
+        if self.cfg.host_fs:  # its socket first: QEMU connects to it as it starts
+            self.host_share = hostfs.HostShare(self.run_dir, self.cfg.log_dir / "virtiofsd.log")
+            try:
+                self.host_share.start()
+            except hostfs.HostFsError as e:
+                raise VMError(str(e)) from None
+        if self.cfg.shared_ram or self.cfg.host_fs:  # virtiofsd maps guest RAM
             self.ram_fd = os.memfd_create("kstall-ram", os.MFD_CLOEXEC)  # QEMU opens it through /proc
             os.ftruncate(self.ram_fd, self.cfg.memory_mb << 20)
         with open(self.cfg.log_dir / "qemu.log", "wb") as log:
@@ -260,6 +270,8 @@ class VM:
         for s in (self.console, self.agent, self.syms):
             if s is not None:
                 s.close()
+        if self.host_share is not None:
+            self.host_share.stop()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return rc
 

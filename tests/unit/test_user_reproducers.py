@@ -136,7 +136,7 @@ def test_a_reproducer_with_signatures_of_its_own_calls_another_hang_different():
 def test_signatures_for_a_reproducer_include_its_own_directory(tmp_path):
     (tmp_path / "signatures").mkdir()
     (tmp_path / "signatures" / "mine.toml").write_text(
-        'name = "mine"\ntitle = "my spin"\nrole = "culprit"\npriority = 200\n[match]\nat = ["my_spin"]\n')
+        'name = "mine"\ntitle = "my spin"\nrole = "culprit"\npriority = 1\n[match]\nat = ["my_spin"]\n')
     shutil.copy(PROGRAMS / "other_refresh.c", tmp_path / "mine.c")
     (tmp_path / "mine.toml").write_text('source = "mine.c"\n')
     r = reproducers.resolve(str(tmp_path))

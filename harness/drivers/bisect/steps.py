@@ -6,7 +6,10 @@ A step that reproduces is decided at once. A step that does not is repeated
 until its P(miss) reaches the per-step target, computed from the reproducer's
 calibration plus what the bad end of this bisection measured (how many passes
 it took to hang there). ERROR and INCONCLUSIVE steps are skipped, and so is a
-CRASHED one: a different failure says nothing about this hang.
+CRASHED one: a different failure says nothing about this hang. So is a hang
+other than the bad end's (another signature, or another title for a hang no
+signature names): an unrelated hang in one step is how bisections go wrong.
+A reproducer with signatures of its own is already INCONCLUSIVE on any other.
 """
 from __future__ import annotations
 
@@ -15,9 +18,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from harness.analysis import pmiss
+from harness.analysis import classify, pmiss
 from harness.analysis.record import RunRecord
-from harness.analysis.verdict import VerdictKind
+from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import reproducers
 from harness.drivers import verify
 from harness.drivers.options import Options
@@ -34,15 +37,32 @@ class StepPolicy:
     bad_end_runs: list[dict] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        repro = reproducers.resolve(self.reproducer)
         if self.cal is None:  # the accelerator is not known before each run: any the calibration was made on
-            repro = reproducers.resolve(self.reproducer)
             self.cal = pmiss.load(repro.name, self.opts.repro_args, self.opts.cpus or repro.default_cpus,
                                   directory=repro.calibration_dir)
+        self.own_bug = classify.signatures_for(repro)[1]
 
     def learn_from_bad_end(self, rec: RunRecord) -> None:
-        """The bad end's own reproduction joins the calibration."""
+        """The bad end's own reproduction joins the calibration, and its hang
+        is the one every step must show to count as reproducing."""
         self.bad_end_runs.append({"verdict": VerdictKind.VULNERABLE, "count": rec.passes_before_hang, "seconds": 0,
-                                  "id": rec.id})
+                                  "id": rec.id, "hang": hang_key(rec.verdict)})
+
+    @property
+    def bad_hang(self) -> str:
+        return next((r["hang"] for r in self.bad_end_runs if r.get("hang")), "")
+
+    def different_hang(self, v: Verdict) -> str:
+        """Why a VULNERABLE step is not the bad end's hang, or ""."""
+        if self.own_bug or not self.bad_hang or hang_key(v) == self.bad_hang:
+            return ""
+        return f"a different hang than at the bad end: {hang_key(v)} (the bad end: {self.bad_hang})"
+
+
+def hang_key(v: Verdict) -> str:
+    """What makes two hangs the same: the signature, or the title of one no signature names."""
+    return v.signature or v.title or ""
 
     def calibration(self) -> pmiss.Calibration | None:
         base = self.cal
@@ -71,6 +91,9 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
         v = rec.verdict.verdict
         runs = [r.results_dir for r in recs if r.results_dir]
         seconds = round(time.monotonic() - t0, 1)
+        if v == VerdictKind.VULNERABLE and (other := policy.different_hang(rec.verdict)):
+            echo(f"{label}: {other}: skipped")
+            return Step(label, SKIP, v, other, "", seconds, runs, 0), recs
         if v == VerdictKind.VULNERABLE:
             return Step(label, REPRODUCES, v, rec.line, "", seconds, runs, rec.evidence.count or 0), recs
         if v != VerdictKind.NOT_REPRODUCED:
