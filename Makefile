@@ -97,6 +97,7 @@ bench: deps
 	$(PYTHON) tests/bench/fault_speed.py
 	$(PYTHON) tests/bench/snapshot_speed.py
 	$(PYTHON) tests/bench/boot_profile.py
+	$(PYTHON) tests/bench/user_reproducers.py
 
 # Not part of `make test`: a cold run builds a kernel (3-6 minutes on 2 cores; 6-12 minutes in all)
 check-bisect: deps
