@@ -56,8 +56,8 @@ def verify_with_fault(results: Path, args: list[str], fault) -> tuple[int, dict,
 
 
 def kstall_processes() -> list[str]:
-    """QEMU or GDB processes started by any kstall (their command lines name
-    kstall's virtio port or GDB script)."""
+    """QEMU, GDB or virtiofsd processes started by any kstall (their command
+    lines name kstall's virtio port, GDB script or run directory)."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -67,7 +67,8 @@ def kstall_processes() -> list[str]:
         except OSError:
             continue
         if ("org.kstall.agent" in cmd and "qemu" in cmd) or \
-                (("kstall_gdb.py" in cmd or "kstall_threads.py" in cmd) and "gdb" in cmd):
+                (("kstall_gdb.py" in cmd or "kstall_threads.py" in cmd) and "gdb" in cmd) or \
+                ("virtiofsd" in cmd and "/kstall-" in cmd):
             found.append(f"{pid}: {cmd[:120]}")
     return found
 

@@ -169,3 +169,20 @@ def test_the_c_build_is_what_the_builtins_get_kselftest_h_on_the_include_path(tm
     if not (paths.guest_dir().parent / "kselftest" / "kselftest.h").exists():
         subprocess.run(["make", "-C", str(paths.REPO), "guest"], check=True, capture_output=True)
     assert programs.build_c(src).is_file()
+
+
+def test_a_bisection_step_counts_only_the_bad_ends_hang_and_a_first_run_hang_tells_no_rate():
+    from harness.analysis.record import failed
+    from harness.analysis.verdict import Verdict
+    from harness.drivers.bisect.steps import StepPolicy
+    policy = StepPolicy(str(PROGRAMS / "other_refresh.c"), Options())
+    bad = failed("x", "VULNERABLE")
+    bad.verdict = Verdict("VULNERABLE", "freeze", signature="hrtimer_cancel_self_deadlock")
+    policy.learn_from_bad_end(bad)
+    assert policy.calibration() is None  # hung in its first run: no rate to build on
+    assert policy.different_hang(bad.verdict) == ""
+    other = Verdict("VULNERABLE", "sleeping", title="INFO: task hung in pipe_write")
+    assert "a different hang than at the bad end: INFO: task hung in pipe_write" in policy.different_hang(other)
+    builtin = StepPolicy("perf-refresh", Options())
+    builtin.learn_from_bad_end(bad)
+    assert builtin.calibration() is not None and builtin.different_hang(other) == ""  # its own signatures decide

@@ -27,6 +27,11 @@ from harness.drivers.options import Options
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
 
 
+def hang_key(v: Verdict) -> str:
+    """What makes two hangs the same: the signature, or the title of one no signature names."""
+    return v.signature or v.title or ""
+
+
 @dataclass
 class StepPolicy:
     reproducer: str
@@ -60,13 +65,11 @@ class StepPolicy:
         return f"a different hang than at the bad end: {hang_key(v)} (the bad end: {self.bad_hang})"
 
 
-def hang_key(v: Verdict) -> str:
-    """What makes two hangs the same: the signature, or the title of one no signature names."""
-    return v.signature or v.title or ""
-
     def calibration(self) -> pmiss.Calibration | None:
         base = self.cal
-        if base is None and not self.bad_end_runs:
+        # a bad end that hung before its first pass (a program run as it is
+        # hangs in its first run) tells no rate on its own
+        if base is None and not any(r["count"] for r in self.bad_end_runs):
             return None
         runs = (base.runs if base else []) + self.bad_end_runs
         return pmiss.Calibration(reproducer=self.reproducer, kernel=base.kernel if base else "the bad end",
