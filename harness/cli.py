@@ -35,6 +35,13 @@ def echo_stderr(msg: str) -> None:
 
 # -- options shared by several commands ----------------------------------------
 
+def repro_help() -> str:
+    return (f"a built-in ({', '.join(reproducers.names())}); your own C file (built static, cached), executable "
+            "(a dynamic one goes in with its libraries), data file NAME.toml or its directory (with its "
+            "signatures/ and calibration/); or run:'CMD ARGS', a command run in the guest over the host's root "
+            "filesystem (read-only, writes to a tmpfs). A program that knows nothing of kstall is run again and "
+            "again (--repeat/--duration), each completed run a pass")
+
 def add_vm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("guest")
     g.add_argument("--cpus", type=int, help="vCPUs (default: the reproducer's, 2 for perf-refresh)")
@@ -46,9 +53,11 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-snapshot", action="store_true",
                    help="boot cold: neither restore nor save the kernel's guest at the agent's gate")
     r = p.add_argument_group("run")
-    r.add_argument("--duration", type=float, help="upper bound on the reproducer's run, seconds")
-    r.add_argument("--count", type=int, help="stop after this many passes over the path "
-                   "(default: the reproducer's minimum, or more if --pmiss needs it)")
+    r.add_argument("--duration", type=float, help="upper bound on the reproducer's run, seconds (a program "
+                   "run as it is: run it again and again until then)")
+    r.add_argument("--count", "--repeat", type=int, help="stop after this many passes over the path; for "
+                   "a program run as it is, how many times to run it (default: the reproducer's minimum, or "
+                   "more if --pmiss needs it)")
     r.add_argument("--pmiss", type=float, default=1e-6, help="target P(miss) for NOT_REPRODUCED (default 1e-6)")
     r.add_argument("--attempts", type=int, default=2, help="attempts when an emulator fault spoils a run (default 2)")
     r.add_argument("--freeze-after", type=float, default=0.8, help="heartbeat silence that means a freeze (s)")
@@ -390,10 +399,13 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 def _verify_parser(sub) -> None:
     v = sub.add_parser("verify", help="boot a kernel, run a reproducer, give a verdict",
                        description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
-                       "4 ERROR, 2 usage. Arguments after -- go to the reproducer.",
-                       epilog="example: kstall verify debian:6.16.12 perf-refresh --cpus 4")
+                       "4 ERROR, 5 FAILED (your program failed on its own, with no hang), 2 usage. Arguments "
+                       "after -- go to the reproducer.",
+                       epilog="examples: kstall verify debian:6.16.12 perf-refresh --cpus 4; "
+                       "kstall verify debian:6.16.12 ./my-repro.c --repeat 20; "
+                       "kstall verify debian:7.3.4 run:'perf record -a -- sleep 5'")
     v.add_argument("kernel", help=f"kernel spec: {schemes.help_text()}")
-    v.add_argument("reproducer", help=f"one of: {', '.join(reproducers.names())}")
+    v.add_argument("reproducer", help=repro_help())
     v.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     v.add_argument("--json", action="store_true", help="print run.json instead of the summary")
     v.add_argument("--boot-image", action="store_true",
@@ -460,9 +472,11 @@ def _bisect_parsers(sub) -> None:
                          description="Verifies both ends, works out whether the hang came (regression) or went "
                          "(fix), then binary-searches the Debian versions between, downloading the next candidates "
                          "in the background. A clean step is repeated until its P(miss) reaches --step-pmiss. "
-                         "Exit 0 when it names a boundary, 4 otherwise.",
+                         "A step counts as reproducing only with the bad end's hang (its signature, or its "
+                         "title when no signature names it); another hang or a crash is skipped, with the "
+                         "reason. Exit 0 when it names a boundary, 4 otherwise.",
                          epilog="example: kstall bisect debian --old 6.12.107 --new 6.16.12 perf-refresh")
-    bd.add_argument("reproducer", nargs="?")
+    bd.add_argument("reproducer", nargs="?", help=repro_help())
     bd.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     add_bisect_options(bd, "a Debian upstream version such as 6.12.107 or 6.16.12")
     bd.add_argument("--no-prefetch", action="store_true", help="download each kernel only when its step starts")
@@ -477,7 +491,7 @@ def _bisect_parsers(sub) -> None:
                          "skipped. Exit 0 when it names the commit, 4 otherwise.",
                          epilog="example: kstall bisect git ~/linux --old v6.17 --new HEAD perf-refresh")
     bg.add_argument("tree", nargs="?", type=Path, help="kernel git tree")
-    bg.add_argument("reproducer", nargs="?")
+    bg.add_argument("reproducer", nargs="?", help=repro_help())
     bg.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     add_bisect_options(bg, "a commit (any rev git understands)")
     add_build_options(bg)
@@ -493,7 +507,7 @@ def _bisect_step_parser(sub) -> None:
                         "(build failure, ERROR, INCONCLUSIVE, a different crash), 128 to abort the bisection "
                         "(too many ERRORs). Old = does not reproduce, unless --old-state reproduces (a fix hunt).",
                         epilog="example: git bisect run harness/kstall bisect-step perf-refresh --tree .")
-    st.add_argument("reproducer")
+    st.add_argument("reproducer", help=repro_help())
     st.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
     st.add_argument("--tree", type=Path, default=Path("."), help="kernel git tree (default: the current directory)")
     st.add_argument("--old-state", choices=("clean", "reproduces"), default="clean",
@@ -523,10 +537,11 @@ def _threads_parser(sub) -> None:
 def _calibrate_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure a reproducer on an affected kernel (for P(miss))")
     c.add_argument("kernel")
-    c.add_argument("reproducer")
+    c.add_argument("reproducer", help=repro_help())
     c.add_argument("repro_args", nargs="*")
     c.add_argument("--runs", type=int, default=5)
-    c.add_argument("--write", action="store_true", help="write repro/calibration/REPRODUCER.toml")
+    c.add_argument("--write", action="store_true", help="write the reproducer's calibration (a built-in's: "
+                   "repro/calibration/NAME.toml; your own: calibration/NAME.toml beside its data file)")
     add_vm_options(c)
     c.set_defaults(func=cmd_calibrate)
 
