@@ -145,6 +145,12 @@ class Analysis:
             " -> ".join(f"LWP {w.lwp}" for w in cycle + cycle[:1])
         return f"deadlock: {ring} ({'; '.join(w.text() for w in cycle)})"
 
+    def cycles_title(self) -> str:
+        """The same for the same deadlock in any run (no LWP numbers):
+        'user-space deadlock: 2 threads, mutex -> mutex'"""
+        c = self.cycles[0]
+        return f"user-space deadlock: {len(c)} threads, {' -> '.join(w.kind for w in c)}"
+
     @property
     def queued(self) -> list[int]:
         return [w for w in self.group.waiters if w != self.owner.lwp] if self.group and self.owner else []

@@ -140,11 +140,19 @@ def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: 
                    + (f" ({summary})" if summary else "") + (f"; {hang.summary()}" if hang else ""), summary="")
 
 
-def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, error: str) -> Verdict:
+def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, error: str,
+                      own_bug: str = "") -> Verdict:
     """A user-space reproducer stuck while the kernel heartbeats on: named
-    by its threads, never by the vCPUs."""
+    by its threads, never by the vCPUs. A deadlock cycle among them is the
+    finding of a program with no signatures of its own."""
     if analysis is None:
         return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; no thread dump ({error})")
+    if analysis.signature is None and analysis.cycles:
+        title = analysis.cycles_title()
+        if own_bug:
+            return different_hang(outcome, analysis.summary(), title)
+        return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}; the kernel stayed responsive",
+                       summary=analysis.summary(), confidence="high", title=title)
     if analysis.signature is None:
         return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; {analysis.summary()}")
     owner_from = analysis.group.owner_from if analysis.group else ""
@@ -190,7 +198,7 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
         return Verdict(VerdictKind.CRASHED, f"kernel {kind}: {outcome.detail}",
                        summary=f"kernel {kind}: {outcome.detail}", confidence="high", title=outcome.detail)
     if kind == OutcomeKind.STUCK and process is not None:
-        return from_process_hang(outcome, *process)
+        return from_process_hang(outcome, *process, own_bug=own_bug)
     if kind == OutcomeKind.SLEEPING and isinstance(hang, sleeping.SleepingHang):
         return from_unnamed(outcome, hang, own_bug, "titled from its kernel stack", "high")
     if kind.hang:

@@ -136,6 +136,7 @@ class _Run:
         self.timings: dict = {}
         self.process: thread_hang.Analysis | None = None
         self.process_error = ""
+        self.dumped = False  # a process hang: its threads were dumped (or tried to be)
         self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
 
@@ -205,6 +206,7 @@ class _Run:
     def dump_process(self, w: Watch, outcome: Outcome) -> None:
         """A stuck user-space reproducer with a healthy kernel: its threads,
         through the kernel's core of it and GDB, then the hang class."""
+        self.dumped = True
         self.note_hang(w, outcome, "dumping the reproducer's threads (core to the host, gdb)")
         t = time.monotonic()
         core = w.take_core()
@@ -313,6 +315,12 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             if outcome.kind == OutcomeKind.STUCK and r.repro.hang == "process":
                 r.dump_process(w, outcome)
                 return outcome, None
+            if outcome.kind == OutcomeKind.STUCK and r.repro.generic and r.repro.program:
+                # a user's program that stopped coming back: the kernel's doing
+                # (a culprit CPU), or else its own threads'
+                if not r.debug_hang(vm, w, outcome):
+                    r.dump_process(w, outcome)
+                return outcome, None
             if outcome.kind == OutcomeKind.SLEEPING:  # the agent said which tasks and where
                 r.hang = sleeping.SleepingHang(list(w.agent.sleeping))
                 r.note_hang(w, outcome, "titled from the kernel stacks the agent read")
@@ -367,7 +375,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
                       pmiss.unknown_because(repro.name, r.opts.repro_args, plan.cpus, plan.vm.accel,
                                             repro.calibration_dir))
     v = decide(outcome, w.agent.ktap, w.agent.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
-               report_reason, stall, (r.process, r.process_error) if repro.hang == "process" else None,
+               report_reason, stall, (r.process, r.process_error) if r.dumped else None,
                r.opts.pmiss_target, r.hang, r.own_bug)
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)

@@ -19,7 +19,7 @@ def run_text(rec: RunRecord) -> str:
     if ev.nmi_injection:
         out.append(f"  NMIs injected: {ev.nmi_injection['sent']} at {ev.nmi_injection['achieved_rate']}/s")
     v = rec.verdict
-    if rec.hang and v.signature is None:  # no signature named it: each CPU's state
+    if rec.hang and rec.hang.get("title") and v.signature is None:  # no signature named it: each CPU's state
         out += [f"  {c}" for c in rec.hang_lines()]
     elif (v.signature is not None and not rec.stalled_by_measurement) or v.verdict == VerdictKind.INCONCLUSIVE:
         out += [f"  {views.cpu_line(c, 30)}" for c in views.named_cpus(rec.cpus)]

@@ -129,3 +129,12 @@ def test_a_bisection_step_that_hangs_another_way_is_skipped_with_the_reason(tmp_
     assert "INFO: task hung in" in other["line"]
     assert all(s["state"] != "reproduces" for v, s in steps.items() if v != "6.16.12"), steps
     assert p.returncode in (0, 4), p.stderr[-2000:]
+
+
+def test_a_user_program_stuck_in_user_space_is_dumped_and_its_deadlock_cycle_named(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", str(PROGRAMS / "lock_inversion.c"))
+    assert rc == 1, err
+    assert doc["verdict"] == "VULNERABLE" and doc["outcome"]["kind"] == "stuck"
+    assert doc["title"] == "user-space deadlock: 2 threads, mutex -> mutex", doc["title"]
+    assert "deadlock: LWP" in doc["summary"] and "<->" in doc["summary"]
+    assert doc["hang"]["title"] == ""  # the vCPUs were read first: no kernel culprit

@@ -186,3 +186,15 @@ def test_a_bisection_step_counts_only_the_bad_ends_hang_and_a_first_run_hang_tel
     builtin = StepPolicy("perf-refresh", Options())
     builtin.learn_from_bad_end(bad)
     assert builtin.calibration() is not None and builtin.different_hang(other) == ""  # its own signatures decide
+
+
+def test_a_deadlock_cycle_in_a_users_stuck_program_is_its_finding_and_another_reproducers_different_hang():
+    from harness.analysis.thread_hang import Analysis, Wait
+    a = Analysis([], [], waits=[Wait(7, 8, 0x10, "mutex"), Wait(8, 7, 0x20, "mutex")])
+    a.cycles = [a.waits]
+    stuck = Outcome("stuck", "progress count stuck at 0 for 30s", 0)
+    v = decide(stuck, Ktap(), 0, REPRO, None, [], {}, process=(a, ""))
+    assert v.verdict == "VULNERABLE" and v.title == "user-space deadlock: 2 threads, mutex -> mutex"
+    assert "deadlock: LWP 7 <-> LWP 8" in v.summary
+    v = decide(stuck, Ktap(), 0, REPRO, None, [], {}, process=(a, ""), own_bug="other_refresh")
+    assert v.verdict == "INCONCLUSIVE" and "different hang" in v.summary
