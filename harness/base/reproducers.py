@@ -18,6 +18,7 @@ lines), as the built-ins do.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tomllib
@@ -205,24 +206,31 @@ def guest_name(stem: str) -> str:
     return name
 
 
-def host_command(command: str, cwd: str | None = None, doc: dict | None = None) -> Reproducer:
-    """run:CMD: the command, run by the host's /bin/sh in the guest, over the host's root."""
+def host_command(command: str) -> Reproducer:
+    """run:CMD: the command, run by the host's /bin/sh in the guest, over the
+    host's root, from this directory. Both travel hex-encoded on the agent's
+    GO line (repro/agent.c: 2 KB of command, 1 KB of directory)."""
+    cwd = os.getcwd()
     if not command:
         raise ReproducerError("run: needs a command, e.g. 'run:perf record -a -- sleep 5'")
-    if len(command.encode()) > 700:  # it travels hex-encoded on the agent's GO line (2 KB)
-        raise ReproducerError("run: the command is longer than 700 bytes: put it in a script")
-    d = GENERIC | HOST_COMMAND_NEEDS | (doc or {})
-    name = guest_name("run-" + Path(command.split()[0]).name)
-    return _reproducer(d.get("name") or name, d | {"binary": "@host", "summary": d.get("summary") or f"run: {command}",
-                                                 "calibration": d.get("calibration") or str(paths.cache_dir() / "calibration")},
-                       command=command, cwd=cwd or os.getcwd())
+    if len(command.encode()) > 2000:
+        raise ReproducerError("run: the command is longer than 2000 bytes: put it in a script")
+    if len(cwd.encode()) > 1000:
+        raise ReproducerError(f"run: the current directory's path is longer than 1000 bytes: {cwd[:80]}...")
+    d = GENERIC | HOST_COMMAND_NEEDS
+    return _reproducer(guest_name("run-" + Path(command.split()[0]).name),
+                       d | {"binary": "@host", "summary": f"run: {command}",
+                            "calibration": str(paths.cache_dir() / "calibration" / "run")},
+                       command=command, cwd=cwd)
 
 
 def program_reproducer(path: Path, source: bool, doc: dict | None = None) -> Reproducer:
-    """A C file or an executable run as it is, with what a data file says."""
+    """A C file or an executable run as it is, with what a data file says.
+    Without a data file, its calibration is kept in the cache by its content."""
     d = GENERIC | (doc or {})
     name = guest_name(d.get("name") or path.stem)
-    cal = d.get("calibration") or str(paths.cache_dir() / "calibration")
+    cal = d.get("calibration") or str(paths.cache_dir() / "calibration" /
+                                       hashlib.sha256(path.read_bytes()).hexdigest()[:16])
     return _reproducer(name, d | {"binary": guest_name(path.stem), "calibration": cal,
                                   "summary": d.get("summary") or f"{path.name} (a user's program)"},
                        source=str(path) if source else "", program="" if source else str(path))
@@ -256,7 +264,7 @@ def user_file(path: Path, d: dict) -> Reproducer:
         if not d.get("binary"):
             raise ReproducerError(f"{path}: say which program it runs: source = \"FILE.c\", program = \"FILE\" "
                                   "or binary = \"NAME\" (one of kstall's guest programs)")
-        return _reproducer(d["name"], GENERIC | d)
+        return _reproducer(d["name"], GENERIC | {"summary": f"{d['binary']} ({path.name})"} | d)
     prog = Path(d.get("source") or d["program"])
     if not prog.is_file():
         raise ReproducerError(f"{path}: its program {prog} does not exist")

@@ -220,7 +220,8 @@ def make_record(run: rundir.RunDir, spec: str, kernel: Kernel, repro: reproducer
     return RunRecord(
         id=run.id, verdict=final.verdict, outcome=Outcome(final.outcome.kind, final.outcome.detail, final.outcome.at),
         kernel=kernel.to_json() | {"spec": spec},
-        reproducer={"name": repro.name, "args": opts.repro_args, "count_name": repro.count_name,
+        reproducer={"name": repro.name, "source": repro.source or None, "program": repro.program or None,
+                    "command": repro.command or None, "args": opts.repro_args, "count_name": repro.count_name,
                     "min_count": repro.min_count, "count_target": final.count_target},
         vm={"cpus": opts.cpus or repro.default_cpus, "memory_mb": opts.memory_mb, "accel": accel_kind,
             "cmdline": final.cmdline, "go": final.go, "boot_image": opts.boot_image, "snapshot": final.snapshot},
