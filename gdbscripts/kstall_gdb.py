@@ -28,8 +28,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness.analysis import stackwalk  # noqa: E402
 from harness.analysis.kallsyms import Kallsyms  # noqa: E402
 
-PAGE = 4096
-KERNEL_HALF = 0xFF00000000000000
 _state: dict = {"syms": None}
 
 
@@ -42,37 +40,6 @@ def _read(inf: "gdb.Inferior", addr: int, n: int) -> bytes | None:
         return bytes(inf.read_memory(addr, n))
     except (gdb.MemoryError, gdb.error):
         return None
-
-
-def _read_region(inf: "gdb.Inferior", start: int, max_bytes: int) -> tuple[bytes, bool]:
-    """Bytes from start up to max_bytes or the first unreadable page (the
-    guard page above a vmapped stack); and whether that guard was hit."""
-    out = bytearray()
-    addr = start
-    while len(out) < max_bytes:
-        end = min((addr & ~(PAGE - 1)) + PAGE, start + max_bytes)
-        chunk = _read(inf, addr, end - addr)
-        if chunk is None:
-            return bytes(out), True
-        out += chunk
-        addr = end
-    return bytes(out), False
-
-
-def _stack_regions(inf: "gdb.Inferior", sp: int, max_bytes: int, syms: Kallsyms | None) -> list[tuple[int, bytes]]:
-    regions = []
-    data, hit_top = _read_region(inf, sp, max_bytes)
-    regions.append((sp, data))
-    # x86-64 call_on_irqstack() pushes the interrupted stack pointer as the
-    # IRQ stack's first (topmost) word: follow it once
-    if hit_top and len(data) >= 8:
-        prev = int.from_bytes(data[-8:], "little")
-        inside = sp <= prev < sp + len(data)
-        if prev >= KERNEL_HALF and prev % 8 == 0 and not inside and not (syms and syms.is_text(prev)):
-            more, _ = _read_region(inf, prev, max_bytes)
-            if more:
-                regions.append((prev, more))
-    return regions
 
 
 def _thread_details(t: "gdb.InferiorThread") -> str:
@@ -124,7 +91,7 @@ def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
     syms = _state["syms"]
     user = (regs["cs"] & 3) == 3
     inf = gdb.selected_inferior()
-    regions = [] if user else _stack_regions(inf, regs["rsp"], max_bytes, syms)
+    regions = [] if user else stackwalk.stack_regions(lambda a, n: _read(inf, a, n), regs["rsp"], max_bytes, syms)
     code: dict[int, bytes] = {}
     if syms is not None:
         for addr in stackwalk.candidates(regions, syms):

@@ -17,8 +17,12 @@ seven code bytes before every candidate address.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from harness.analysis.kallsyms import Kallsyms
+
+PAGE = 4096
+KERNEL_HALF = 0xFF00000000000000
 
 CODE_BEFORE = 7  # longest call form checked: REX ff 9x disp32
 _INDIRECT_TARGET_PREFIXES = ("__x86_indirect_thunk_", "__x86_indirect_call_thunk_",
@@ -143,6 +147,39 @@ def walk(pc: int, regions: list[tuple[int, bytes]], code: dict[int, bytes], syms
             if len(frames) >= max_frames:
                 return frames
     return frames
+
+
+def read_region(read: Callable[[int, int], bytes | None], start: int, max_bytes: int) -> tuple[bytes, bool]:
+    """Bytes from start up to max_bytes or the first unreadable page (the
+    guard page above a vmapped stack), a page at a time through read(addr, n)
+    (None when unreadable); and whether that guard was hit."""
+    out = bytearray()
+    addr = start
+    while len(out) < max_bytes:
+        end = min((addr & ~(PAGE - 1)) + PAGE, start + max_bytes)
+        chunk = read(addr, end - addr)
+        if not chunk or len(chunk) < end - addr:
+            return bytes(out + (chunk or b"")), True
+        out += chunk
+        addr = end
+    return bytes(out), False
+
+
+def stack_regions(read: Callable[[int, int], bytes | None], sp: int, max_bytes: int,
+                  syms: Kallsyms | None) -> list[tuple[int, bytes]]:
+    """The stack from sp, and when sp is on an IRQ stack, the interrupted
+    stack too: x86-64 call_on_irqstack() leaves the interrupted stack pointer
+    as the IRQ stack's topmost word, followed once."""
+    data, hit_top = read_region(read, sp, max_bytes)
+    regions = [(sp, data)]
+    if hit_top and len(data) >= 8:
+        prev = int.from_bytes(data[-8:], "little")
+        inside = sp <= prev < sp + len(data)
+        if prev >= KERNEL_HALF and prev % 8 == 0 and not inside and not (syms and syms.is_text(prev)):
+            more, _ = read_region(read, prev, max_bytes)
+            if more:
+                regions.append((prev, more))
+    return regions
 
 
 def candidates(regions: list[tuple[int, bytes]], syms: Kallsyms) -> list[int]:

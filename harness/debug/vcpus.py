@@ -211,9 +211,8 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
         user = (regs.get("cs", 0x10) & 3) == 3
         regions = []
         if not user and rsp:
-            data = _hmp_bytes(qmp, n, rsp, stack_bytes - (rsp & 7))
-            if data:
-                regions.append((rsp, data))
+            regions = [r for r in stackwalk.stack_regions(lambda a, k: _hmp_bytes(qmp, n, a, k), rsp,
+                                                          stack_bytes - (rsp & 7), syms) if r[1]]
         code = {}
         if syms is not None:
             for a in stackwalk.candidates(regions, syms):

@@ -83,3 +83,25 @@ def test_candidates_are_text_words_only():
     regions = [(int(r["base"], 16), bytes.fromhex(r["bytes"])) for r in cpu["regions"]]
     cands = stackwalk.candidates(regions, s)
     assert cands and all(s.is_text(a) for a in cands)
+
+
+def test_an_irq_stack_is_followed_to_the_stack_it_interrupted():
+    # read through QMP's HMP 'x' (no GDB): CPU1 in the timer interrupt on its
+    # IRQ stack, its task spinning in smp_call_function_many_cond
+    cpu = next(c for c in load_samples("perf-refresh-6.16.12-qmp-irqstack")[0]["cpus"] if c["cpu"] == 1)
+    memory = [(int(r["base"], 16), bytes.fromhex(r["bytes"])) for r in cpu["regions"]]
+    assert len(memory) == 2
+
+    def read(addr, n):  # what the guest had mapped: past the IRQ stack's top is its guard page
+        for base, data in memory:
+            if base <= addr < base + len(data):
+                return data[addr - base:addr - base + n]
+        return None
+    rsp = int(cpu["regs"]["rsp"], 16)
+    assert stackwalk.stack_regions(read, rsp, 8192, syms()) == memory
+    code = {int(a, 16): bytes.fromhex(b) for a, b in cpu["code"].items()}
+
+    def spinning(regions):
+        frames = stackwalk.walk(int(cpu["regs"]["rip"], 16), regions, code, syms())
+        return any(f.interrupted and f.function == "smp_call_function_many_cond" for f in frames)
+    assert spinning(memory) and not spinning(memory[:1])
