@@ -149,6 +149,30 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return res.verdict.exit_code
 
 
+def cmd_explain(a: argparse.Namespace) -> int:
+    from harness.analysis.bug_record import RecordError
+    from harness.drivers import explain
+    if bool(a.reproducer) == bool(a.cve):
+        echo_stderr("error: give a reproducer, or --cve CVE-... with --vulns DIR")
+        return EXIT_USAGE
+    try:
+        e = explain.explain(a.kernel, a.reproducer, a.cve, a.vulns, echo_stderr)
+    except (reproducers.ReproducerError, RecordError) as err:
+        echo_stderr(f"error: {err}")
+        return EXIT_USAGE
+    except SpecError as err:
+        echo_stderr(f"error: {err}")
+        return EXIT_ERROR
+    if e.reproducer and e.record is None:
+        echo_stderr(f"{e.reproducer} has no [record] in its data file: nothing to predict from")
+    if a.json:
+        print(json.dumps({"kernel": e.kernel.spec, "upstream": e.kernel.upstream, "reproducer": e.reproducer or None,
+                          "prediction": e.prediction.to_json()}, indent=2))
+    else:
+        print(text.explain_text(e.kernel, e.record, e.prediction, e.reproducer))
+    return 0
+
+
 def cmd_kernels(a: argparse.Namespace) -> int:
     from images import debian
     try:
@@ -419,6 +443,24 @@ def _verify_parser(sub) -> None:
     v.set_defaults(func=cmd_verify)
 
 
+def _explain_parser(sub) -> None:
+    e = sub.add_parser("explain", help="the verdict a kernel's published record predicts (no boot)",
+                       description="Predict affected / fixed / not introduced / unknown from the kernel CVE "
+                       "team's record of the bug (a reproducer's [record], or --cve with --vulns) and the "
+                       "kernel package's changelog, which lists the upstream stable commits it carries. Every "
+                       "line the answer rests on is printed. verify prints the same prediction beside its "
+                       "measured verdict.",
+                       epilog="examples: kstall explain debian:6.16.12 perf-refresh; "
+                       "kstall explain debian:6.1.192 --cve CVE-2024-42239 --vulns ~/vulns")
+    e.add_argument("kernel", help=f"kernel spec: {schemes.help_text()}")
+    e.add_argument("reproducer", nargs="?", help="a reproducer whose data file has a [record]")
+    e.add_argument("--cve", help="any CVE, read from --vulns (no reproducer: a prediction only)")
+    e.add_argument("--vulns", type=Path, help="a clone of the kernel's vulns repository (or a directory of its "
+                   "CVE-*.dyad and CVE-*.mbox files)")
+    e.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    e.set_defaults(func=cmd_explain)
+
+
 def _kernel_parsers(sub) -> None:
     k = sub.add_parser("kernels", help="list cached kernels, or what debian: can fetch")
     k.add_argument("--available", action="store_true", help="every kernel in the Debian suites")
@@ -550,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_verify_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
+    for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
                 _threads_parser, _calibrate_parser):
         add(sub)
     return p

@@ -40,7 +40,7 @@ def load_meta(d: Path, spec: str) -> Kernel:
             return None
         p = Path(recorded)
         return d / p.name if not p.exists() and (d / p.name).exists() else p
-    opt = {k: here(meta.get(k)) for k in ("config", "vmlinux", "modules_dir")}
+    opt = {k: here(meta.get(k)) for k in ("config", "vmlinux", "modules_dir", "changelog")}
     origin = meta.get("origin", {})
     if origin.get("initrd"):
         origin["initrd"] = str(here(origin["initrd"]))

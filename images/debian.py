@@ -301,3 +301,36 @@ def available(progress: Progress | None = None) -> list[tuple[DebKernel, bool]]:
     """Every kernel debian: can fetch, and whether it is cached."""
     return [(k, (kernel_dir(k) / cached.META).exists()) for k in Archive().kernels(progress)]
 
+
+
+def changelog_of(kernel: Kernel, progress: Progress | None = None) -> Path | None:
+    """A debian: kernel's package changelog. One cached before kstall kept
+    changelogs gets it now, from its image package (read only up to it)."""
+    if kernel.changelog and kernel.changelog.exists():
+        return kernel.changelog
+    package = kernel.origin.get("image_package")
+    d = kernel.vmlinuz.parent
+    if not package or not (d / cached.META).exists():
+        return None
+    with cached.locked(d):
+        k = cached.load_meta(d, kernel.spec)
+        if k.changelog and k.changelog.exists():
+            return k.changelog
+        if progress:
+            progress(f"{package}: fetching its changelog (kept with the kernel from now on)")
+        work = d / "changelog-download"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        try:
+            url, fname, size, sha = Archive().uris(package)
+            fetch_file(url, work / fname, size, sha, package, progress)
+            c = packages.Collector(work, changelog_only=True)
+            c.feed(work / fname)
+            if c.changelog is None:
+                return None
+            c.changelog.rename(d / "changelog.gz")
+            k.changelog = d / "changelog.gz"
+            cached.write_meta(d, k)
+            return k.changelog
+        finally:
+            shutil.rmtree(work, ignore_errors=True)

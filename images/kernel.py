@@ -31,10 +31,11 @@ class Kernel:
     # ([] when built in), the files as NAME.ko in modules_dir
     modules: dict[str, list[str]] = field(default_factory=dict)
     modules_dir: Path | None = None
+    changelog: Path | None = None  # the package's changelog.gz, when it has one (images/changelog.py)
 
     def to_json(self) -> dict:
         d = asdict(self)
-        for k in ("vmlinuz", "config", "vmlinux", "modules_dir"):
+        for k in ("vmlinuz", "config", "vmlinux", "modules_dir", "changelog"):
             d[k] = str(d[k]) if d[k] else None
         return d
 

@@ -28,6 +28,8 @@ from images.kernel import Kernel, SpecError, sha256_file
 
 _VMLINUZ = re.compile(r"boot/vmlinuz-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinuz")
 _CONFIG = re.compile(r"boot/config-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/config")
+# the package's changelog, which lists the upstream stable commits it carries (images/changelog.py)
+_CHANGELOG = re.compile(r"usr/share/doc/linux-[^/]+/changelog(?:\.Debian)?\.gz")
 _MODFILE = re.compile(r"(?:usr/)?lib/modules/(?P<r>[^/]+)/(?P<rel>(?:kernel|updates|extra)/\S+\.ko(?:\.xz|\.zst|\.gz)?"
                       r"|modules\.(?:dep|builtin|order))")
 
@@ -51,11 +53,13 @@ def _checked_release(match: re.Match, member: tarfile.TarInfo, *groups: str) -> 
 class Collector:
     """Takes what a kernel needs from a series of packages into dest."""
 
-    def __init__(self, dest: Path) -> None:
+    def __init__(self, dest: Path, changelog_only: bool = False) -> None:
         self.dest = dest
+        self.changelog_only = changelog_only  # a cached kernel's missing changelog (debian.changelog_of)
         self.staging = dest / "staging"
         self.vmlinuz: Path | None = None
         self.config: Path | None = None
+        self.changelog: Path | None = None
         self.releases: set[str] = set()
         self.release: str | None = None
         self.module_files = 0
@@ -70,6 +74,11 @@ class Collector:
     def complete(self) -> bool:
         return self.vmlinuz is not None and self.needed == []
 
+    def done(self) -> bool:
+        """Nothing more to read: a package's doc comes last, so one is read
+        to its end for its changelog."""
+        return self.changelog is not None and (self.changelog_only or self.complete())
+
     def feed(self, pkg: Path) -> None:
         """Stream one package, keeping what is wanted."""
         self.read.append(pkg.name)
@@ -81,7 +90,7 @@ class Collector:
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
                 for m in tar:
-                    if (m.isfile() or m.issym() or m.islnk()) and self._take(tar, m) and self.complete():
+                    if (m.isfile() or m.issym() or m.islnk()) and self._take(tar, m) and self.done():
                         finished_early = True
                         break
             if not finished_early:  # the tool's end-of-archive padding: let it finish writing
@@ -112,6 +121,11 @@ class Collector:
             if _VMLINUZ.fullmatch(name) or _CONFIG.fullmatch(name) or _MODFILE.fullmatch(name):
                 raise SpecError(f"package member {m.name!r} is a link (to {m.linkname!r}) where a file belongs: "
                                 "refused")
+            return False
+        if _CHANGELOG.fullmatch(name):
+            self.changelog = self._write(tar, m, self.dest / "changelog.gz")
+            return True
+        if self.changelog_only:
             return False
         if mz := _VMLINUZ.fullmatch(name):
             self.releases.add(_checked_release(mz, m))
@@ -179,6 +193,7 @@ def kernel_from(c: Collector, spec: str, canonical: str, upstream: str | None, o
     plan = c.plan
     return Kernel(spec=spec, canonical=canonical, vmlinuz=c.vmlinuz, sha256=sha256_file(c.vmlinuz),
                   release=c.release, upstream=upstream or upstream_of(c.release), config=c.config,
+                  changelog=c.changelog,
                   origin=origin | {"read": c.read}, modules=plan,
                   modules_dir=c.dest / "modules" if any(plan.values()) else None)
 

@@ -7,6 +7,7 @@ a line here (its syntax and help follow it into errors and --help).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from images import build, deb, debian, filekernel, image, rpm
@@ -36,6 +37,8 @@ class Scheme:
     syntax: str   # debian:VERSION
     help: str
     resolve: Callable[[str, str, Request], Kernel]  # (spec, text after the colon, request)
+    # the package's changelog (images/changelog.py), fetched if the scheme can
+    changelog: Callable[[Kernel, Progress | None], Path | None] = lambda k, progress: k.changelog
 
     @property
     def name(self) -> str:
@@ -44,7 +47,7 @@ class Scheme:
 
 SCHEMES = {s.name: s for s in (
     Scheme("debian:VERSION", "a Debian kernel, fetched from Debian's suites (debian:6.16.12, debian:6.1.192)",
-           lambda spec, text, r: debian.resolve(spec, text, r.fetch, r.progress)),
+           lambda spec, text, r: debian.resolve(spec, text, r.fetch, r.progress), debian.changelog_of),
     Scheme("deb:PATH[,PATH...]", "Debian or Ubuntu kernel package files",
            lambda spec, text, r: deb.resolve(spec, text)),
     Scheme("rpm:PATH[,PATH...]", "Fedora/RHEL kernel package files",
@@ -79,3 +82,10 @@ def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, bui
     if scheme is None:
         raise SpecError(f"unknown kernel scheme {name!r} in {spec!r}: use {syntax()}")
     return scheme.resolve(spec, text, Request(fetch, progress, build_options, boot_image, trust_backing))
+
+
+def changelog(kernel: Kernel, progress: Progress | None = None) -> Path | None:
+    """The changelog of the package a kernel came from, when it has one."""
+    scheme = SCHEMES.get(kernel.canonical.partition(":")[0])
+    found = scheme.changelog(kernel, progress) if scheme else kernel.changelog
+    return found if found and found.exists() else None

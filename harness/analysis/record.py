@@ -62,6 +62,7 @@ class RunRecord:
     cpus: list[dict] = field(default_factory=list)  # harness/analysis/classify.py CpuClass.to_json()
     process: dict | None = None  # a process hang: its thread analysis (threads.json), or why there is none
     hang: dict | None = None     # a hang no signature named: harness/analysis/cpu_state.py Hang.to_json()
+    prediction: dict | None = None  # what the bug's record predicts: harness/analysis/bug_record.py
     guest: dict = field(default_factory=dict)       # the agent's hello
     symbols: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
@@ -94,7 +95,7 @@ class RunRecord:
                "signature": v.signature, "title": v.title, "kernel": self.kernel, "reproducer": self.reproducer, "vm": self.vm,
                "outcome": {"kind": self.outcome.kind, "detail": self.outcome.detail},
                "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "process": self.process,
-               "guest": self.guest, "symbols": self.symbols, "timings": self.timings, "attempts": self.attempts,
+               "prediction": self.prediction, "guest": self.guest, "symbols": self.symbols, "timings": self.timings, "attempts": self.attempts,
                "files": self.files}
         if self.results_dir is not None:
             doc["results_dir"] = self.results_dir
@@ -117,7 +118,8 @@ class RunRecord:
                                      console_reports=ev.get("console_reports", []),
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
                                      debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", [])),
-                   cpus=doc.get("cpus", []), hang=doc.get("hang"), process=doc.get("process"), guest=doc.get("guest", {}),
+                   cpus=doc.get("cpus", []), hang=doc.get("hang"), process=doc.get("process"),
+                   prediction=doc.get("prediction"), guest=doc.get("guest", {}),
                    symbols=doc.get("symbols", {}), timings=doc.get("timings", {}), attempts=doc.get("attempts", []),
                    files=doc.get("files", []), command=doc.get("command", []), started=doc.get("started", ""),
                    finished=doc.get("finished", ""), wall_s=doc.get("wall_s", 0.0),

@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import paths
@@ -119,6 +119,8 @@ class Reproducer:
     cwd: str = ""          # where it runs
     # a task of its own in D state, in one kernel wait, this long is a sleeping hang (0: not watched)
     sleep_after_s: float = 0
+    # [record]: the kernel bug's published record (harness/analysis/bug_record.py)
+    record: dict = field(default_factory=dict, hash=False, compare=False)
 
     def stall_thresholds(self) -> dict[str, float]:
         return self.stall.thresholds() if self.stall else {}
@@ -283,6 +285,6 @@ def _reproducer(name: str, d: dict, source: str = "", program: str = "", command
             needs=KernelNeeds.from_doc(name, d), hang=d.get("hang", "kernel"), source=source, program=program,
             command=command, cwd=cwd,
             signatures=d.get("signatures", ""), calibration=d.get("calibration", ""),
-            sleep_after_s=float(d.get("sleep_after_s", 0)))
+            sleep_after_s=float(d.get("sleep_after_s", 0)), record=dict(d.get("record", {})))
     except (KeyError, TypeError, ValueError) as e:
         raise ReproducerError(f"reproducer {name}: its data file is missing or has a bad {e}") from None

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify
+from harness.analysis import bug_record, classify
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.record import Evidence, RunRecord
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import paths, procs, reproducers, rundir
 from harness.base.procs import Interrupted
-from harness.drivers import preflight
+from harness.drivers import explain, preflight
 from harness.drivers.attempt import Attempt, run_attempt
 from harness.drivers.options import Options
 from harness.guest import accel
@@ -100,6 +100,7 @@ def reproducer(spec: str, echo: Echo) -> reproducers.Reproducer:
     repro = reproducers.resolve(spec)
     try:
         classify.signatures_for(repro)  # a user's signatures that do not load: said now, not after the boot
+        bug_record.of(repro.record, repro.name)  # and a bad [record]
     except ValueError as e:
         raise reproducers.ReproducerError(f"reproducer {repro.name}: {e}") from None
     if repro.source:
@@ -118,6 +119,10 @@ def verify(spec: str, repro: str | reproducers.Reproducer, opts: Options, echo: 
     t_start = time.time()
     prep = prepare(spec, repro, opts, echo)
     kernel = prep.kernel
+    record_of_bug = bug_record.of(repro.record, repro.name)
+    prediction = explain.predict(kernel, record_of_bug, echo) if record_of_bug else None
+    if prediction:
+        echo(f"the record predicts: {prediction.text()} ({'; '.join(prediction.reasons)})")
     run = rundir.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
     attempts, interrupted, tb = run_attempts(prep, repro, opts, run, echo)
     n, final = attempts[-1]
@@ -125,6 +130,7 @@ def verify(spec: str, repro: str | reproducers.Reproducer, opts: Options, echo: 
     if adir.exists():
         run.promote(adir)
     record = make_record(run, spec, kernel, repro, opts, prep.accel, final, attempts, t_start)
+    record.prediction = prediction.to_json() if prediction else None
     with procs.signals_deferred():
         try:
             path = _write_run(run, final, record, tb)

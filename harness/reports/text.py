@@ -3,10 +3,13 @@
 the matrix's verdict table (`make run`)."""
 from __future__ import annotations
 
+from harness.analysis import bug_record
+from harness.analysis.bug_record import BugRecord, Prediction
 from harness.analysis.expect import STATUS_TEXT
 from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
 from harness.reports import views
+from images.kernel import Kernel
 
 
 def run_text(rec: RunRecord) -> str:
@@ -27,12 +30,35 @@ def run_text(rec: RunRecord) -> str:
         out.append(f"  {ev.p_miss['method']}")
     if ev.console_titles:
         out.append(f"  kernel reported: {views.titles_text(ev.console_titles)}")
+    if rec.prediction:
+        out.append(f"  {prediction_line(rec.prediction, v.verdict)}")
     if v.verdict not in (VerdictKind.VULNERABLE, VerdictKind.NOT_REPRODUCED) and v.summary:
         out.append(f"  reason: {v.reason}")
     t = rec.timings
     boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"
     counted = f"{ev.count} {ev.count_name}; " if ev.count is not None else ""
     out.append(f"  {counted}{boot}, verdict after {rec.wall_s}s; results: {rec.results_dir or 'not kept'}")
+    return "\n".join(out)
+
+
+def prediction_line(p: dict, verdict: str) -> str:
+    """'predicted from the record: affected (CVE-2025-40327), agrees'"""
+    said = bug_record.agreement(p["status"], verdict)
+    what = f"{p['status']} ({p['cve']})" if p.get("cve") else p["status"]
+    return f"predicted from the record: {what}" + (f", {said}" if said else "")
+
+
+def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reproducer: str) -> str:
+    """`kstall explain`: the prediction and every line it rests on."""
+    origin = kernel.origin
+    package = " ".join(x for x in (origin.get("image_package") or origin.get("package"), origin.get("version")) if x)
+    head = f"{kernel.spec} (upstream {kernel.upstream or 'unknown'}{', ' + package if package else ''})"
+    if record is not None:
+        head += f" and {reproducer or 'no reproducer'}: {record.cve}" + \
+            (f" \"{record.fix_subject}\"" if record.fix_subject else "")
+    out = [head, f"predicted: {p.status}"] + [f"  {r}" for r in p.reasons]
+    if record is not None and not reproducer:
+        out.append("  kstall has no reproducer for it: a prediction only, nothing measured")
     return "\n".join(out)
 
 

@@ -1,0 +1,216 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A verdict predicted from the kernel's own record, without a boot.
+
+The record is the kernel CVE team's: for each stable branch, where the bug
+came in (a mainline release, or a stable release the culprit was backported
+to) and where it was fixed (a stable release, a mainline release, or 0: that
+branch never got the fix), one "introduced:commit:fixed:commit" line each (a
+`.dyad` file of the vulns repository). A reproducer's data file carries its
+bug's lines under [record]; `explain --cve --vulns DIR` reads them from a
+clone of that repository. The package's changelog, where it has one, then
+says what the distro really shipped: a fix backported where the record has
+none, or a culprit the record does not know of.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from images import changelog
+
+AFFECTED, FIXED, NOT_INTRODUCED, UNKNOWN = "affected", "fixed", "not introduced", "unknown"
+_CVE = re.compile(r"CVE-\d{4}-\d{4,}")
+Version = tuple[int, ...]
+
+
+class RecordError(ValueError):
+    """A record kstall cannot read: a usage error naming it."""
+
+
+def version(text: str) -> Version:
+    return tuple(int(p) for p in text.split("."))
+
+
+def vtext(v: Version) -> str:
+    return ".".join(map(str, v))
+
+
+def _stable(v: Version) -> bool:
+    return len(v) >= 3
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One line of the record."""
+    introduced: Version
+    culprit: str          # the introducing commit (short)
+    fixed: Version | None  # None: this branch has no fix
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class BugRecord:
+    cve: str
+    fix_subject: str          # the fixing commit's subject, as changelogs list it
+    culprit_subject: str = ""  # the introducing commit's, when known
+    branches: tuple[Branch, ...] = ()
+
+    @staticmethod
+    def parse_lines(lines: list[str], where: str) -> tuple[Branch, ...]:
+        out = []
+        for raw in lines:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(":")
+            try:
+                if len(parts) != 4:
+                    raise ValueError("not introduced:commit:fixed:commit")
+                intro, culprit, fixed, fix = parts
+                out.append(Branch(version(intro), culprit[:12], None if fixed == "0" else version(fixed),
+                                  "" if fix == "0" else fix[:12]))
+            except ValueError as e:
+                raise RecordError(f"{where}: bad record line {line!r} ({e})") from None
+        if not out:
+            raise RecordError(f"{where}: no record lines")
+        return tuple(out)
+
+    @staticmethod
+    def from_doc(doc: dict, where: str) -> "BugRecord":
+        """[record] of a reproducer's data file."""
+        try:
+            return BugRecord(doc["cve"], doc["fix"], doc.get("culprit", ""),
+                             BugRecord.parse_lines(list(doc["lines"]), where))
+        except KeyError as e:
+            raise RecordError(f"{where}: [record] lacks {e}") from None
+
+    @staticmethod
+    def from_vulns(vulns: Path, cve: str) -> "BugRecord":
+        """CVE's record in a clone of the kernel's vulns repository (or a
+        directory of its CVE-*.dyad and CVE-*.mbox files)."""
+        if not _CVE.fullmatch(cve):
+            raise RecordError(f"{cve!r} is not a CVE id (CVE-YYYY-NNNN)")
+        found = sorted(vulns.glob(f"**/{cve}.dyad")) if vulns.is_dir() else []
+        if not found:
+            raise RecordError(f"no {cve}.dyad under {vulns}: give --vulns a clone of the kernel's vulns repository")
+        dyad = found[0]
+        mbox = dyad.with_suffix(".mbox")
+        subject = ""
+        if mbox.exists():
+            m = re.search(rf"^Subject: {cve}: (.+)$", mbox.read_text(errors="replace"), re.M)
+            subject = m.group(1).strip() if m else ""
+        return BugRecord(cve, subject, "", BugRecord.parse_lines(dyad.read_text().splitlines(), str(dyad)))
+
+    @property
+    def mainline_fix(self) -> Version | None:
+        fixes = [b.fixed for b in self.branches if b.fixed and not _stable(b.fixed)]
+        return min(fixes) if fixes else None
+
+    def ranges_text(self) -> str:
+        """'introduced in 6.17 (18dbcbfabfff); fixed in 6.17.8 (6b8c51281164), 6.18 (eb3182ef0405); 6.16.8 ...'"""
+        parts = []
+        for b in self.branches:
+            fixed = f"fixed in {vtext(b.fixed)} ({b.fix})" if b.fixed else "no fix on that branch"
+            parts.append(f"{vtext(b.introduced)} ({b.culprit}) -> {fixed}")
+        return "; ".join(parts)
+
+
+@dataclass
+class Prediction:
+    status: str                                   # AFFECTED, FIXED, NOT_INTRODUCED or UNKNOWN
+    reasons: list[str] = field(default_factory=list)
+    cve: str = ""
+    fix_version: str = ""  # where this kernel's branch got the fix, by the record ("" if never)
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "cve": self.cve, "reasons": self.reasons, "fix_version": self.fix_version}
+
+    def text(self) -> str:
+        return f"{self.status} ({self.cve})" if self.cve else self.status
+
+
+def _by_record(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
+    branch = upstream[:2]
+    on_branch = [b for b in rec.branches if _stable(b.introduced) and b.introduced[:2] == branch]
+    mainline = [b for b in rec.branches if not _stable(b.introduced)]
+    if on_branch:
+        b = min(on_branch, key=lambda x: x.introduced)
+        if upstream < b.introduced:
+            return NOT_INTRODUCED, [f"record: the culprit reached {vtext(branch)}.y in {vtext(b.introduced)} "
+                                    f"({b.culprit}), after {vtext(upstream)}"], ""
+        why = [f"record: the culprit was backported to {vtext(branch)}.y in {vtext(b.introduced)} ({b.culprit})"]
+    elif mainline and branch >= min(b.introduced for b in mainline)[:2]:
+        b = min(mainline, key=lambda x: x.introduced)
+        why = [f"record: introduced in {vtext(b.introduced)} ({b.culprit})"]
+    elif mainline:
+        b = min(mainline, key=lambda x: x.introduced)
+        return NOT_INTRODUCED, [f"record: introduced in {vtext(b.introduced)} ({b.culprit}), "
+                                f"and never backported to {vtext(branch)}.y"], ""
+    else:
+        return UNKNOWN, ["record: no line for a mainline introduction or this branch"], ""
+    fixes = [b for b in rec.branches if b.fixed and _stable(b.fixed) and b.fixed[:2] == branch]
+    if fixes:
+        f = min(fixes, key=lambda x: x.fixed or ())
+        assert f.fixed
+        if upstream >= f.fixed:
+            return FIXED, why + [f"record: fixed on {vtext(branch)}.y in {vtext(f.fixed)} ({f.fix})"], vtext(f.fixed)
+        return AFFECTED, why + [f"record: fixed on {vtext(branch)}.y only in {vtext(f.fixed)} ({f.fix})"], \
+            vtext(f.fixed)
+    main = rec.mainline_fix
+    if main and branch >= main[:2]:
+        f = next(b for b in rec.branches if b.fixed == main)
+        return FIXED, why + [f"record: fixed in mainline {vtext(main)} ({f.fix})"], vtext(main)
+    return AFFECTED, why + [f"record: no fix on {vtext(branch)}.y"], ""
+
+
+def predict(rec: BugRecord | None, upstream: str | None, log: list[changelog.Line] | None,
+            package: str = "") -> Prediction:
+    """The verdict the record (and the changelog, when there is one) predicts
+    for a kernel of that upstream version."""
+    if rec is None:
+        return Prediction(UNKNOWN, ["no record of a kernel bug for this reproducer"])
+    if not upstream or not re.fullmatch(r"\d+\.\d+(\.\d+)?", upstream):
+        return Prediction(UNKNOWN, [f"the kernel's upstream version is unknown ({upstream or 'none'})"], rec.cve)
+    v = version(upstream)
+    v = v + (0,) * (3 - len(v))
+    status, reasons, fix_version = _by_record(rec, v)
+    if log is None:
+        reasons.append(f"changelog: none{' in ' + package if package else ''} (the record alone decides)")
+        return Prediction(status, reasons, rec.cve, fix_version)
+    fix = changelog.find(log, rec.fix_subject) if rec.fix_subject else None
+    culprit = changelog.find(log, rec.culprit_subject) if rec.culprit_subject else None
+    if culprit and not culprit.reverted:
+        reasons.append(f"changelog: lists the culprit \"{culprit.line.text}\" (in {culprit.line.version})")
+    if fix and fix.reverted:
+        reasons.append(f"changelog: the fix \"{rec.fix_subject}\" (in {fix.line.version}) was reverted "
+                       f"(\"{fix.reverted.text}\", in {fix.reverted.version})")
+        fix = None
+    if fix:
+        reasons.append(f"changelog: lists the fix \"{fix.line.text}\" (in {fix.line.version})")
+        if status != FIXED:
+            reasons.append("the package carries the fix the record does not know of on this branch: fixed")
+        return Prediction(FIXED, reasons, rec.cve, fix_version)
+    if rec.fix_subject:
+        reasons.append(f"changelog: does not list the fix \"{rec.fix_subject}\"")
+    if status == NOT_INTRODUCED and culprit and not culprit.reverted:
+        reasons.append("the package carries the culprit the record does not know of on this branch: affected")
+        return Prediction(AFFECTED, reasons, rec.cve, fix_version)
+    return Prediction(status, reasons, rec.cve, fix_version)
+
+
+def of(doc: dict, name: str) -> BugRecord | None:
+    """A reproducer's record ([record] of its data file), None without one."""
+    return BugRecord.from_doc(doc, f"reproducer {name}: [record]") if doc else None
+
+
+# the measured verdicts a prediction expects
+_EXPECTS = {AFFECTED: "VULNERABLE", FIXED: "NOT_REPRODUCED", NOT_INTRODUCED: "NOT_REPRODUCED"}
+
+
+def agreement(status: str, verdict: str) -> str:
+    """'agrees', 'disagrees', or '' when one side says nothing (an unknown
+    prediction, or an ERROR or INCONCLUSIVE run)."""
+    if status not in _EXPECTS or verdict not in ("VULNERABLE", "NOT_REPRODUCED"):
+        return ""
+    return "agrees" if _EXPECTS[status] == verdict else "disagrees"

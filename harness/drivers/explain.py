@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall explain`: the verdict a kernel's record predicts, with no boot
+(harness/analysis/bug_record.py), from its package's changelog where it has
+one; verify and the matrix print it beside the verdict they measure."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.analysis import bug_record
+from harness.analysis.bug_record import BugRecord, Prediction
+from images import changelog, schemes
+from images.kernel import Kernel, SpecError
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class Explanation:
+    kernel: Kernel
+    record: BugRecord | None
+    prediction: Prediction
+    reproducer: str = ""   # "" for a CVE with no reproducer
+
+
+def predict(kernel: Kernel, record: BugRecord | None, echo: Echo | None = None) -> Prediction:
+    """The prediction for kernel; a changelog that cannot be had leaves the record to decide, saying why."""
+    if record is None:
+        return bug_record.predict(None, kernel.upstream, None)
+    why = ""
+    try:
+        path = schemes.changelog(kernel, echo)
+        log = changelog.load(path) if path else None
+    except (SpecError, OSError, ValueError) as e:
+        log, why = None, f"changelog: could not be read ({e})"
+    package = kernel.origin.get("image_package") or kernel.origin.get("package") or ""
+    p = bug_record.predict(record, kernel.upstream, log, package)
+    if why:
+        p.reasons = [r for r in p.reasons if not r.startswith("changelog: none")] + [why]
+    return p
+
+
+def explain(spec: str, repro: str | None, cve: str | None, vulns: Path | None, echo: Echo) -> Explanation:
+    """SpecError, ReproducerError or RecordError for what cannot be explained."""
+    from harness.base import reproducers
+    if cve:
+        record = BugRecord.from_vulns(vulns or Path("."), cve)
+        name = ""
+    else:
+        assert repro
+        r = reproducers.resolve(repro)
+        record, name = bug_record.of(r.record, r.name), r.name
+    kernel = schemes.resolve(spec, progress=echo)
+    return Explanation(kernel, record, predict(kernel, record, echo), name)

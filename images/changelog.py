@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A kernel package's changelog: which upstream commits it carries, by subject.
+
+Debian's kernel changelog (/usr/share/doc/linux-image-*/changelog.gz) lists,
+under each package version, every upstream stable commit it took ("- perf:
+Fix ...") and Debian's own backports. Newest version first; a long subject
+wraps onto lines indented deeper than its "- ".
+"""
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_HEADER = re.compile(r"^(?P<source>[a-z0-9][a-z0-9.+-]*) \((?P<version>[^)\s]+)\)")
+_ITEM = re.compile(r"^(?P<indent>\s+)[-*] (?P<text>.*)$")
+# what follows a subject in the changelog, not part of it: "(CVE-2025-37747)", "(Closes: #123)"
+_TRAILER = re.compile(r"(\s+\((?:CVE-\d+-\d+(?:,\s*)?|Closes:[^)]*|bug #\d+)+\))+\s*$", re.I)
+_ARCH = re.compile(r"^(\[[^\]]+\]\s*)+")  # "[amd64] x86: ..."
+_REVERT = re.compile(r'^Revert "(?P<subject>.*)"$')
+MAX_BYTES = 64 << 20  # a kernel changelog is ~1.3 MB compressed, ~10 MB unpacked
+
+
+@dataclass(frozen=True)
+class Line:
+    version: str   # the package version whose entry lists it
+    subject: str   # as upstream wrote it, without arch tags and CVE/bug trailers
+    text: str      # the line as the changelog has it
+
+
+def subject_key(subject: str) -> str:
+    """Subjects compare without case and runs of whitespace."""
+    return " ".join(subject.split()).lower()
+
+
+def _clean(text: str) -> str:
+    return _ARCH.sub("", _TRAILER.sub("", " ".join(text.split())))
+
+
+def parse(text: str) -> list[Line]:
+    """Every listed change, newest first."""
+    out: list[Line] = []
+    version, item, indent = "", "", -1
+
+    def flush() -> None:
+        if item and version:
+            out.append(Line(version, _clean(item), " ".join(item.split())))
+
+    for raw in text.splitlines():
+        if h := _HEADER.match(raw):
+            flush()
+            version, item, indent = h["version"], "", -1
+            continue
+        m = _ITEM.match(raw)
+        if m:
+            flush()
+            item, indent = m["text"], len(m["indent"].expandtabs())
+            continue
+        stripped = raw.strip()
+        if item and stripped and len(raw) - len(raw.lstrip()) > indent and not stripped.startswith("--"):
+            item += " " + stripped  # a wrapped subject
+        else:
+            flush()
+            item, indent = "", -1
+    flush()
+    return out
+
+
+def load(path: Path) -> list[Line]:
+    with gzip.open(path, "rb") as f:
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"{path}: changelog larger than {MAX_BYTES >> 20} MB unpacked")
+    return parse(data.decode("utf-8", errors="replace"))
+
+
+@dataclass(frozen=True)
+class Found:
+    line: Line
+    reverted: Line | None = None  # a newer entry that reverts it
+
+
+def find(lines: list[Line], subject: str) -> Found | None:
+    """The newest line that lists subject, and a newer revert of it if any."""
+    key = subject_key(subject)
+    revert = None
+    for line in lines:  # newest first
+        r = _REVERT.match(line.subject)
+        if r and subject_key(r["subject"]) == key:
+            revert = revert or line
+        elif subject_key(line.subject) == key:
+            return Found(line, revert)
+    return None
