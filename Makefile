@@ -11,7 +11,7 @@ GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -static -I$(KSELFTEST)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 
-REPROS  := perf-refresh bpf-ringbuf signal-malloc signal-malloc-jemalloc console-trigger
+REPROS  := perf-refresh bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
@@ -72,6 +72,17 @@ $(GUEST)/obj/bpf_ringbuf.skel.h: $(GUEST)/obj/bpf_ringbuf.bpf.o
 	bpftool gen skeleton $< name bpf_ringbuf > $@.tmp && mv $@.tmp $@
 
 $(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
+
+# the skeleton is named timer_pair: "bpf_timer" is the kernel's struct for a BPF timer
+$(GUEST)/obj/bpf_timer.bpf.o: repro/bpf_timer.bpf.c repro/bpf_timer.h
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+$(GUEST)/obj/timer_pair.skel.h: $(GUEST)/obj/bpf_timer.bpf.o
+	bpftool gen skeleton $< name timer_pair > $@.tmp && mv $@.tmp $@
+
+$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h $(REPRO_H) $(GUEST)/obj/timer_pair.skel.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 run: deps
