@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
 """Soak: many runs of the cells whose verdicts are known, at the matrix's own
-parallelism, counting false verdicts, ERRORs by reason and retries, with time
+parallelism, counting false verdicts (a decisive verdict other than the known
+one), INCONCLUSIVEs apart with their reasons, ERRORs by reason and retries, with time
 to verdict as median and p95. Not part of `make test` (about an hour).
 
     tests/soak.py [--rounds 30] [--perf-extra 20] [--load] [--json FILE]
@@ -106,11 +107,17 @@ def main() -> int:
     for c in cells:
         by_cell.setdefault(c["id"], []).append(c)
     errors = [c for c in cells if c["verdict"] == "ERROR"]
-    false = [c for c in cells if c["verdict"] not in ("ERROR", None) and c["status"] != "pass"]
+    # a false verdict claims something wrong about the kernel; INCONCLUSIVE
+    # claims nothing (e.g. a stall the host's own delay could explain) and is
+    # counted apart, with its reason
+    undecided = [c for c in cells if c["verdict"] == "INCONCLUSIVE" and c["status"] != "pass"]
+    false = [c for c in cells if c["verdict"] not in ("ERROR", "INCONCLUSIVE", None) and c["status"] != "pass"]
     times = [c["seconds"] for c in cells if c.get("seconds")]
     figures = {
         "load": a.load, "runs": len(cells), "wall_s": round(time.monotonic() - t0),
         "false_verdicts": len(false), "false": [(c["id"], c["verdict"]) for c in false],
+        "inconclusive": len(undecided), "inconclusive_share": round(len(undecided) / max(len(cells), 1), 4),
+        "inconclusive_reasons": [(c["id"], (c.get("reason") or "?")[:160]) for c in undecided],
         "errors": len(errors), "error_share": round(len(errors) / max(len(cells), 1), 4),
         "errors_by_reason": dict(Counter((c.get("reason") or "?")[:80] for c in errors)),
         "retries": sum(max(c.get("attempts", 1) - 1, 0) for c in cells),
@@ -124,7 +131,7 @@ def main() -> int:
     print(json.dumps(figures, indent=2))
     if a.json:
         a.json.write_text(json.dumps(figures, indent=2) + "\n")
-    return 1 if false or figures["error_share"] > 0.02 else 0
+    return 1 if false or figures["error_share"] > 0.02 or figures["inconclusive_share"] > 0.02 else 0
 
 
 if __name__ == "__main__":

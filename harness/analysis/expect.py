@@ -9,14 +9,17 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis import bug_record
 from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
 from harness.base import reproducers
 
-EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "failed", "any")
-# "missing": a cell of the matrix that no merged shard ran
-FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing")
-STATUS_TEXT = {"pass": "pass", "regression": "REGRESSION", "unexpected-pass": "UNEXPECTED PASS",
+# "record": the verdict the bug's published record predicts (harness/analysis/bug_record.py)
+EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "failed", "any", "record")
+# "missing": a cell of the matrix that no merged shard ran; "disagrees": a
+# verdict other than the one the record predicts
+FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing", "disagrees")
+STATUS_TEXT = {"pass": "pass", "disagrees": "DISAGREES WITH THE RECORD", "regression": "REGRESSION", "unexpected-pass": "UNEXPECTED PASS",
                "mismatch": "MISMATCH", "error": "ERROR", "missing": "MISSING", "xfail": "xfail", "xpass": "XPASS", "skip": "skip",
                "not-run": "not run"}
 
@@ -137,8 +140,23 @@ def select(cells: list[Cell], shard: tuple[int, int] | None = None, only: list[s
     return out
 
 
-def judge_cell(cell: Cell, verdict: str | None) -> str:
-    return judge(cell.expect, verdict, cell.xfail, cell.skip)
+# what a prediction expects of the run (an unknown one: anything but ERROR)
+_BY_RECORD = {bug_record.AFFECTED: "vulnerable", bug_record.FIXED: "not_reproduced",
+              bug_record.NOT_INTRODUCED: "not_reproduced"}
+
+
+def expected(cell: Cell, prediction: dict | None) -> str:
+    """The cell's expectation: the matrix file's, or the record's prediction."""
+    if cell.expect != "record":
+        return cell.expect
+    return _BY_RECORD.get((prediction or {}).get("status", ""), "any")
+
+
+def judge_cell(cell: Cell, verdict: str | None, prediction: dict | None = None) -> str:
+    status = judge(expected(cell, prediction), verdict, cell.xfail, cell.skip)
+    if cell.expect == "record" and status in ("regression", "unexpected-pass", "mismatch"):
+        return "disagrees"
+    return status
 
 
 @dataclass

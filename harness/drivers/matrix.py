@@ -82,7 +82,7 @@ class Runner:
             res = verify.verify(cell.kernel, cell.spec or cell.reproducer, opts, echo)
         except SpecError as e:
             return _error(cell, str(e), time.monotonic() - t0, waited)
-        return CellResult(cell, judge_cell(cell, res.verdict.verdict), res.record, res.run_dir,
+        return CellResult(cell, judge_cell(cell, res.verdict.verdict, res.record.prediction), res.record, res.run_dir,
                           time.monotonic() - t0, waited)
 
     def run(self) -> list[CellResult]:

@@ -21,7 +21,7 @@ td.cell:focus,td.cell.open{outline:3px solid #333}
 .verdict-vulnerable{background:#f8c9c4}.verdict-crashed{background:#f4a99f}
 .verdict-not_reproduced{background:#cdebc5}.verdict-inconclusive{background:#f6e7b0}
 .verdict-error{background:#ddd}.verdict-none{background:#fff;color:#888}
-.status-regression,.status-unexpected-pass,.status-mismatch,.status-error{box-shadow:inset 0 0 0 3px #b00}
+.status-regression,.status-unexpected-pass,.status-mismatch,.status-disagrees,.status-error{box-shadow:inset 0 0 0 3px #b00}
 .badge{font-weight:bold}.failing{color:#b00;font-weight:bold}
 article.detail{border:1px solid #bbb;padding:.5em 1em;margin:1em 0;max-width:70em}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:12px}

@@ -25,7 +25,7 @@ def render(doc: dict) -> str:
             counts["tests"] += 1
             st = c["status"]
             expected = f"expected {c['expect']}"
-            if st in ("regression", "unexpected-pass", "mismatch"):
+            if st in ("regression", "unexpected-pass", "mismatch", "disagrees"):
                 counts["failures"] += 1
                 el = ET.SubElement(case, "failure", type=st, message=f"{STATUS_TEXT[st]}: {expected}: {c['line']}")
                 el.text = "\n".join(filter(None, [c["line"], c["reason"], views.kernel_said(c), c["backtraces"]]))

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.analysis.expect import FAILING, Cell, CellResult, Matrix
+from harness.analysis.expect import FAILING, Cell, CellResult, Matrix, expected
 from harness.analysis.record import RunRecord
 from harness.reports import views
 
@@ -38,12 +38,20 @@ def _threads_text(run_dir: Path | None) -> str:
     return p.read_text() if p is not None and p.is_file() else ""
 
 
+def expected_text(cell: Cell, prediction: dict | None) -> str:
+    """'not_reproduced', or 'vulnerable (the record: affected)' for expect = "record"."""
+    if cell.expect != "record":
+        return cell.expect
+    return f"{expected(cell, prediction)} (the record: {(prediction or {}).get('status', 'unknown')})"
+
+
 def cell_doc(r: CellResult, root: Path) -> dict:
     rec = r.record
     ev = rec.evidence if rec else None
     return {
         "id": r.cell.id, "kernel": r.cell.kernel, "reproducer": r.cell.reproducer,
-        "expect": r.cell.expect, "xfail": r.cell.xfail, "skip": r.cell.skip,
+        "expect": expected_text(r.cell, rec.prediction if rec else None), "xfail": r.cell.xfail, "skip": r.cell.skip,
+        "prediction": rec.prediction if rec else None,
         "status": r.status, "failing": r.status in FAILING,
         "verdict": r.verdict, "line": rec.line if rec else None,
         "reason": (rec.verdict.reason if rec else None) or r.cell.skip,

@@ -78,4 +78,5 @@ def _cell_text(c: dict | None) -> str:
     if c is None:
         return "-"
     status = f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else ""
-    return (c["verdict"] or STATUS_TEXT[c["status"]]) + status
+    predicted = f" (record: {c['prediction']['status']})" if c.get("prediction") else ""
+    return (c["verdict"] or STATUS_TEXT[c["status"]]) + predicted + status

@@ -92,3 +92,15 @@ def test_a_cve_from_a_vulns_clone(tmp_path):
     assert bug_record.agreement(AFFECTED, "VULNERABLE") == "agrees"
     assert bug_record.agreement(FIXED, "VULNERABLE") == "disagrees"
     assert bug_record.agreement(UNKNOWN, "VULNERABLE") == ""
+
+
+def test_a_matrix_cell_expecting_the_record_disagrees_as_its_own_status():
+    from harness.analysis.expect import FAILING, Cell, judge_cell
+    c = Cell("debian:6.1.192", "bpf-timer", expect="record")
+    assert judge_cell(c, "NOT_REPRODUCED", {"status": FIXED}) == "pass"
+    assert judge_cell(c, "VULNERABLE", {"status": AFFECTED}) == "pass"
+    assert judge_cell(c, "VULNERABLE", {"status": NOT_INTRODUCED}) == "disagrees" and "disagrees" in FAILING
+    assert judge_cell(c, "NOT_REPRODUCED", {"status": AFFECTED}) == "disagrees"
+    assert judge_cell(c, "VULNERABLE", {"status": UNKNOWN}) == "pass"  # nothing predicted: anything but ERROR
+    assert judge_cell(c, "ERROR", {"status": AFFECTED}) == "error"
+    assert judge_cell(Cell("k", "r", expect="vulnerable"), "NOT_REPRODUCED", {"status": FIXED}) == "unexpected-pass"
