@@ -91,7 +91,8 @@ def _test(doc: dict, cell: dict, build_id: str) -> dict:
                   "signature": cell.get("signature"), "confidence": cell.get("confidence"),
                   **_p_miss(cell), "count": cell.get("count"),
                   "count_name": cell.get("count_name"), "console_titles": cell.get("console_titles") or [],
-                  "run_dir": cell.get("run_dir"), "matrix_run": doc["id"]}}
+                  "run_dir": cell.get("run_dir"), "matrix_run": doc["id"],
+                  "prediction": (cell.get("prediction") or {}).get("status")}}
     if cell.get("xfail"):
         t["waived"] = True
     if vm:

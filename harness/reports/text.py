@@ -65,10 +65,11 @@ def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reprod
 def matrix_table(doc: dict) -> str:
     """The verdict table `make run` prints."""
     w = max(len(k) for k in doc["kernels"]) + 2
-    cols = [max(len(r), 30) for r in doc["reproducers"]]
+    rows = views.grid(doc)
+    cols = [max([len(r), 14] + [len(_cell_text(row[i])) for _, row in rows]) for i, r in enumerate(doc["reproducers"])]
     out = [views.headline(doc), "",
            "kernel".ljust(w) + "".join(r.ljust(c + 2) for r, c in zip(doc["reproducers"], cols))]
-    for k, row in views.grid(doc):
+    for k, row in rows:
         out.append((k.ljust(w) + "".join(_cell_text(c).ljust(width + 2) for c, width in zip(row, cols))).rstrip())
     out += [views.failing_line(c) for c in doc["cells"] if c["failing"]]
     return "\n".join(out)
