@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The family: a verdict predicted from the bug's published record beside the
+one measured on a real Debian kernel, and the bpf-timer reproducer on the
+kernels either side of Debian's backport of its fix."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from helpers import kstall, verify_json
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("version,status,verdict", [
+    ("6.16.12", "affected", "VULNERABLE"), ("6.17.8", "fixed", "NOT_REPRODUCED"),
+    ("6.12.107", "not introduced", "NOT_REPRODUCED")])
+def test_explain_perf_refresh_agrees_with_what_verify_measures(tmp_path, version, status, verdict):
+    kstall("explain", f"debian:{version}", "perf-refresh")  # the changelog is fetched once, if it is not cached
+    t0 = time.monotonic()
+    p = kstall("explain", f"debian:{version}", "perf-refresh", "--json")
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr[-2000:]
+    pred = json.loads(p.stdout)["prediction"]
+    assert pred["status"] == status and pred["cve"] == "CVE-2025-40327"
+    text = kstall("explain", f"debian:{version}", "perf-refresh").stdout
+    if status == "affected":  # the 6.16.8 backport of the culprit, and the fix missing from the changelog
+        assert "6.16.8 (b2de0c9ce8e5)" in text and 'does not list the fix "perf/core: Fix system hang' in text
+    print(f"explain debian:{version} from the cache: {took:.2f}s")
+    rc, doc, err = verify_json(tmp_path, f"debian:{version}", "perf-refresh")
+    assert doc["verdict"] == verdict and doc["prediction"]["status"] == status, err[-2000:]
+
+
+@pytest.mark.parametrize("version,verdict,status,rc", [
+    ("6.1.170", "VULNERABLE", "affected", 1), ("6.1.192", "NOT_REPRODUCED", "fixed", 0)])
+def test_bpf_timer_freezes_where_debian_lacks_the_fix_and_not_where_it_backported_it(tmp_path, version, verdict,
+                                                                                      status, rc):
+    code, doc, err = verify_json(tmp_path, f"debian:{version}", "bpf-timer")
+    assert code == rc and doc["verdict"] == verdict, err[-2000:]
+    assert doc["prediction"]["status"] == status
+    if verdict == "VULNERABLE":
+        culprits = [c for c in doc["cpus"] if c["role"] == "culprit"]
+        assert {c["signature"] for c in culprits} == {"bpf_timer_cancel_each_other"} and len(culprits) == 2
+    else:  # the fix at work: one of the two cancels gets -EDEADLK
+        assert doc["evidence"]["p_miss"]["p_miss"] < 1e-6
+        assert any("changelog: lists the fix" in r for r in doc["prediction"]["reasons"])
+
+
+def test_explain_needs_a_record_or_a_cve(tmp_path):
+    p = kstall("explain", "debian:6.16.12")
+    assert p.returncode == 2 and "give a reproducer, or --cve" in p.stderr
+    p = kstall("explain", "debian:6.16.12", "--cve", "CVE-2025-40327", "--vulns", str(tmp_path))
+    assert p.returncode == 2 and "no CVE-2025-40327.dyad" in p.stderr
