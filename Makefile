@@ -71,7 +71,7 @@ $(GUEST)/obj/bpf_ringbuf.bpf.o: repro/bpf_ringbuf.bpf.c repro/bpf_ringbuf.h
 $(GUEST)/obj/bpf_ringbuf.skel.h: $(GUEST)/obj/bpf_ringbuf.bpf.o
 	bpftool gen skeleton $< name bpf_ringbuf > $@.tmp && mv $@.tmp $@
 
-$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
+$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 # the skeleton is named timer_pair: "bpf_timer" is the kernel's struct for a BPF timer
@@ -82,7 +82,7 @@ $(GUEST)/obj/bpf_timer.bpf.o: repro/bpf_timer.bpf.c repro/bpf_timer.h
 $(GUEST)/obj/timer_pair.skel.h: $(GUEST)/obj/bpf_timer.bpf.o
 	bpftool gen skeleton $< name timer_pair > $@.tmp && mv $@.tmp $@
 
-$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h $(REPRO_H) $(GUEST)/obj/timer_pair.skel.h | $(GUEST)
+$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/timer_pair.skel.h | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 run: deps

@@ -29,6 +29,7 @@
 #include "bpf_ringbuf.h"
 #include "bpf_ringbuf.skel.h"
 #include "repro.h"
+#include "bpf_repro.h"
 
 static const char *const path_names[RB_PATHS] = { "sched_switch", "nmi" };
 static const char *const stat_names[RB_STATS] = { "reserves", "nulls", "max_ns", "over", "sum_ns" };
@@ -46,20 +47,6 @@ struct options {
 };
 
 static atomic_int stop;
-
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
-{
-	/* one TAP diagnostic per line: a failed load's verifier log is multi-line */
-	char buf[8192], *line, *save = NULL;
-	int n = 0;
-
-	if (level != LIBBPF_WARN)
-		return 0;
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	for (line = strtok_r(buf, "\n", &save); line && n < 60; line = strtok_r(NULL, "\n", &save), n++)
-		ksft_print_msg("libbpf: %s\n", line);
-	return 0;
-}
 
 struct pair {
 	int cpu;

@@ -25,6 +25,7 @@
 
 #include "bpf_timer.h"
 #include "repro.h"
+#include "bpf_repro.h"
 #include "timer_pair.skel.h"
 
 struct options {
@@ -37,19 +38,6 @@ struct options {
 static atomic_int stop;
 static atomic_int failed_errno;
 static struct timer_pair *skel;
-
-static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
-{
-	char buf[8192], *line, *save = NULL;
-	int n = 0;
-
-	if (level != LIBBPF_WARN)
-		return 0;
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	for (line = strtok_r(buf, "\n", &save); line && n < 60; line = strtok_r(NULL, "\n", &save), n++)
-		ksft_print_msg("libbpf: %s\n", line);
-	return 0;
-}
 
 struct arm_thread {
 	int cpu;
