@@ -63,27 +63,25 @@ $(GUEST)/console-trigger: repro/console_trigger.c $(REPRO_H) | $(GUEST)
 $(GUEST)/signal-malloc-jemalloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -DKSTALL_JEMALLOC -o $@ $< -l:libjemalloc.a -lpthread -lm -ldl
 
-# BPF object -> libbpf skeleton -> static loader (objects stay out of the initramfs)
-$(GUEST)/obj/bpf_ringbuf.bpf.o: repro/bpf_ringbuf.bpf.c repro/bpf_ringbuf.h
+# BPF object -> libbpf skeleton -> static loader (objects stay out of the initramfs).
+# A skeleton is named after its object, except bpf_timer's: "bpf_timer" is the
+# kernel's own struct for a BPF timer.
+SKEL_NAME_bpf_timer := timer_pair
+
+$(GUEST)/obj/%.bpf.o: repro/%.bpf.c repro/%.h
 	@mkdir -p $(@D)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
-$(GUEST)/obj/bpf_ringbuf.skel.h: $(GUEST)/obj/bpf_ringbuf.bpf.o
-	bpftool gen skeleton $< name bpf_ringbuf > $@.tmp && mv $@.tmp $@
+$(GUEST)/obj/%.skel.h: $(GUEST)/obj/%.bpf.o
+	bpftool gen skeleton $< name $(or $(SKEL_NAME_$*),$*) > $@.tmp && mv $@.tmp $@
+
+BPF_LOADER = $(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 $(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
+	$(BPF_LOADER)
 
-# the skeleton is named timer_pair: "bpf_timer" is the kernel's struct for a BPF timer
-$(GUEST)/obj/bpf_timer.bpf.o: repro/bpf_timer.bpf.c repro/bpf_timer.h
-	@mkdir -p $(@D)
-	clang $(BPF_CFLAGS) -c $< -o $@
-
-$(GUEST)/obj/timer_pair.skel.h: $(GUEST)/obj/bpf_timer.bpf.o
-	bpftool gen skeleton $< name timer_pair > $@.tmp && mv $@.tmp $@
-
-$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/timer_pair.skel.h | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
+$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_timer.skel.h | $(GUEST)
+	$(BPF_LOADER)
 
 run: deps
 	@$(MAKE) --no-print-directory guest

@@ -26,7 +26,7 @@
 #include "bpf_timer.h"
 #include "repro.h"
 #include "bpf_repro.h"
-#include "timer_pair.skel.h"
+#include "bpf_timer.skel.h"
 
 struct options {
 	unsigned long long duration_ms;

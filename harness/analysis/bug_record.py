@@ -107,14 +107,6 @@ class BugRecord:
         fixes = [b.fixed for b in self.branches if b.fixed and not _stable(b.fixed)]
         return min(fixes) if fixes else None
 
-    def ranges_text(self) -> str:
-        """'introduced in 6.17 (18dbcbfabfff); fixed in 6.17.8 (6b8c51281164), 6.18 (eb3182ef0405); 6.16.8 ...'"""
-        parts = []
-        for b in self.branches:
-            fixed = f"fixed in {vtext(b.fixed)} ({b.fix})" if b.fixed else "no fix on that branch"
-            parts.append(f"{vtext(b.introduced)} ({b.culprit}) -> {fixed}")
-        return "; ".join(parts)
-
 
 @dataclass
 class Prediction:
@@ -165,9 +157,9 @@ def _by_record(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
 
 
 def predict(rec: BugRecord | None, upstream: str | None, log: list[changelog.Line] | None,
-            package: str = "") -> Prediction:
+            no_log: str = "none") -> Prediction:
     """The verdict the record (and the changelog, when there is one) predicts
-    for a kernel of that upstream version."""
+    for a kernel of that upstream version; no_log: why there is no changelog."""
     if rec is None:
         return Prediction(UNKNOWN, ["no record of a kernel bug for this reproducer"])
     if not upstream or not re.fullmatch(r"\d+\.\d+(\.\d+)?", upstream):
@@ -176,7 +168,7 @@ def predict(rec: BugRecord | None, upstream: str | None, log: list[changelog.Lin
     v = v + (0,) * (3 - len(v))
     status, reasons, fix_version = _by_record(rec, v)
     if log is None:
-        reasons.append(f"changelog: none{' in ' + package if package else ''} (the record alone decides)")
+        reasons.append(f"changelog: {no_log} (the record alone decides)")
         return Prediction(status, reasons, rec.cve, fix_version)
     fix = changelog.find(log, rec.fix_subject) if rec.fix_subject else None
     culprit = changelog.find(log, rec.culprit_subject) if rec.culprit_subject else None
@@ -204,13 +196,13 @@ def of(doc: dict, name: str) -> BugRecord | None:
     return BugRecord.from_doc(doc, f"reproducer {name}: [record]") if doc else None
 
 
-# the measured verdicts a prediction expects
-_EXPECTS = {AFFECTED: "VULNERABLE", FIXED: "NOT_REPRODUCED", NOT_INTRODUCED: "NOT_REPRODUCED"}
+# the measured verdict each prediction expects (an unknown one expects nothing)
+EXPECTED_VERDICT = {AFFECTED: "VULNERABLE", FIXED: "NOT_REPRODUCED", NOT_INTRODUCED: "NOT_REPRODUCED"}
 
 
 def agreement(status: str, verdict: str) -> str:
     """'agrees', 'disagrees', or '' when one side says nothing (an unknown
     prediction, or an ERROR or INCONCLUSIVE run)."""
-    if status not in _EXPECTS or verdict not in ("VULNERABLE", "NOT_REPRODUCED"):
+    if status not in EXPECTED_VERDICT or verdict not in ("VULNERABLE", "NOT_REPRODUCED"):
         return ""
-    return "agrees" if _EXPECTS[status] == verdict else "disagrees"
+    return "agrees" if EXPECTED_VERDICT[status] == verdict else "disagrees"

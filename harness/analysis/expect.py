@@ -140,16 +140,12 @@ def select(cells: list[Cell], shard: tuple[int, int] | None = None, only: list[s
     return out
 
 
-# what a prediction expects of the run (an unknown one: anything but ERROR)
-_BY_RECORD = {bug_record.AFFECTED: "vulnerable", bug_record.FIXED: "not_reproduced",
-              bug_record.NOT_INTRODUCED: "not_reproduced"}
-
-
 def expected(cell: Cell, prediction: dict | None) -> str:
     """The cell's expectation: the matrix file's, or the record's prediction."""
     if cell.expect != "record":
         return cell.expect
-    return _BY_RECORD.get((prediction or {}).get("status", ""), "any")
+    # an unknown prediction expects anything but ERROR
+    return bug_record.EXPECTED_VERDICT.get((prediction or {}).get("status", ""), "any").lower()
 
 
 def judge_cell(cell: Cell, verdict: str | None, prediction: dict | None = None) -> str:

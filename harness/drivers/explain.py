@@ -28,17 +28,14 @@ def predict(kernel: Kernel, record: BugRecord | None, echo: Echo | None = None) 
     """The prediction for kernel; a changelog that cannot be had leaves the record to decide, saying why."""
     if record is None:
         return bug_record.predict(None, kernel.upstream, None)
-    why = ""
+    package = kernel.origin.get("image_package") or kernel.origin.get("package") or ""
+    no_log = f"none in {package}" if package else "none"
     try:
         path = schemes.changelog(kernel, echo)
         log = changelog.load(path) if path else None
     except (SpecError, OSError, ValueError) as e:
-        log, why = None, f"changelog: could not be read ({e})"
-    package = kernel.origin.get("image_package") or kernel.origin.get("package") or ""
-    p = bug_record.predict(record, kernel.upstream, log, package)
-    if why:
-        p.reasons = [r for r in p.reasons if not r.startswith("changelog: none")] + [why]
-    return p
+        log, no_log = None, f"could not be read ({e})"
+    return bug_record.predict(record, kernel.upstream, log, no_log)
 
 
 def explain(spec: str, repro: str | None, cve: str | None, vulns: Path | None, echo: Echo) -> Explanation:

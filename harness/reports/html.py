@@ -116,8 +116,8 @@ def render(doc: dict) -> str:
                 sub.append(c["line"].split(": ", 1)[-1])
             elif c.get("count") is not None:
                 sub.append(f"{c['count']} {c.get('count_name') or ''}")
-            if c.get("prediction"):
-                sub.append(f"record: {c['prediction']['status']}")
+            if views.predicted(c):
+                sub.append(views.predicted(c))
             if c["status"] != "pass":
                 sub.append(STATUS_TEXT[c["status"]] + f" (expected {c['expect']})")
             tds.append(f'<td class="cell verdict-{e(v)} status-{e(c["status"])}" tabindex="0" '

@@ -28,9 +28,8 @@ def render(doc: dict) -> str:
         detail = c["line"] or c["reason"]
         if detail:
             out.append(f"# {_ktap_text(detail)} (expected {c['expect']}: {STATUS_TEXT.get(st, st)})")
-        if c.get("prediction"):
-            out.append(f"# the record predicts: {_ktap_text(c['prediction']['status'])} "
-                       f"({_ktap_text(c['prediction'].get('cve') or '')})")
+        if views.predicted(c):
+            out.append(f"# {_ktap_text(views.predicted(c))} ({_ktap_text(c['prediction'].get('cve') or '')})")
         if c.get("console_titles"):
             out.append(f"# kernel reported: {_ktap_text(views.titles_text(c['console_titles']))}")
     t = doc["totals"]

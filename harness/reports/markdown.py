@@ -10,8 +10,8 @@ def _cell_text(c: dict | None) -> str:
     if c is None:
         return ""
     text = c["verdict"] or STATUS_TEXT[c["status"]]
-    if c.get("prediction"):  # what the bug's record predicts, beside what was measured
-        text += f" (record: {c['prediction']['status']})"
+    if views.predicted(c):  # beside what was measured
+        text += f" ({views.predicted(c)})"
     if c["status"] in FAILING:
         return f"**{text}** ({STATUS_TEXT[c['status']]}, expected {c['expect']})"
     return text + (f" ({c['status']})" if c["status"] != "pass" else "")

@@ -79,5 +79,5 @@ def _cell_text(c: dict | None) -> str:
     if c is None:
         return "-"
     status = f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else ""
-    predicted = f" (record: {c['prediction']['status']})" if c.get("prediction") else ""
+    predicted = f" ({views.predicted(c)})" if views.predicted(c) else ""
     return (c["verdict"] or STATUS_TEXT[c["status"]]) + predicted + status

@@ -56,6 +56,11 @@ def grid(doc: dict) -> list[tuple[str, list[dict | None]]]:
     return [(k, [cells.get((k, r)) for r in doc["reproducers"]]) for k in doc["kernels"]]
 
 
+def predicted(c: dict) -> str:
+    """'record: fixed': what the cell's bug record predicts ("" without one)."""
+    return f"record: {c['prediction']['status']}" if c.get("prediction") else ""
+
+
 def headline(doc: dict) -> str:
     t = doc["totals"]
     parts = [f"{n} {STATUS_TEXT.get(s, s)}" for s, n in sorted(t.items(), key=lambda kv: kv[0] not in FAILING)]
