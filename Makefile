@@ -11,7 +11,7 @@ GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -static -I$(KSELFTEST)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 
-REPROS  := perf-refresh bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
+REPROS  := perf-refresh perf-sigtrap bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
@@ -50,6 +50,9 @@ $(GUEST)/init: repro/agent.c | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/perf-refresh: repro/perf_refresh.c $(REPRO_H) | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+$(GUEST)/perf-sigtrap: repro/perf_sigtrap.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/signal-malloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)

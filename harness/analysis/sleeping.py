@@ -4,17 +4,29 @@ the same kernel wait, past its threshold while the kernel went on (the
 agent's "KSTALL dstate" lines, repro/agent.c sleep_watch). Titled from its
 kernel stack as syzbot titles the kernel's own hung-task report: the first
 frame past the scheduler, sleep and lock primitives (the same skip list as
-console-patterns.toml), "INFO: task hung in anon_pipe_write"."""
+console-patterns.toml), "INFO: task hung in anon_pipe_write". Named by the
+first signature (harness/analysis/signatures/) that matches a task's kernel
+stack, as a vCPU's stack is."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis import console
-from harness.analysis.classify import base_name
+from harness.analysis import classify, console
+from harness.analysis.classify import Role, Signature, base_name
 
 @dataclass
 class SleepingHang:
     tasks: list[dict]  # tid, pid, comm, secs, wchan, kstack (function names, innermost first)
+    signature: Signature | None = None  # the culprit signature a task's stack matched
+
+    @classmethod
+    def named(cls, tasks: list[dict], sigs: list[Signature]) -> "SleepingHang":
+        """The tasks, and the first culprit signature one of their kernel stacks matches."""
+        for t in tasks:
+            sig = classify.classify_cpu({"frames": [{"function": f} for f in t["kstack"]]}, sigs)
+            if sig.role == Role.CULPRIT:
+                return cls(tasks, sig)
+        return cls(tasks)
 
     @property
     def culprits(self) -> list[dict]:
@@ -34,7 +46,8 @@ class SleepingHang:
         return "; ".join([self.title] + [task_text(t) for t in self.tasks])
 
     def to_json(self) -> dict:
-        return {"kind": "sleeping", "title": self.title, "tasks": self.tasks}
+        return {"kind": "sleeping", "title": self.title, "tasks": self.tasks,
+                "signature": self.signature.name if self.signature else None}
 
 
 def task_text(t: dict) -> str:

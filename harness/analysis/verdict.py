@@ -99,6 +99,18 @@ def from_unnamed(outcome: Outcome, hang: cpu_state.Hang | sleeping.SleepingHang,
                    summary=hang.summary(), confidence=confidence, title=hang.title)
 
 
+def from_sleeping(outcome: Outcome, hang: sleeping.SleepingHang, own_bug: str) -> Verdict:
+    """A task asleep for good: named by the signature its kernel stack
+    matched, else titled from that stack as an unnamed hang."""
+    sig = hang.signature
+    if sig is None:
+        return from_unnamed(outcome, hang, own_bug, "titled from its kernel stack", "high")
+    if own_bug and sig.bug not in ("", own_bug):
+        return different_hang(outcome, hang.summary(), sig.title)
+    return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}", summary=hang.summary(),
+                   confidence="high", signature=sig.name, title=sig.title)
+
+
 def from_hang(outcome: Outcome, classes: list[classify.CpuClass], debug_errors: list[str],
               stall: dict | None = None, hang: cpu_state.Hang | None = None, own_bug: str = "") -> Verdict:
     """hang: the CPUs' states, for a hang no culprit signature names; own_bug:
@@ -200,7 +212,7 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
     if kind == OutcomeKind.STUCK and process is not None:
         return from_process_hang(outcome, *process, own_bug=own_bug)
     if kind == OutcomeKind.SLEEPING and isinstance(hang, sleeping.SleepingHang):
-        return from_unnamed(outcome, hang, own_bug, "titled from its kernel stack", "high")
+        return from_sleeping(outcome, hang, own_bug)
     if kind.hang:
         return from_hang(outcome, classes or [], debug_errors, stall, hang, own_bug)
     if kind == OutcomeKind.STALL:

@@ -322,7 +322,7 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
                     r.dump_process(w, outcome)
                 return outcome, None
             if outcome.kind == OutcomeKind.SLEEPING:  # the agent said which tasks and where
-                r.hang = sleeping.SleepingHang(list(w.agent.sleeping))
+                r.hang = sleeping.SleepingHang.named(list(w.agent.sleeping), r.sigs)
                 r.note_hang(w, outcome, "titled from the kernel stacks the agent read")
                 return outcome, None
             if outcome.kind == OutcomeKind.STALL:
