@@ -309,6 +309,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_debian(a: argparse.Namespace) -> int:
+    from harness.analysis import bug_record
     from harness.drivers import verify
     from harness.drivers.bisect import debian as bisect_debian
     from harness.drivers.bisect.search import REPRODUCES
@@ -343,11 +344,13 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
     policy.opts.results_root = opts_root
     try:
         doc = bisect_debian.run(a.old, a.new, policy, out, echo_stderr, prefetch=not a.no_prefetch,
-                                resumed=resumed, argv=sys.argv)
+                                resumed=resumed, argv=sys.argv, record=bug_record.of(repro.record, repro.name))
     finally:
         path = out.finalize()
         echo_stderr(f"bisection state and step runs: {path} (resume with --resume {path})")
     print(doc["summary"])
+    for line in bisect_debian.record_lines(doc):
+        print(f"  {line}")
     print(f"  {doc['verifies']} verifies over {len(doc['candidates'])} versions, {doc['wall_s']}s "
           f"({doc['seconds_per_step']}s per step); details: {path}/bisect.json")
     return 0 if doc["direction"] in ("regression", "fix") else EXIT_ERROR

@@ -191,6 +191,57 @@ def predict(rec: BugRecord | None, upstream: str | None, log: list[changelog.Lin
     return Prediction(status, reasons, rec.cve, fix_version)
 
 
+def line_of(upstream: str) -> str:
+    """The stable line a version belongs to: "6.12" for 6.12.94."""
+    return ".".join(upstream.split(".")[:2])
+
+
+@dataclass
+class ExpectedChange:
+    """Where the record alone puts the change over a range of versions."""
+    statuses: list[tuple[str, str]]   # (version, status) in order
+    last_old: str = ""                # the last version in the old end's state, "" if none changes
+    first_new: str = ""
+    reasons: list[str] = field(default_factory=list)  # the record lines for first_new
+    old_reasons: list[str] = field(default_factory=list)  # and for last_old
+
+    @property
+    def crosses_line(self) -> bool:
+        return bool(self.first_new) and line_of(self.last_old) != line_of(self.first_new)
+
+    def text(self) -> str:
+        if not self.first_new:
+            old, new = self.statuses[0], self.statuses[-1]
+            return (f"the record predicts no change from {old[0]} ({old[1]}) to {new[0]} ({new[1]})")
+        what = "first affected" if self.statuses[-1][1] == AFFECTED else "first fixed"
+        if not self.crosses_line:
+            return f"the record predicts {what}: {self.first_new} ({'; '.join(self.reasons)})"
+        return (f"the record predicts {what}: {self.first_new}, where the range crosses from the "
+                f"{line_of(self.last_old)} line to the {line_of(self.first_new)} line ({self.last_old}: "
+                f"{'; '.join(self.old_reasons)}. {self.first_new}: {'; '.join(self.reasons)})")
+
+    def to_json(self) -> dict:
+        return {"last_old": self.last_old, "first_new": self.first_new, "crosses_line": self.crosses_line,
+                "reasons": self.reasons, "old_reasons": self.old_reasons, "statuses": dict(self.statuses), "text": self.text()}
+
+
+def expected_change(rec: BugRecord, versions: list[str]) -> ExpectedChange:
+    """The record's status for each of versions (upstream, oldest first)
+    and the first one whose state (affected or not) differs from the
+    first's: what a version bisection over them should find, before any
+    distro backport."""
+    statuses, reasons = [], {}
+    for v in versions:
+        p = predict(rec, v, None)
+        statuses.append((v, p.status))
+        reasons[v] = [r for r in p.reasons if r.startswith("record:")]
+    first_bad = statuses[0][1] == AFFECTED
+    for (prev, _), (v, status) in zip(statuses, statuses[1:]):
+        if (status == AFFECTED) != first_bad and status != UNKNOWN:
+            return ExpectedChange(statuses, prev, v, reasons[v], reasons[prev])
+    return ExpectedChange(statuses)
+
+
 def of(doc: dict, name: str) -> BugRecord | None:
     """A reproducer's record ([record] of its data file), None without one."""
     return BugRecord.from_doc(doc, f"reproducer {name}: [record]") if doc else None

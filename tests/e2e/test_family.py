@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The family: a verdict predicted from the bug's published record beside the
-one measured on a real Debian kernel, and the bpf-timer reproducer on the
-kernels either side of Debian's backport of its fix."""
+one measured on a real Debian kernel, and the bpf-timer and perf-sigtrap
+reproducers on the kernels either side of Debian's backports of their fixes."""
 from __future__ import annotations
 
 import json
@@ -46,6 +46,19 @@ def test_bpf_timer_freezes_where_debian_lacks_the_fix_and_not_where_it_backporte
     else:  # the fix at work: one of the two cancels gets -EDEADLK
         assert doc["evidence"]["p_miss"]["p_miss"] < 1e-6
         assert any("changelog: lists the fix" in r for r in doc["prediction"]["reasons"])
+
+
+@pytest.mark.parametrize("version,verdict,status,rc", [
+    ("6.1.170", "VULNERABLE", "affected", 1), ("6.1.192", "NOT_REPRODUCED", "fixed", 0)])
+def test_perf_sigtrap_sleeps_for_ever_where_debian_lacks_the_fix(tmp_path, version, verdict, status, rc):
+    code, doc, err = verify_json(tmp_path, f"debian:{version}", "perf-sigtrap")
+    assert code == rc and doc["verdict"] == verdict, err[-2000:]
+    assert doc["prediction"]["status"] == status
+    if verdict == "VULNERABLE":  # a sleeping hang: the CPUs go on, one task sleeps in _free_event
+        assert doc["outcome"]["kind"] == "sleeping" and doc["signature"] == "perf_sigtrap_free_wait"
+        assert "_free_event" in doc["hang"]["tasks"][0]["kstack"]
+    else:
+        assert doc["evidence"]["p_miss"]["p_miss"] < 1e-6
 
 
 def test_explain_needs_a_record_or_a_cve(tmp_path):

@@ -45,6 +45,18 @@ def test_fix_hunt_uses_the_old_end_as_the_reproducing_term():
     assert (out.direction, out.last_old, out.first_new) == ("fix", "v4", "v5")
 
 
+def test_a_version_change_where_two_stable_lines_meet_names_no_first_version():
+    from harness.drivers.bisect import debian as bisect_debian
+    from harness.drivers.bisect.search import Outcome
+    crossed = Outcome("fix", "6.16.12", "6.17.8")
+    assert "crosses from the 6.16 line (last: 6.16.12) to the 6.17 line (first: 6.17.8)" in \
+        bisect_debian.summary_line(crossed)
+    assert "no first fixed version is named" in bisect_debian.crossing(crossed)
+    within = Outcome("regression", "6.16.3", "6.16.12")
+    assert not bisect_debian.crossing(within)
+    assert bisect_debian.summary_line(within).startswith("last version without the hang: 6.16.3")
+
+
 def test_ends_that_agree_stop_the_search():
     c = versions(5)
     test, tested = table({v: CLEAN for v in c})

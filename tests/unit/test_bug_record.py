@@ -104,3 +104,19 @@ def test_a_matrix_cell_expecting_the_record_disagrees_as_its_own_status():
     assert judge_cell(c, "VULNERABLE", {"status": UNKNOWN}) == "pass"  # nothing predicted: anything but ERROR
     assert judge_cell(c, "ERROR", {"status": AFFECTED}) == "error"
     assert judge_cell(Cell("k", "r", expect="vulnerable"), "NOT_REPRODUCED", {"status": FIXED}) == "unexpected-pass"
+
+
+def test_the_record_puts_a_version_bisection_s_change_within_a_line_or_at_a_line_crossing():
+    refresh = bug_record.of(reproducers.load("perf-refresh").record, "perf-refresh")
+    within = bug_record.expected_change(refresh, ["6.12.107", "6.12.118", "6.16.3", "6.16.12"])
+    assert (within.last_old, within.first_new, within.crosses_line) == ("6.16.3", "6.16.12", False)
+    assert "first affected: 6.16.12" in within.text() and "6.16.8 (b2de0c9ce8e5)" in within.text()
+    # the 6.16 line never got the fix: the change is where the range leaves it
+    crossing = bug_record.expected_change(refresh, ["6.16.12", "6.17.8", "6.17.13"])
+    assert (crossing.last_old, crossing.first_new, crossing.crosses_line) == ("6.16.12", "6.17.8", True)
+    assert "no fix on 6.16.y" in crossing.text() and "6.17.8 (6b8c51281164)" in crossing.text()
+    # by the record alone 6.1.y is never fixed; Debian's 6.1.192 is (its changelog says so, not the record)
+    sigtrap = bug_record.expected_change(SIGTRAP, ["6.1.190", "6.1.192", "6.12.43"])
+    assert (sigtrap.first_new, sigtrap.crosses_line) == ("6.12.43", True)
+    same = bug_record.expected_change(SIGTRAP, ["6.12.43", "6.12.118"])
+    assert not same.first_new and "no change from 6.12.43 (fixed) to 6.12.118 (fixed)" in same.text()

@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.analysis import bug_record
+from harness.analysis.bug_record import BugRecord
 from harness.base import paths, procs, rundir as results
+from harness.drivers import explain
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors
 from images import debian
@@ -72,7 +75,23 @@ def upstream_range(outcome: Outcome) -> str:
     return f"v{outcome.last_old}..v{outcome.first_new}"
 
 
+def crossing(outcome: Outcome) -> str:
+    """What a change found where two stable lines meet is: not one version's."""
+    if not outcome.last_old or not outcome.first_new:
+        return ""
+    old, new = bug_record.line_of(outcome.last_old), bug_record.line_of(outcome.first_new)
+    if old == new:
+        return ""
+    what = "the hang" if outcome.direction == "regression" else "the fix"
+    return (f"{what} shows up where the range crosses from the {old} line (last: {outcome.last_old}) to the "
+            f"{new} line (first: {outcome.first_new}): the two lines differ by much more than one change, so no "
+            f"first {'bad' if outcome.direction == 'regression' else 'fixed'} version is named; bisect within "
+            "one line, or the commits between with `kstall bisect git`")
+
+
 def summary_line(outcome: Outcome) -> str:
+    if crossing(outcome):
+        return crossing(outcome)
     if outcome.direction == "regression":
         return (f"last version without the hang: {outcome.last_old}; first version with it: {outcome.first_new} "
                 f"(upstream range {upstream_range(outcome)})")
@@ -82,8 +101,37 @@ def summary_line(outcome: Outcome) -> str:
     return outcome.message
 
 
+def beside_the_record(record: BugRecord, cands: list[str], outcome: Outcome) -> dict:
+    """The change the record alone predicts over the candidates, and what
+    each found end's own package says (its changelog lists backports the
+    record does not know of)."""
+    doc = bug_record.expected_change(record, cands).to_json()
+    doc["cve"], doc["found"] = record.cve, {}
+    for v in (outcome.last_old, outcome.first_new):
+        if v:
+            try:
+                doc["found"][v] = explain.predict(resolve(f"debian:{v}"), record).to_json()
+            except SpecError as e:
+                doc["found"][v] = {"status": bug_record.UNKNOWN, "reasons": [str(e)]}
+    return doc
+
+
+def record_lines(doc: dict) -> list[str]:
+    """The record's prediction printed beside the range found."""
+    rec = doc.get("record")
+    if not rec:
+        return []
+    out = [f"{rec['text']} ({rec['cve']})"]
+    for v, p in rec["found"].items():
+        why = "; ".join(r for r in p["reasons"] if r.startswith(("changelog:", "the package")))
+        out.append(f"debian:{v} by its package: {p['status']}" + (f" ({why})" if why else ""))
+    return out
+
+
 def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Callable[[str], None],
-        prefetch: bool = True, resumed: dict[str, Step] | None = None, argv: list[str] | None = None) -> dict:
+        prefetch: bool = True, resumed: dict[str, Step] | None = None, argv: list[str] | None = None,
+        record: BugRecord | None = None) -> dict:
+    """record: the reproducer's bug record, whose prediction goes beside the range found."""
     cands = candidates(old, new)
     log = open(out.work / "bisect.log", "a")
     started = time.time()
@@ -131,8 +179,11 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
     doc.update({"direction": outcome.direction, "last_old": outcome.last_old, "first_new": outcome.first_new,
                 "skipped_between": outcome.skipped_between, "message": outcome.message,
                 "upstream_range": upstream_range(outcome), "summary": summary_line(outcome),
+                "crosses_line": bool(crossing(outcome)),
                 "verifies": len(b.steps), "wall_s": round(time.time() - started, 1),
                 "seconds_per_step": round((time.time() - started) / max(len(b.steps), 1), 1)})
+    if record is not None:
+        doc["record"] = beside_the_record(record, cands, outcome)
     save()
     return doc
 
