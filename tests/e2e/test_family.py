@@ -61,6 +61,20 @@ def test_perf_sigtrap_sleeps_for_ever_where_debian_lacks_the_fix(tmp_path, versi
         assert doc["evidence"]["p_miss"]["p_miss"] < 1e-6
 
 
+def test_a_version_bisection_across_two_stable_lines_names_no_first_version_and_shows_the_record(tmp_path):
+    p = kstall("bisect", "debian", "--old", "6.16.12", "--new", "6.17.13", "perf-refresh", "--results",
+               str(tmp_path), timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(next(tmp_path.glob("*-bisect-debian-*/bisect.json")).read_text())
+    assert (doc["direction"], doc["last_old"], doc["first_new"], doc["crosses_line"]) == \
+        ("fix", "6.16.12", "6.17.8", True)
+    assert "crosses from the 6.16 line" in p.stdout and "no first fixed version is named" in p.stdout
+    rec = doc["record"]
+    assert (rec["first_new"], rec["crosses_line"], rec["cve"]) == ("6.17.8", True, "CVE-2025-40327")
+    assert "the record predicts first fixed: 6.17.8" in p.stdout and "6b8c51281164" in p.stdout
+    assert rec["found"]["6.16.12"]["status"] == "affected" and rec["found"]["6.17.8"]["status"] == "fixed"
+
+
 def test_explain_needs_a_record_or_a_cve(tmp_path):
     p = kstall("explain", "debian:6.16.12")
     assert p.returncode == 2 and "give a reproducer, or --cve" in p.stderr
