@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis import report_title
 from harness.analysis.classify import base_name
 from harness.base import paths
 
@@ -37,12 +38,16 @@ class Pattern:
     reason: str = ""
     title: str = ""      # syzbot-style template: "{func}" is the function, "{group}" a named group
     func_from: str = ""  # "rip": first kernel RIP on; "trace": first Call Trace on
+    stack: report_title.StackSpec | None = None  # syzbot's way to the function (report_title.py)
+    report: tuple[re.Pattern, ...] = ()  # lines found in turn, the last one's (?P<func>) names the report
 
 
 @dataclass(frozen=True)
 class Patterns:
     patterns: list[Pattern]
     skip: re.Pattern  # frames that never name a report
+    rules: report_title.Rules | None = None
+    not_new: frozenset[str] = frozenset()  # report names whose first line does not end the report before
 
     def __iter__(self):
         return iter(self.patterns)
@@ -60,13 +65,34 @@ class Report:
     excerpt: list[str] = field(default_factory=list)
     pattern: Pattern | None = None
     skip: re.Pattern | None = None
+    patterns: Patterns | None = None
+    end: int | None = None  # where in the excerpt the next report starts
+    _func: tuple | None = None  # (excerpt length, end, function): computed once per state
+
+    def ends_at(self, report: "Report", index: int) -> None:
+        """report starts at this excerpt's line index: this one's lines end there."""
+        if self.end is None and report.kind in TITLED_KINDS and self.patterns and \
+                report.name not in self.patterns.not_new:
+            self.end = index
 
     @property
     def func(self) -> str | None:
         """The function the report points at (None until its lines are in)."""
-        if not self.pattern or not self.pattern.func_from:
+        p = self.pattern
+        if p and self.patterns and self.patterns.rules and (p.stack or p.report):
+            if self._func and self._func[:2] == (len(self.excerpt), self.end):
+                return self._func[2]
+            lines = own_lines(self.excerpt, self.patterns, self.end)
+            if p.report:  # None when its lines are not there: titled by its first line, as syzbot does
+                func = report_title.found_in_turn(lines, p.report, "func")
+            else:
+                assert p.stack
+                func = report_title.function(lines, p.stack, self.patterns.rules)
+            self._func = (len(self.excerpt), self.end, func)
+            return func
+        if not p or not p.func_from:
             return None
-        return report_function(self.excerpt, self.pattern.func_from, self.skip)
+        return report_function(self.excerpt, p.func_from, self.skip)
 
     @property
     def title(self) -> str:
@@ -76,6 +102,9 @@ class Report:
         if not template:
             return self.message
         func = self.func
+        if func is None and self.pattern and self.pattern.report and (m := self.pattern.regex.search(
+                strip_prefix(self.line)[0])):
+            return m.group(0).strip()
         if func is None and "{func}" in template:
             template = template.replace(" in {func}", "").replace("{func}", "?")
         try:
@@ -92,10 +121,29 @@ class Report:
 def load_patterns(path: Path = PATTERNS) -> Patterns:
     with open(path, "rb") as f:
         doc = tomllib.load(f)
+    rules = report_title.Rules.from_doc(doc["titles"]) if "titles" in doc else None
     pats = [Pattern(p["kind"], p["name"], re.compile(p["regex"]), p.get("reason", ""), p.get("title", ""),
-                    p.get("func_from", "")) for p in doc["pattern"]]
+                    p.get("func_from", ""), report_title.StackSpec.from_pattern(p, rules) if rules else None,
+                    tuple(map(report_title.compile_step, p.get("report", ())))) for p in doc["pattern"]]
     skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
-    return Patterns(pats, skip)
+    return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())))
+
+
+def own_lines(excerpt: list[str], patterns: Patterns, end: int | None = None) -> list[str]:
+    """A report's lines as syzbot reads them: without printk prefixes, only
+    its own caller's (with printk caller ids), without unreliable `?`
+    frames, and up to the next report's first line (end)."""
+    caller = caller_id(excerpt[0]) if excerpt else None
+    rules = patterns.rules
+    out = []
+    for i, line in enumerate(excerpt[:end]):
+        if caller and caller_id(line) not in (caller, None):
+            continue
+        body, ts = strip_prefix(line)
+        if i and rules and ts is not None and rules.questionable.search(body) and "<EOI>" not in body:
+            continue
+        out.append(body)
+    return out
 
 
 def strip_prefix(line: str) -> tuple[str, float | None]:
@@ -171,7 +219,8 @@ def match_line(line: str, patterns: Patterns) -> Report | None:
         if m:
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             message = groups.pop("title", None) or m.group(0)
-            return Report(p.kind, p.name, message.strip(), ts, line, groups, p.reason, [line], p, patterns.skip)
+            return Report(p.kind, p.name, message.strip(), ts, line, groups, p.reason, [line], p, patterns.skip,
+                          patterns)
     return None
 
 
@@ -180,11 +229,17 @@ def scan(text: str, patterns: Patterns | None = None, excerpt_lines: int = TRACE
     patterns = patterns or load_patterns()
     lines = text.splitlines()
     out = []
+    starts: list[int] = []
     for i, line in enumerate(lines):
         r = match_line(line, patterns)
         if r:
             r.excerpt = lines[i:i + excerpt_lines]
+            for prev, at in zip(out[::-1], starts[::-1]):
+                if i - at >= excerpt_lines:
+                    break
+                prev.ends_at(r, i - at)
             out.append(r)
+            starts.append(i)
     return out
 
 
@@ -216,6 +271,8 @@ class Tracker:
         r = match_line(line, self.patterns)
         if r is None:
             return
+        for o in self.open:
+            o.ends_at(r, len(o.excerpt) - 1)
         if len(self.reports) >= self.MAX_REPORTS:
             self.dropped += 1
             return

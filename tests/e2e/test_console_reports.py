@@ -18,8 +18,8 @@ def test_hung_task_report_is_titled_in_run_json(tmp_path):
     hung = [r for r in doc["evidence"]["console_reports"] if r["name"] == "hung-task"]
     assert hung, doc["evidence"]["console_reports"]
     r = hung[0]
-    assert r["kind"] == "stall" and r["function"] == "anon_pipe_prefill_and_lock"
-    assert r["title"] == "INFO: task hung in anon_pipe_prefill_and_lock"
+    assert r["kind"] == "stall" and r["function"] == "anon_pipe_write"
+    assert r["title"] == "INFO: task hung in anon_pipe_write"
     assert r["fields"]["task"] == "blocked-writer" and r["message"].startswith("INFO: task blocked-writer:")
     assert {"title": r["title"], "kind": "stall", "count": 1} in doc["evidence"]["console_titles"]
     assert "console: INFO: task blocked-writer" in out  # progress output names it as it comes

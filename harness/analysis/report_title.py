@@ -1,0 +1,175 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The function a kernel report is named after, chosen the way syzbot
+chooses it, from rules that are data (console-patterns.toml: a pattern's
+`stack`, `stack2`, `skip` and `extractor`; the [titles] table's shared lists).
+
+A pattern's `stack` is a list of steps matched down the report in order: a
+regular expression (with {FUNC} for a captured function name, {PC} for a
+bracketed address) advances to the first line it matches and takes its
+function as a frame; "trace" takes the frames of the stack trace that
+follows, up to the next stack header. Frames whose name contains a skip
+word are not taken, nor are unreliable `?` frames. The extractor then picks
+one frame: the first ("first"), the caller of the first dispatch frame for
+loops that a stall report catches anywhere ("stall"), or the first frame
+past the waits of a hung task, with its common buckets ("hung"). When no
+frame is left the function is "corrupted", as syzbot says of a garbled report.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PC = r"\[<?(?:0x)?[0-9a-f]+>?\]"
+FUNC = r"([a-zA-Z0-9_]+)(?:\.|\+)"
+CORRUPTED = "corrupted"
+
+
+def compile_step(text: str) -> re.Pattern:
+    return re.compile(text.replace("{PC}", PC).replace("{FUNC}", FUNC))
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The shared lists: what starts a stack trace, the frame line, the
+    frames never named, the dispatch frames of stalls and the buckets and
+    waits of hung tasks."""
+    stack_start: re.Pattern
+    frame: re.Pattern
+    rip: re.Pattern
+    skip: tuple[str, ...]
+    strip_prefixes: tuple[str, ...]
+    stall_anchors: re.Pattern
+    stall_buckets: dict[str, str]
+    hung_buckets: dict[str, str]
+    hung_skip: tuple[str, ...]
+    questionable: re.Pattern
+
+    @staticmethod
+    def from_doc(doc: dict) -> "Rules":
+        return Rules(re.compile("|".join(doc["stack_start"])), compile_step(doc["frame"]),
+                     compile_step(doc["rip"]), tuple(doc["skip"]), tuple(doc["strip_prefixes"]),
+                     re.compile("|".join(doc["stall_anchors"])), dict(doc["stall_buckets"]),
+                     dict(doc["hung_buckets"]),
+                     tuple(doc["hung_skip"]), re.compile(doc["questionable"]))
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    steps: tuple[str | re.Pattern, ...]
+    steps2: tuple[str | re.Pattern, ...] = ()
+    skip: tuple[str, ...] = ()
+    extractor: str = "first"
+
+    @staticmethod
+    def from_pattern(doc: dict, rules: Rules) -> "StackSpec | None":
+        if "stack" not in doc:
+            return None
+
+        def steps(items: list[str]) -> tuple[str | re.Pattern, ...]:
+            return tuple("trace" if s == "trace" else rules.rip if s == "rip" else compile_step(s) for s in items)
+        return StackSpec(steps(doc["stack"]), steps(doc.get("stack2", [])), tuple(doc.get("skip", ())),
+                         doc.get("extractor", "first"))
+
+
+@dataclass
+class _Walk:
+    skip: re.Pattern | None
+    rules: Rules
+    frames: list[str] = field(default_factory=list)
+
+    def take(self, m: re.Match | None) -> None:
+        if not m:
+            return
+        name = next((g for g in m.groups() if g), None)
+        if name is None or (self.skip and self.skip.search(name)):
+            return
+        for p in self.rules.strip_prefixes:
+            name = name.removeprefix(p)
+        self.frames.append(name)
+
+
+def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, skip: re.Pattern | None) \
+        -> tuple[list[str], bool]:
+    """The frames the steps take, and whether every step found its line."""
+    w = _Walk(skip, rules)
+    i, n = 0, len(lines)
+    k = 0
+    while k < len(steps):
+        step = steps[k]
+        if step == "trace":
+            nxt = steps[k + 1] if k + 1 < len(steps) else None
+            while i < n:
+                line = lines[i]
+                i += 1
+                if rules.stack_start.search(line):
+                    break
+                if isinstance(nxt, re.Pattern) and (m := nxt.search(line)):
+                    w.take(m)
+                    k += 1
+                    break
+                w.take(rules.frame.search(line))
+            k += 1
+            continue
+        assert isinstance(step, re.Pattern)
+        while i < n and not (m := step.search(lines[i])):
+            i += 1
+        if i >= n:
+            return w.frames, False
+        w.take(m)
+        i += 1
+        k += 1
+    return w.frames, True
+
+
+def _bucket(frame: str, buckets: dict[str, str]) -> str:
+    return next((b or frame for anchor, b in buckets.items() if frame.startswith(anchor)), "")
+
+
+def found_in_turn(lines: list[str], steps: tuple[re.Pattern, ...], group: str) -> str | None:
+    """The named group of the last step, each step matched on a line after
+    the previous one's (one pass: consoles are untrusted and can be long)."""
+    k, m = 0, None
+    for line in lines:
+        if k == len(steps):
+            break
+        if m := steps[k].search(line):
+            k += 1
+    return m.group(group) if k == len(steps) and m and m.groupdict().get(group) else None
+
+
+def _stall(frames: list[str], rules: Rules) -> str:
+    if bucket := _bucket(frames[0], rules.stall_buckets):  # the code the stall caught running
+        return bucket
+    prev = frames[0]
+    for f in frames:
+        if rules.stall_anchors.search(f):
+            for p in ("__x64_", "__ia32_", "SYSC_", "SyS_", "compat_SYSC_", "compat_SyS_"):
+                prev = prev.removeprefix(p)
+            return prev
+        prev = f
+    return ""
+
+
+def _hung(frames: list[str], rules: Rules) -> str:
+    for f in frames:
+        if bucket := _bucket(f, rules.hung_buckets):
+            return bucket
+    return next((f for f in frames if not any(s in f for s in rules.hung_skip)), "")
+
+
+def function(lines: list[str], spec: StackSpec, rules: Rules) -> str:
+    """The function a report's (prefix-stripped, questionable-free) lines
+    point at, or "corrupted"."""
+    words = rules.skip + spec.skip
+    skip = re.compile("|".join(words)) if words else None
+    for steps in (spec.steps, spec.steps2):
+        if not steps:
+            continue
+        frames, complete = _walk(lines, steps, rules, skip)
+        if not frames:
+            continue
+        picked = frames[0] if spec.extractor == "first" else \
+            _stall(frames, rules) if spec.extractor == "stall" else _hung(frames, rules)
+        if picked:
+            return picked
+    return CORRUPTED
