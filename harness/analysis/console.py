@@ -40,6 +40,7 @@ class Pattern:
     func_from: str = ""  # "rip": first kernel RIP on; "trace": first Call Trace on
     stack: report_title.StackSpec | None = None  # syzbot's way to the function (report_title.py)
     report: tuple[re.Pattern, ...] = ()  # lines found in turn, the last one's (?P<func>) names the report
+    fields_from: tuple[re.Pattern, ...] = ()  # later lines whose named groups the title uses too
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,14 @@ class Report:
             return m.group(0).strip()
         if func is None and "{func}" in template:
             template = template.replace(" in {func}", "").replace("{func}", "?")
+        fields = dict(self.fields)
+        if self.pattern and self.pattern.fields_from and self.patterns:
+            lines = own_lines(self.excerpt, self.patterns, self.end)
+            for r in self.pattern.fields_from:
+                m = next((m for line in lines if (m := r.search(line))), None)
+                fields.update({k: v for k, v in (m.groupdict() if m else {}).items() if v is not None})
         try:
-            return template.format_map({**self.fields, "func": func})
+            return template.format_map({**fields, "func": func})
         except (KeyError, IndexError, ValueError):
             return self.message
 
@@ -124,7 +131,8 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
     rules = report_title.Rules.from_doc(doc["titles"]) if "titles" in doc else None
     pats = [Pattern(p["kind"], p["name"], re.compile(p["regex"]), p.get("reason", ""), p.get("title", ""),
                     p.get("func_from", ""), report_title.StackSpec.from_pattern(p, rules) if rules else None,
-                    tuple(map(report_title.compile_step, p.get("report", ())))) for p in doc["pattern"]]
+                    tuple(map(report_title.compile_step, p.get("report", ()))),
+                    tuple(map(report_title.compile_step, p.get("fields_from", ())))) for p in doc["pattern"]]
     skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
     return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())))
 

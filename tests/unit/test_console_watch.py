@@ -39,7 +39,7 @@ def test_kernel_report_formats():
         "[   41.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000009": ("panic", "init-died"),
         "[    3.2] Kernel panic - not syncing: softlockup: hung tasks": ("panic", "panic"),
         "[   22.7] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [perf-refresh:161]": ("stall", "soft-lockup"),
-        "[   12.0] BUG: kernel NULL pointer dereference, address: 0000000000000008": ("oops", "bug"),
+        "[   12.0] BUG: kernel NULL pointer dereference, address: 0000000000000008": ("oops", "null-dereference"),
         "[    9.1] Watchdog detected hard LOCKUP on cpu 2": ("stall", "hard-lockup"),
         "[    5.5] Oops: general protection fault, probably for non-canonical address": ("oops", "oops"),
         "[    1.0] csd: Detected non-responsive CSD lock (#1) on CPU#1, waiting 5000000032 ns for CPU#02":
