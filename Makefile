@@ -10,6 +10,8 @@ KSELFTEST := $(BUILD)/kselftest
 GUEST_CFLAGS := -std=gnu11 -O2 -g -Wall -Wextra -Werror -static -I$(KSELFTEST)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
+# syzkaller's golden console-report corpus (its file format), for `make bench`
+SYZ_REPORTS ?= ../shared/syzkaller-reports/linux
 
 REPROS  := perf-refresh perf-sigtrap bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
@@ -110,6 +112,8 @@ bench: deps
 	$(PYTHON) tests/bench/snapshot_speed.py
 	$(PYTHON) tests/bench/boot_profile.py
 	$(PYTHON) tests/bench/user_reproducers.py
+	@if [ -d "$(SYZ_REPORTS)" ]; then $(PYTHON) tests/bench/syzkaller_reports.py $(SYZ_REPORTS) --misses 0; \
+	else echo "kstall: bench: no syzkaller report corpus at $(SYZ_REPORTS) (set SYZ_REPORTS=DIR)"; fi
 
 # Not part of `make test`: a cold run builds a kernel (3-6 minutes on 2 cores; 6-12 minutes in all)
 check-bisect: deps
