@@ -39,6 +39,7 @@ class Rules:
     skip: tuple[str, ...]
     strip_prefixes: tuple[str, ...]
     stall_anchors: re.Pattern
+    stall_strip: tuple[str, ...]
     stall_buckets: dict[str, str]
     hung_buckets: dict[str, str]
     hung_skip: tuple[str, ...]
@@ -48,7 +49,7 @@ class Rules:
     def from_doc(doc: dict) -> "Rules":
         return Rules(re.compile("|".join(doc["stack_start"])), compile_step(doc["frame"]),
                      compile_step(doc["rip"]), tuple(doc["skip"]), tuple(doc["strip_prefixes"]),
-                     re.compile("|".join(doc["stall_anchors"])), dict(doc["stall_buckets"]),
+                     re.compile("|".join(doc["stall_anchors"])), tuple(doc["stall_strip"]), dict(doc["stall_buckets"]),
                      dict(doc["hung_buckets"]),
                      tuple(doc["hung_skip"]), re.compile(doc["questionable"]))
 
@@ -143,7 +144,7 @@ def _stall(frames: list[str], rules: Rules) -> str:
     prev = frames[0]
     for f in frames:
         if rules.stall_anchors.search(f):
-            for p in ("__x64_", "__ia32_", "SYSC_", "SyS_", "compat_SYSC_", "compat_SyS_"):
+            for p in rules.stall_strip:
                 prev = prev.removeprefix(p)
             return prev
         prev = f
