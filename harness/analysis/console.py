@@ -115,7 +115,7 @@ class Report:
                 m = next((m for line in lines if (m := r.search(line))), None)
                 fields.update({k: v for k, v in (m.groupdict() if m else {}).items() if v is not None})
         try:
-            return template.format_map({**fields, "func": func})
+            return template.format_map({**fields, "title": self.message, "func": func})
         except (KeyError, IndexError, ValueError):
             return self.message
 
