@@ -44,6 +44,7 @@ class Rules:
     hung_buckets: dict[str, str]
     hung_skip: tuple[str, ...]
     questionable: re.Pattern
+    corrupting: re.Pattern  # a line that means another report's lines are mixed in
 
     @staticmethod
     def from_doc(doc: dict) -> "Rules":
@@ -51,7 +52,8 @@ class Rules:
                      compile_step(doc["rip"]), tuple(doc["skip"]), tuple(doc["strip_prefixes"]),
                      re.compile("|".join(doc["stall_anchors"])), tuple(doc["stall_strip"]), dict(doc["stall_buckets"]),
                      dict(doc["hung_buckets"]),
-                     tuple(doc["hung_skip"]), re.compile(doc["questionable"]))
+                     tuple(doc["hung_skip"]), re.compile(doc["questionable"]),
+                     compile_step("|".join(doc["corrupting"])))
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,12 @@ class _Walk:
 
 def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, skip: re.Pattern | None) \
         -> tuple[list[str], bool]:
-    """The frames the steps take, and whether every step found its line."""
+    """The frames the steps take, and False when a line on the way says the
+    report is mixed with another (a fault-injection stack)."""
     w = _Walk(skip, rules)
     i, n = 0, len(lines)
+    if any(rules.corrupting.search(line) for line in lines):
+        return [], False
     k = 0
     while k < len(steps):
         step = steps[k]
@@ -115,7 +120,7 @@ def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, s
         while i < n and not (m := step.search(lines[i])):
             i += 1
         if i >= n:
-            return w.frames, False
+            return w.frames, True
         w.take(m)
         i += 1
         k += 1
@@ -166,7 +171,9 @@ def function(lines: list[str], spec: StackSpec, rules: Rules) -> str:
     for steps in (spec.steps, spec.steps2):
         if not steps:
             continue
-        frames, complete = _walk(lines, steps, rules, skip)
+        frames, clean = _walk(lines, steps, rules, skip)
+        if not clean:
+            return CORRUPTED
         if not frames:
             continue
         picked = frames[0] if spec.extractor == "first" else \
