@@ -71,9 +71,10 @@ class Report:
     _func: tuple | None = None  # (excerpt length, end, function): computed once per state
 
     def ends_at(self, report: "Report", index: int) -> None:
-        """report starts at this excerpt's line index: this one's lines end there."""
+        """report starts at this excerpt's line index: this one's lines end
+        there, unless printk caller ids tell this report's lines apart."""
         if self.end is None and report.kind in TITLED_KINDS and self.patterns and \
-                report.name not in self.patterns.not_new:
+                report.name not in self.patterns.not_new and caller_id(self.line) is None:
             self.end = index
 
     @property
