@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The title rules of console-patterns.toml (harness/analysis/report_title.py),
+one console per rule: which frame a report is named after, the way syzbot
+names it. The consoles are small, in the kernel's own formats; the recorded
+ones are in tests/fixtures/consoles/ and the syzkaller corpus is measured by
+tests/bench/syzkaller_reports.py."""
+import pytest
+
+from harness.analysis import console
+
+
+def title(text: str) -> str:
+    reports = [r for r in console.scan(text.strip("\n")) if r.kind in console.TITLED_KINDS]
+    return reports[0].title
+
+
+SYSCALL_STALL = """
+[  100.000001][    C0] rcu: INFO: rcu_preempt self-detected stall on CPU
+[  100.000002][    C0] rcu: \t0-....: (10500 ticks this GP) idle=1234/1/0x4000000000000000
+[  100.000003][    C0] Call Trace:
+[  100.000004][    C0]  <IRQ>
+[  100.000005][    C0]  rcu_sched_clock_irq+0x1/0x2
+[  100.000006][    C0]  update_process_times+0x1/0x2
+[  100.000007][    C0]  sysvec_apic_timer_interrupt+0x1/0x2
+[  100.000008][    C0]  </IRQ>
+[  100.000009][    C0]  <TASK>
+[  100.000010][    C0]  asm_sysvec_apic_timer_interrupt+0x1/0x2
+[  100.000011][    C0] RIP: 0010:hrtimer_cancel+0x12/0x16
+[  100.000012][    C0]  perf_swevent_cancel_hrtimer+0x1/0x2
+[  100.000013][    C0]  ? cpu_clock_event_stop+0x1/0x2
+[  100.000014][    C0]  perf_ioctl+0x1/0x2
+[  100.000015][    C0]  __x64_sys_ioctl+0x1/0x2
+[  100.000016][    C0]  do_syscall_64+0x1/0x2
+[  100.000017][    C0]  entry_SYSCALL_64_after_hwframe+0x1/0x2
+"""
+
+
+@pytest.mark.parametrize("text,want", [
+    # a stall is named after the code under the dispatcher it loops in (here
+    # the ioctl entry), not the helper the timer interrupt happened to catch
+    (SYSCALL_STALL, "INFO: rcu detected stall in perf_ioctl"),
+    # waiting for other CPUs is one bucket, whichever helper was caught
+    ("""
+[  50.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [perf:77]
+[  50.2] RIP: 0010:smp_call_function_many_cond+0x1/0x2
+[  50.3] Call Trace:
+[  50.4]  on_each_cpu_cond_mask+0x1/0x2
+[  50.5]  __x64_sys_munmap+0x1/0x2
+[  50.6]  do_syscall_64+0x1/0x2
+""", "BUG: soft lockup in smp_call_function"),
+    # a hung task is named past its waits; tasks waiting for RTNL are one bucket
+    ("""
+[  9.0] INFO: task kworker/0:1:12 blocked for more than 143 seconds.
+[  9.1] Call Trace:
+[  9.2]  __schedule+0x1/0x2
+[  9.3]  schedule_preempt_disabled+0x1/0x2
+[  9.4]  __mutex_lock+0x1/0x2
+[  9.5]  rtnl_lock+0x1/0x2
+[  9.6]  addrconf_dad_work+0x1/0x2
+""", "INFO: task hung in rtnl_lock"),
+    ("""
+[  9.0] INFO: task syz:4433 blocked in I/O wait for more than 143 seconds.
+[  9.1] Call trace:
+[  9.2]  __switch_to+0x1/0x2 (T)
+[  9.3]  io_schedule+0x1/0x2
+[  9.4]  folio_wait_bit_common+0x1/0x2
+[  9.5]  filemap_read+0x1/0x2
+""", "INFO: task hung in filemap_read"),
+    # lockdep names the acquisition it was told about ("at:")
+    ("""
+[  3.0] WARNING: possible circular locking dependency detected
+[  3.1] 6.1.0 #1 Not tainted
+[  3.2] syz/42 is trying to acquire lock:
+[  3.3] ffff888012345678 (&dev->mutex){+.+.}-{3:3}, at: vcs_read+0x1/0x2
+[  3.4] but task is already holding lock:
+""", "possible deadlock in vcs_read"),
+    # ... and without those lines it is titled by its first one
+    ("[  3.0] WARNING: possible recursive locking detected\n", "WARNING: possible recursive locking detected"),
+    # a fault-injection stack mixed into the report: no frame can be trusted
+    ("""
+[  7.0] INFO: task syz:9 blocked for more than 143 seconds.
+[  7.1] Call Trace:
+[  7.2]  should_fail+0x1/0x2
+[  7.3]  pipe_write+0x1/0x2
+""", "INFO: task hung in corrupted"),
+    # a report whose stack never came is "in corrupted"
+    ("[  2.0] BUG: scheduling while atomic: kworker/0:1/12/0x00000002\n", "BUG: scheduling while atomic in corrupted"),
+    # the WARNINGs of common helpers are their caller's, with the helper's kind
+    ("""
+[  4.0] WARNING: CPU: 0 PID: 7 at mm/slab_common.c:1012 kmalloc_slab+0x1/0x2
+[  4.1] RIP: 0010:kmalloc_slab+0x1/0x2
+[  4.2]  __kmalloc+0x1/0x2
+[  4.3]  relay_open_buf+0x1/0x2
+""", "WARNING: kmalloc bug in relay_open_buf"),
+    # a BUG_ON() in an skb helper is its caller's
+    ("""
+[  5.0] kernel BUG at net/core/skbuff.c:105!
+[  5.1] RIP: 0010:skb_panic+0x1/0x2
+[  5.2] Call Trace:
+[  5.3]  skb_put+0x1/0x2
+[  5.4]  ipgre_header+0x1/0x2
+""", "kernel BUG in ipgre_header"),
+    # ODEBUG: lines are not BUG: reports
+    ("[  6.0] ODEBUG: free active (active state 0) object type: work_struct hint: f+0x0/0x1\n"
+     "[  6.1] WARNING: CPU: 0 PID: 1 at lib/debugobjects.c:505 debug_print_object+0x1/0x2\n"
+     "[  6.2] RIP: 0010:debug_print_object+0x1/0x2\n[  6.3]  debug_check_no_obj_freed+0x1/0x2\n"
+     "[  6.4]  kfree+0x1/0x2\n[  6.5]  strp_done+0x1/0x2\n", "WARNING: ODEBUG bug in strp_done"),
+])
+def test_a_report_is_named_after_the_frame_syzbot_names(text, want):
+    assert title(text) == want
+
+
+def test_another_callers_report_does_not_cut_a_report_short():
+    lines = SYSCALL_STALL.strip("\n").splitlines()
+    intruder = "[  100.000012][ T999] INFO: task kworker/1:2:99 blocked for more than 143 seconds."
+    assert title("\n".join(lines[:12] + [intruder] + lines[12:])) == "INFO: rcu detected stall in perf_ioctl"
