@@ -5,6 +5,11 @@ Debian's kernel changelog (/usr/share/doc/linux-image-*/changelog.gz) lists,
 under each package version, every upstream stable commit it took ("- perf:
 Fix ...") and Debian's own backports. Newest version first; a long subject
 wraps onto lines indented deeper than its "- ".
+
+An rpm's %changelog (`rpm -qp --changelog`, kept as changelog.rpm) has
+"* Mon Nov 10 2025 Name <mail> - 6.17.8-100" headers and "- subject (Author)"
+items. Fedora's often lists only "Linux v6.17.8", not the stable commits:
+a subject missing there says less than one missing from Debian's.
 """
 from __future__ import annotations
 
@@ -67,12 +72,34 @@ def parse(text: str) -> list[Line]:
     return out
 
 
+_RPM_HEADER = re.compile(r"^\* \w{3} \w{3} +\d+ \d{4} .*?(?:>\s*(?:-\s*)?|\s-\s)\[?(?P<version>[^\s\]]+)\]?\s*$")
+_RPM_AUTHOR = re.compile(r"\s+\([^():]+\)\s*$")  # Fedora's "(Peter Zijlstra)" after a subject
+
+
+def parse_rpm(text: str) -> list[Line]:
+    """Every change an rpm's %changelog lists, newest first."""
+    out: list[Line] = []
+    version = ""
+    for raw in text.splitlines():
+        if h := _RPM_HEADER.match(raw):
+            version = h["version"]
+        elif raw.startswith("- ") and version:
+            item = raw[2:].strip()
+            out.append(Line(version, _clean(_RPM_AUTHOR.sub("", item)), " ".join(item.split())))
+    return out
+
+
 def load(path: Path) -> list[Line]:
-    with gzip.open(path, "rb") as f:
-        data = f.read(MAX_BYTES + 1)
+    if path.suffix == ".rpm":  # changelog.rpm: an rpm's %changelog, as text
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    else:
+        with gzip.open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise ValueError(f"{path}: changelog larger than {MAX_BYTES >> 20} MB unpacked")
-    return parse(data.decode("utf-8", errors="replace"))
+    text = data.decode("utf-8", errors="replace")
+    return parse_rpm(text) if path.suffix == ".rpm" else parse(text)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ SCHEMES = {s.name: s for s in (
     Scheme("deb:PATH[,PATH...]", "Debian or Ubuntu kernel package files",
            lambda spec, text, r: deb.resolve(spec, text)),
     Scheme("rpm:PATH[,PATH...]", "Fedora/RHEL kernel package files",
-           lambda spec, text, r: rpm.resolve(spec, text)),
+           lambda spec, text, r: rpm.resolve(spec, text), rpm.changelog_of),
     Scheme("image:PATH[#RELEASE]", "the kernel a qcow2 or raw disk image boots",
            lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_image, r.trust_backing)),
     Scheme("file:PATH", "a bzImage, or an installed /boot/vmlinuz-RELEASE with its modules",

@@ -120,3 +120,47 @@ def test_the_record_puts_a_version_bisection_s_change_within_a_line_or_at_a_line
     assert (sigtrap.first_new, sigtrap.crosses_line) == ("6.12.43", True)
     same = bug_record.expected_change(SIGTRAP, ["6.12.43", "6.12.118"])
     assert not same.first_new and "no change from 6.12.43 (fixed) to 6.12.118 (fixed)" in same.text()
+
+
+RPM_CHANGELOG = """\
+* Mon Nov 10 2025 Fedora Kernel Team <kernel-team@fedoraproject.org> [6.17.8-300]
+- perf/core: Fix system hang caused by cpu-clock usage (Peter Zijlstra)
+- Linux v6.17.8
+
+* Fri Oct 24 2025 Fedora Kernel Team <kernel-team@fedoraproject.org> - 6.16.12-200
+- Linux v6.16.12
+- perf: Fix the POLL_HUP delivery breakage (Peter Zijlstra)
+"""
+
+
+def test_an_rpm_changelog_is_read_with_its_authors_left_out():
+    lines = changelog.parse_rpm(RPM_CHANGELOG)
+    assert [(l.version, l.subject) for l in lines] == [
+        ("6.17.8-300", "perf/core: Fix system hang caused by cpu-clock usage"), ("6.17.8-300", "Linux v6.17.8"),
+        ("6.16.12-200", "Linux v6.16.12"), ("6.16.12-200", "perf: Fix the POLL_HUP delivery breakage")]
+    rec = bug_record.of(reproducers.load("perf-refresh").record, "perf-refresh")
+    p = bug_record.predict(rec, "6.17.8", lines)
+    assert p.status == FIXED and any('lists the fix "perf/core: Fix system hang caused by cpu-clock usage' in r
+                                     for r in p.reasons)
+
+
+def test_an_rpm_kernel_keeps_its_packages_changelog(tmp_path):
+    import shutil
+    import subprocess
+    from images import cached, rpm
+    from images.kernel import Kernel
+    if not shutil.which("rpmbuild"):
+        pytest.skip("rpmbuild is not installed")
+    spec = tmp_path / "k.spec"
+    spec.write_text("Name: kernel-core\nVersion: 6.17.8\nRelease: 300\nSummary: s\nLicense: GPL\nBuildArch: noarch\n"
+                    "%description\nd\n%files\n%changelog\n" + RPM_CHANGELOG)
+    subprocess.run(["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {tmp_path / 'top'}", str(spec)],
+                   check=True, capture_output=True, timeout=120)
+    package = next((tmp_path / "top" / "RPMS").rglob("*.rpm"))
+    d = tmp_path / "kernel"
+    d.mkdir()
+    k = Kernel("rpm:x", "rpm:6.17.8", d / "vmlinuz", "0", upstream="6.17.8", origin={"files": [str(package)]})
+    cached.write_meta(d, k)
+    path = rpm.changelog_of(k)
+    assert path == d / "changelog.rpm" and changelog.load(path)[0].subject.startswith("perf/core: Fix system hang")
+    assert cached.load_meta(d, "rpm:x").changelog == path  # kept: the next explain reads no package
