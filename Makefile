@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # syzkaller's golden console-report corpus (its file format), for `make bench`
 SYZ_REPORTS ?= ../shared/syzkaller-reports/linux
 
-REPROS  := perf-refresh perf-sigtrap bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
+REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
 BPF_CFLAGS := -O2 -g -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
@@ -55,6 +55,9 @@ $(GUEST)/perf-refresh: repro/perf_refresh.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/perf-sigtrap: repro/perf_sigtrap.c $(REPRO_H) | $(GUEST)
+	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+
+$(GUEST)/futex-requeue-pi: repro/futex_requeue_pi.c $(REPRO_H) | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/signal-malloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)

@@ -523,7 +523,7 @@ def _bisect_parsers(sub) -> None:
                          epilog="example: kstall bisect debian --old 6.12.107 --new 6.16.12 perf-refresh")
     bd.add_argument("reproducer", nargs="?", help=repro_help())
     bd.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
-    add_bisect_options(bd, "a Debian upstream version such as 6.12.107 or 6.16.12")
+    add_bisect_options(bd, "a Debian upstream version such as 6.12.107 or 6.16.12; a -rt suffix on both ends (6.19.14-rt) bisects that flavour")
     bd.add_argument("--no-prefetch", action="store_true", help="download each kernel only when its step starts")
     add_vm_options(bd)
     bd.set_defaults(func=cmd_bisect_debian)

@@ -28,13 +28,33 @@ from images.schemes import resolve
 SCHEMA = "kstall.bisect/1"
 
 
+def flavour_of(old: str, new: str) -> str:
+    """The flavour both ends name ("6.19.14-rt": rt-amd64; plain: amd64)."""
+    flavours = {debian.parse_query(v)[2] for v in (old, new)}
+    if len(flavours) != 1:
+        raise SpecError(f"--old {old} and --new {new} name different flavours: give both the same suffix (-rt)")
+    return flavours.pop()
+
+
+def suffix(flavour: str) -> str:
+    """What a version takes to name this flavour in a debian: spec ("-rt")."""
+    return "" if flavour == "amd64" else "-" + flavour.removesuffix("-amd64")
+
+
+def upstream_of(version: str) -> str:
+    return debian.parse_query(version)[0] or version
+
+
 def candidates(old: str, new: str) -> list[str]:
-    """Upstream versions from old to new (inclusive) that debian: can fetch."""
-    kernels = [k for k, _ in debian.available() if k.flavour == "amd64"]
+    """Upstream versions from old to new (inclusive) that debian: can fetch,
+    in the flavour the ends name."""
+    flavour = flavour_of(old, new)
+    kernels = [k for k, _ in debian.available() if k.flavour == flavour]
     versions = sorted({k.upstream for k in kernels}, key=debian.version_key)
+    old, new = upstream_of(old), upstream_of(new)
     for v in (old, new):
         if v not in versions:
-            debian.find(kernels, v)  # raises with the nearest versions
+            debian.find(kernels, v + suffix(flavour))  # raises with the nearest versions
     lo, hi = sorted((versions.index(old), versions.index(new)))
     if versions.index(old) > versions.index(new):
         raise SpecError(f"--old {old} is newer than --new {new}")
@@ -45,8 +65,9 @@ class Prefetcher:
     """Downloads kernels ahead of the steps that will need them (bounded: one
     download at a time, never more than a few queued)."""
 
-    def __init__(self, echo: Callable[[str], None], enabled: bool = True) -> None:
+    def __init__(self, echo: Callable[[str], None], enabled: bool = True, flavour_suffix: str = "") -> None:
         self.enabled = enabled
+        self.suffix = flavour_suffix
         self.echo = echo
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-prefetch",
                                                           initializer=procs.background_priority)
@@ -61,7 +82,7 @@ class Prefetcher:
 
     def _fetch(self, version: str) -> None:
         try:
-            resolve(f"debian:{version}", fetch=True)
+            resolve(f"debian:{version}{self.suffix}", fetch=True)
         except SpecError as e:  # the step itself will report it
             self.echo(f"prefetch of {version} failed: {e}")
 
@@ -101,7 +122,7 @@ def summary_line(outcome: Outcome) -> str:
     return outcome.message
 
 
-def beside_the_record(record: BugRecord, cands: list[str], outcome: Outcome) -> dict:
+def beside_the_record(record: BugRecord, cands: list[str], outcome: Outcome, flavour_suffix: str = "") -> dict:
     """The change the record alone predicts over the candidates, and what
     each found end's own package says (its changelog lists backports the
     record does not know of)."""
@@ -110,7 +131,7 @@ def beside_the_record(record: BugRecord, cands: list[str], outcome: Outcome) -> 
     for v in (outcome.last_old, outcome.first_new):
         if v:
             try:
-                doc["found"][v] = explain.predict(resolve(f"debian:{v}"), record).to_json()
+                doc["found"][v] = explain.predict(resolve(f"debian:{v}{flavour_suffix}"), record).to_json()
             except SpecError as e:
                 doc["found"][v] = {"status": bug_record.UNKNOWN, "reasons": [str(e)]}
     return doc
@@ -124,7 +145,8 @@ def record_lines(doc: dict) -> list[str]:
     out = [f"{rec['text']} ({rec['cve']})"]
     for v, p in rec["found"].items():
         why = "; ".join(r for r in p["reasons"] if r.startswith(("changelog:", "the package")))
-        out.append(f"debian:{v} by its package: {p['status']}" + (f" ({why})" if why else ""))
+        out.append(f"debian:{v}{doc.get('flavour_suffix', '')} by its package: {p['status']}"
+                   + (f" ({why})" if why else ""))
     return out
 
 
@@ -133,10 +155,12 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
         record: BugRecord | None = None) -> dict:
     """record: the reproducer's bug record, whose prediction goes beside the range found."""
     cands = candidates(old, new)
+    flavour_suffix = suffix(flavour_of(old, new))
     log = open(out.work / "bisect.log", "a")
     started = time.time()
     doc: dict = {"schema": SCHEMA, "kind": "debian", "id": out.id, "old": old, "new": new,
-                 "reproducer": policy.reproducer, "candidates": cands, "pmiss_target": policy.pmiss_target,
+                 "reproducer": policy.reproducer, "candidates": cands, "flavour_suffix": flavour_suffix,
+                 "pmiss_target": policy.pmiss_target,
                  "prefetch": prefetch, "command": argv or [], "steps": [], "status": "running"}
 
     def save() -> None:
@@ -146,7 +170,7 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
     def test(version: str) -> Step:
         n = len(b.steps) + 1
         echo(f"step {n}: debian:{version} ...")
-        step, recs = run_step(f"debian:{version}", version, policy, echo)
+        step, recs = run_step(f"debian:{version}{flavour_suffix}", version, policy, echo)
         if step.state == REPRODUCES and not policy.bad_end_runs:
             policy.learn_from_bad_end(recs[-1])
         return step
@@ -160,9 +184,10 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
         log.flush()
         save()
 
-    fetcher = Prefetcher(echo, prefetch)
+    fetcher = Prefetcher(echo, prefetch, flavour_suffix)
     b = Bisection(cands, test, resumed, fetcher, on_step)
-    echo(f"{len(cands)} Debian versions from {old} to {new}: {', '.join(cands)}")
+    flavour = f" ({flavour_suffix[1:]} flavour)" if flavour_suffix else ""
+    echo(f"{len(cands)} Debian versions from {old} to {new}{flavour}: {', '.join(cands)}")
     try:
         outcome = b.run()
         doc["status"] = "done"
@@ -183,7 +208,7 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
                 "verifies": len(b.steps), "wall_s": round(time.time() - started, 1),
                 "seconds_per_step": round((time.time() - started) / max(len(b.steps), 1), 1)})
     if record is not None:
-        doc["record"] = beside_the_record(record, cands, outcome)
+        doc["record"] = beside_the_record(record, cands, outcome, flavour_suffix)
     save()
     return doc
 
