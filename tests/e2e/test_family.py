@@ -75,6 +75,29 @@ def test_a_version_bisection_across_two_stable_lines_names_no_first_version_and_
     assert rec["found"]["6.16.12"]["status"] == "affected" and rec["found"]["6.17.8"]["status"] == "fixed"
 
 
+@pytest.mark.parametrize("version,verdict,status,rc", [
+    ("6.1.170-rt", "VULNERABLE", "affected", 1), ("6.1.176-rt", "NOT_REPRODUCED", "fixed", 0),
+    ("6.1.170", "INCONCLUSIVE", "affected", 3)])
+def test_futex_requeue_pi_locks_up_on_the_rt_flavour_where_the_record_says(tmp_path, version, verdict, status, rc):
+    code, doc, err = verify_json(tmp_path, f"debian:{version}", "futex-requeue-pi")
+    assert code == rc and doc["verdict"] == verdict, err[-2000:]
+    assert doc["prediction"]["status"] == status
+    if verdict == "VULNERABLE":  # the requeuer's CPU never leaves futex_requeue
+        assert any(c["signature"] == "futex_requeue_pi_livelock" for c in doc["cpus"] if c["role"] == "culprit")
+    elif verdict == "INCONCLUSIVE":  # the ordinary flavour: the waiter spins, the race cannot happen
+        assert "PREEMPT_RT" in doc["reason"]
+
+
+def test_a_fix_hunt_on_the_rt_flavour_names_the_version_the_record_names(tmp_path):
+    p = kstall("bisect", "debian", "--old", "6.19.14-rt", "--new", "7.3.4-rt", "futex-requeue-pi", "--results",
+               str(tmp_path), timeout=1800)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(next(tmp_path.glob("*-bisect-debian-*/bisect.json")).read_text())
+    assert (doc["direction"], doc["last_old"], doc["first_new"]) == ("fix", "7.0.9", "7.0.10")
+    assert doc["record"]["first_new"] == "7.0.10" and "0304d60abb9d" in doc["record"]["text"]
+    assert "first fixed: 7.0.10" in p.stdout
+
+
 def test_explain_needs_a_record_or_a_cve(tmp_path):
     p = kstall("explain", "debian:6.16.12")
     assert p.returncode == 2 and "give a reproducer, or --cve" in p.stderr
