@@ -41,6 +41,7 @@ struct options {
 	unsigned long long target;
 	unsigned long long progress_ms;
 	unsigned timeout_us;
+	unsigned burst_us;
 };
 
 static struct options opt;
@@ -115,9 +116,10 @@ static void *requeuer(void *arg)
 			nanosleep(&nap, NULL);
 			continue;
 		}
-		/* for as long as the waiter waits: it times out, and runs
-		 * again only when this thread blocks in the kernel */
-		deadline = mono_ns() + 20000000ull;
+		/* for as long as the waiter waits, up to a burst: it times
+		 * out, and runs again only when this thread blocks in the
+		 * kernel or naps after the burst */
+		deadline = mono_ns() + opt.burst_us * 1000ull;
 		while (atomic_load(&a_waiting) && mono_ns() < deadline && !atomic_load(&stop)) {
 			futex(&f1, FUTEX_CMP_REQUEUE_PI | FUTEX_PRIVATE_FLAG, 1, (void *)0, &f2, 0);
 			atomic_fetch_add_explicit(&requeues, 1, memory_order_relaxed);
@@ -172,6 +174,7 @@ static void usage(FILE *f)
 		"  --rounds N       stop after N timed-out waits\n"
 		"  --duration S     stop after S seconds (default 30)\n"
 		"  --timeout-us US  the waiter's timeout, varied from US/2 to 3*US/2 (default 200)\n"
+		"  --burst-us US    how long the requeuer keeps at a waiter before it naps (default 5000)\n"
 		"  --progress-ms MS progress line period (default 100)\n");
 }
 
@@ -181,24 +184,26 @@ static int parse(int argc, char **argv, struct options *o)
 		{ "rounds", required_argument, NULL, 'r' },
 		{ "duration", required_argument, NULL, 'd' },
 		{ "timeout-us", required_argument, NULL, 't' },
+		{ "burst-us", required_argument, NULL, 'b' },
 		{ "progress-ms", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	int c;
 
-	*o = (struct options){ .duration_ms = 30000, .progress_ms = 100, .timeout_us = 200 };
+	*o = (struct options){ .duration_ms = 30000, .progress_ms = 100, .timeout_us = 200, .burst_us = 5000 };
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'r': o->target = strtoull(optarg, NULL, 0); break;
 		case 'd': o->duration_ms = (unsigned long long)(strtod(optarg, NULL) * 1000); break;
 		case 't': o->timeout_us = (unsigned)strtoul(optarg, NULL, 0); break;
+		case 'b': o->burst_us = (unsigned)strtoul(optarg, NULL, 0); break;
 		case 'P': o->progress_ms = strtoull(optarg, NULL, 0); break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return -1;
 		}
 	}
-	if (o->timeout_us < 2 || o->progress_ms < 1) {
+	if (o->timeout_us < 2 || o->progress_ms < 1 || o->burst_us < 1) {
 		usage(stderr);
 		return -1;
 	}
@@ -215,8 +220,8 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &opt))
 		return 2;
 	repro_start();
-	ksft_print_msg("futex-requeue-pi: timeout_us=%u duration_ms=%llu target=%llu\n", opt.timeout_us,
-		       opt.duration_ms, opt.target);
+	ksft_print_msg("futex-requeue-pi: timeout_us=%u burst_us=%u duration_ms=%llu target=%llu\n", opt.timeout_us,
+		       opt.burst_us, opt.duration_ms, opt.target);
 	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
 		ksft_exit_skip("futex-requeue-pi: needs two CPUs\n");
 	if (pin(1, SCHED_OTHER, 0))	/* the main thread keeps off the real-time CPU */
