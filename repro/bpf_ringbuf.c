@@ -53,22 +53,13 @@ struct pair {
 	int ab[2], ba[2];
 };
 
-static void pin(int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-
 /* two threads on one CPU passing a byte back and forth: two switches a trip */
 static void *ping(void *arg)
 {
 	struct pair *p = arg;
 	char c = 0;
 
-	pin(p->cpu);
+	repro_pin_cpu(p->cpu);
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		if (write(p->ab[1], &c, 1) != 1 || read(p->ba[0], &c, 1) != 1)
 			break;
@@ -82,7 +73,7 @@ static void *pong(void *arg)
 	struct pair *p = arg;
 	char c;
 
-	pin(p->cpu);
+	repro_pin_cpu(p->cpu);
 	while (read(p->ab[0], &c, 1) == 1)
 		if (write(p->ba[1], &c, 1) != 1)
 			break;

@@ -49,11 +49,8 @@ static void *arm_loop(void *arg)
 {
 	struct arm_thread *t = arg;
 	char pkt[64] = { 0 };  /* a tc program's test run needs an Ethernet header's worth */
-	cpu_set_t set;
 
-	CPU_ZERO(&set);
-	CPU_SET(t->cpu, &set);
-	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	repro_pin_cpu(t->cpu);
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = pkt, .data_size_in = sizeof(pkt), .repeat = t->repeat);
 

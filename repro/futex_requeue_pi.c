@@ -62,11 +62,8 @@ static long futex(void *uaddr, int op, unsigned val, void *timeout_or_val2, void
 static int pin(int cpu, int policy, int prio)
 {
 	struct sched_param sp = { .sched_priority = prio };
-	cpu_set_t set;
 
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	repro_pin_cpu(cpu);
 	return pthread_setschedparam(pthread_self(), policy, &sp);
 }
 

@@ -64,15 +64,6 @@ static void on_sigtrap(int sig, siginfo_t *si, void *uc)
 	atomic_fetch_add_explicit(&sigtraps, 1, memory_order_relaxed);
 }
 
-static void pin(int cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-
 static int open_sigtrap_event(void)
 {
 	struct perf_event_attr attr = {
@@ -95,7 +86,7 @@ static void *waiter(void *arg)
 	long page = sysconf(_SC_PAGESIZE);
 
 	(void)arg;
-	pin(0);
+	repro_pin_cpu(0);
 	atomic_store(&waiter_tid, gettid());
 	while (!atomic_load(&stop)) {
 		struct pollfd p = { .events = POLLIN };
@@ -155,7 +146,7 @@ static void *closer(void *arg)
 	long page = sysconf(_SC_PAGESIZE);
 
 	(void)arg;
-	pin(1);
+	repro_pin_cpu(1);
 	while (!atomic_load(&stop)) {
 		int fd = atomic_load(&round_fd), asleep = 0;
 

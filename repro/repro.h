@@ -15,6 +15,8 @@
 #ifndef KSTALL_REPRO_H
 #define KSTALL_REPRO_H
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -27,6 +29,17 @@ static inline unsigned long long mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* Pins the calling thread to one CPU (the reproducers define _GNU_SOURCE);
+ * 0 or an errno. */
+static inline int repro_pin_cpu(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
 /* SIGTERM (the agent's STOP) ends a run early; the reproducer still prints
