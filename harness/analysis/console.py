@@ -41,6 +41,7 @@ class Pattern:
     stack: report_title.StackSpec | None = None  # syzbot's way to the function (report_title.py)
     report: tuple[re.Pattern, ...] = ()  # lines found in turn, the last one's (?P<func>) names the report
     fields_from: tuple[re.Pattern, ...] = ()  # later lines whose named groups the title uses too
+    fallback: str = ""   # the title when those lines are not there
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,12 @@ class Report:
             for r in self.pattern.fields_from:
                 m = next((m for line in lines if (m := r.search(line))), None)
                 fields.update({k: v for k, v in (m.groupdict() if m else {}).items() if v is not None})
-        try:
-            return template.format_map({**fields, "title": self.message, "func": func})
-        except (KeyError, IndexError, ValueError):
-            return self.message
+        for t in (template, self.pattern.fallback if self.pattern else ""):
+            try:
+                return t.format_map({**fields, "title": self.message, "func": func}) if t else self.message
+            except (KeyError, IndexError, ValueError):
+                continue
+        return self.message
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "title": self.title, "message": self.message,
@@ -133,7 +136,8 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
     pats = [Pattern(p["kind"], p["name"], re.compile(p["regex"]), p.get("reason", ""), p.get("title", ""),
                     p.get("func_from", ""), report_title.StackSpec.from_pattern(p, rules) if rules else None,
                     tuple(map(report_title.compile_step, p.get("report", ()))),
-                    tuple(map(report_title.compile_step, p.get("fields_from", ())))) for p in doc["pattern"]]
+                    tuple(map(report_title.compile_step, p.get("fields_from", ()))), p.get("fallback", ""))
+            for p in doc["pattern"]]
     skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
     return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())))
 

@@ -92,13 +92,11 @@ class _Walk:
 
 
 def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, skip: re.Pattern | None) \
-        -> tuple[list[str], bool]:
-    """The frames the steps take, and False when a line on the way says the
-    report is mixed with another (a fault-injection stack)."""
+        -> list[str]:
+    """The frames the steps take. A line of another report mixed in (a
+    fault-injection stack) is never a frame: it ends the step it meets."""
     w = _Walk(skip, rules)
     i, n = 0, len(lines)
-    if any(rules.corrupting.search(line) for line in lines):
-        return [], False
     k = 0
     while k < len(steps):
         step = steps[k]
@@ -107,7 +105,7 @@ def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, s
             while i < n:
                 line = lines[i]
                 i += 1
-                if rules.stack_start.search(line):
+                if rules.stack_start.search(line) or rules.corrupting.search(line):
                     break
                 if isinstance(nxt, re.Pattern) and (m := nxt.search(line)):
                     w.take(m)
@@ -117,14 +115,15 @@ def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, s
             k += 1
             continue
         assert isinstance(step, re.Pattern)
-        while i < n and not (m := step.search(lines[i])):
+        while i < n and not rules.corrupting.search(lines[i]) and not (m := step.search(lines[i])):
             i += 1
         if i >= n:
-            return w.frames, True
-        w.take(m)
+            return w.frames
+        if not rules.corrupting.search(lines[i]):
+            w.take(m)
         i += 1
         k += 1
-    return w.frames, True
+    return w.frames
 
 
 def _bucket(frame: str, buckets: dict[str, str]) -> str:
@@ -171,9 +170,7 @@ def function(lines: list[str], spec: StackSpec, rules: Rules) -> str:
     for steps in (spec.steps, spec.steps2):
         if not steps:
             continue
-        frames, clean = _walk(lines, steps, rules, skip)
-        if not clean:
-            return CORRUPTED
+        frames = _walk(lines, steps, rules, skip)
         if not frames:
             continue
         picked = frames[0] if spec.extractor == "first" else \

@@ -100,6 +100,21 @@ SYSCALL_STALL = """
 [  5.3]  skb_put+0x1/0x2
 [  5.4]  ipgre_header+0x1/0x2
 """, "kernel BUG in ipgre_header"),
+    # a jump to a null address: the RIP line names nothing, the trace does
+    ("""
+[  8.0] BUG: unable to handle kernel NULL pointer dereference at           (null)
+[  8.1] IP: [<          (null)>]           (null)
+[  8.2] Call Trace:
+[  8.3]  sock_poll+0x1/0x2
+[  8.4] Code:  Bad RIP value.
+""", "BUG: unable to handle kernel NULL pointer dereference in sock_poll"),
+    # old KASAN: Read or Write comes on a later line when it comes
+    ("""
+[  1.0] BUG: KASAN: use-after-free in consume_skb+0x1/0x2 at addr ffff8800aa
+[  1.1] Read of size 4 by task syz/1
+""", "KASAN: use-after-free Read in consume_skb"),
+    ("[  1.0] BUG: KASAN: slab-out-of-bounds in gup_huge_pmd+0x1/0x2 at addr ffff8800aa\n",
+     "KASAN: slab-out-of-bounds in gup_huge_pmd at addr ADDR"),
     # ODEBUG: lines are not BUG: reports
     ("[  6.0] ODEBUG: free active (active state 0) object type: work_struct hint: f+0x0/0x1\n"
      "[  6.1] WARNING: CPU: 0 PID: 1 at lib/debugobjects.c:505 debug_print_object+0x1/0x2\n"
