@@ -95,3 +95,16 @@ def test_text_patching_stalled_by_the_emulator_is_an_error_tried_again(sigs):
                                                   {"function": "on_each_cpu_cond_mask"},
                                                   {"function": "flush_tlb_mm_range"}]}
     assert classify.classify_cpu(victim, sigs).name == "csd_lock_wait_victim"
+
+
+def test_perfs_first_event_waiting_on_patched_text_is_an_error_tried_again(sigs):
+    """6.1.170 under TCG: perf-sigtrap's first perf_event_open turned perf's
+    scheduler hooks on; CPU1 waits in synchronize_rcu() inside
+    perf_event_alloc(), CPU0 keeps re-entering the patched __schedule()."""
+    from harness.analysis.verdict import from_hang
+    from harness.analysis.outcome import Outcome
+    classes = classify.classify_samples(load_samples("perf-sigtrap-6.1.170-static-key-patch"), sigs)
+    by_cpu = {c.cpu: c.signature for c in classes}
+    assert by_cpu[1].name == "perf_static_key_patch_wait" and by_cpu[1].role == "infra"
+    v = from_hang(Outcome("freeze", "no heartbeat for 3.22s", 0.0), classes, [])
+    assert v.verdict == "ERROR" and v.retryable
