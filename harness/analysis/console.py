@@ -70,6 +70,7 @@ class Report:
     patterns: Patterns | None = None
     end: int | None = None  # where in the excerpt the next report starts
     _func: tuple | None = None  # (excerpt length, end, function): computed once per state
+    _own: tuple | None = None   # (excerpt length, end, own_lines()): the same
 
     def ends_at(self, report: "Report", index: int) -> None:
         """report starts at this excerpt's line index: this one's lines end
@@ -78,6 +79,13 @@ class Report:
                 report.name not in self.patterns.not_new and caller_id(self.line) is None:
             self.end = index
 
+    def own(self) -> list[str]:
+        """own_lines() of this report as it stands, read once per state."""
+        assert self.patterns
+        if not self._own or self._own[:2] != (len(self.excerpt), self.end):
+            self._own = (len(self.excerpt), self.end, own_lines(self.excerpt, self.patterns, self.end))
+        return self._own[2]
+
     @property
     def func(self) -> str | None:
         """The function the report points at (None until its lines are in)."""
@@ -85,7 +93,7 @@ class Report:
         if p and self.patterns and self.patterns.rules and (p.stack or p.report):
             if self._func and self._func[:2] == (len(self.excerpt), self.end):
                 return self._func[2]
-            lines = own_lines(self.excerpt, self.patterns, self.end)
+            lines = self.own()
             if p.report:  # None when its lines are not there: titled by its first line, as syzbot does
                 func = report_title.found_in_turn(lines, p.report, "func")
             else:
@@ -112,7 +120,7 @@ class Report:
             template = template.replace(" in {func}", "").replace("{func}", "?")
         fields = dict(self.fields)
         if self.pattern and self.pattern.fields_from and self.patterns:
-            lines = own_lines(self.excerpt, self.patterns, self.end)
+            lines = self.own()
             for r in self.pattern.fields_from:
                 m = next((m for line in lines if (m := r.search(line))), None)
                 fields.update({k: v for k, v in (m.groupdict() if m else {}).items() if v is not None})
