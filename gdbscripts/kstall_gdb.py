@@ -2,9 +2,12 @@
 """GDB commands that dump every vCPU of a QEMU guest (load with `source`).
 
     kstall-symbols KALLSYMS          text symbols captured from the guest
+    kstall-layout LAYOUT.json        where the kernel keeps who waits for whom
+                                     (harness/analysis/kernel_waits.py)
     kstall-sample OUT.json [BYTES]   registers, stack bytes, code bytes around
                                      return addresses and a symbolized stack
-                                     for every vCPU, as JSON
+                                     for every vCPU, and the kernel's records
+                                     of who waits for whom, as JSON
 
 Each vCPU is a GDB thread of QEMU's gdbstub ("CPU#n [state]"). Stacks are
 walked by harness/analysis/stackwalk.py from the raw bytes, which are kept in the
@@ -25,10 +28,10 @@ import gdb  # type: ignore[import-not-found]
 # the stack walker and symbolizer are the host's too (harness/analysis/)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness.analysis import stackwalk  # noqa: E402
+from harness.analysis import kernel_waits, stackwalk  # noqa: E402
 from harness.analysis.kallsyms import Kallsyms  # noqa: E402
 
-_state: dict = {"syms": None}
+_state: dict = {"syms": None, "layout": {}}
 
 
 def _u64(v: "gdb.Value") -> int:
@@ -82,7 +85,7 @@ def _has_dwarf() -> bool:
 def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
     t.switch()
     frame = gdb.selected_frame()
-    regs = {r: _u64(frame.read_register(r)) for r in ("rip", "rsp", "rbp", "eflags", "cs")}
+    regs = {r: _u64(frame.read_register(r)) for r in stackwalk.REGISTERS}
     details = _thread_details(t)
     m = re.search(r"CPU#(\d+)(?:\s*\[(\w+)\s*\])?", details)
     cpu = {"cpu": int(m.group(1)) if m else t.num - 1, "thread": t.num,
@@ -124,6 +127,18 @@ class SymbolsCommand(gdb.Command):
         gdb.write(f"kstall: {len(_state['syms'])} text symbols\n")
 
 
+class LayoutCommand(gdb.Command):
+    """kstall-layout LAYOUT.json: where kstall-sample reads who waits for whom."""
+
+    def __init__(self) -> None:
+        super().__init__("kstall-layout", gdb.COMMAND_USER)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        with open(arg.strip()) as f:
+            _state["layout"] = json.load(f)
+        gdb.write(f"kstall: kernel layout: {', '.join(k for k in _state['layout'] if k != 'missing') or 'none'}\n")
+
+
 class SampleCommand(gdb.Command):
     """kstall-sample OUT.json [STACK_BYTES]: dump every vCPU as JSON."""
 
@@ -140,7 +155,10 @@ class SampleCommand(gdb.Command):
         cpus = [dump_cpu(t, max_bytes) for t in threads]
         if selected is not None:
             selected.switch()
-        doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus}
+        inf = gdb.selected_inferior()
+        waits = kernel_waits.read(lambda a, n: _read(inf, a, n), _state["layout"], len(cpus))
+        doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus,
+               "waits": waits}
         tmp = out + ".tmp"
         with open(tmp, "w") as f:
             json.dump(doc, f)
@@ -149,4 +167,5 @@ class SampleCommand(gdb.Command):
 
 
 SymbolsCommand()
+LayoutCommand()
 SampleCommand()

@@ -11,7 +11,7 @@
  * Kernel command line:
  *   kstall.repro=NAME   reproducer to run (/bin/NAME); "none" just reports
  *   kstall.args=A,B,C   its arguments, comma separated
- *   kstall.syms=1       send /proc/kallsyms text symbols on the syms port
+ *   kstall.syms=1       send /proc/kallsyms (text and variables) and the BTF on the syms port
  *   kstall.hb_ms=N      heartbeat interval (default 50 ms)
  *   kstall.gate=1       after booting, say "ready" and wait for the host's "GO"
  *                       before starting the reproducer (the host boots guests
@@ -58,7 +58,7 @@
  * Agent channel lines (host parses these; anything else is reproducer TAP):
  *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
  *                                          image's own init under --boot-image)
- *   KSTALL syms bytes=B lines=L ms=T
+ *   KSTALL syms bytes=B lines=L data_lines=D btf_bytes=N ms=T  (blobs KALLSYMS, KDATA, BTF)
  *   KSTALL thread tid=T comm=C state=S syscall=NR,ARG0,.. kstack=F1,F2..  (on CORE)
  *   KSTALL core bytes=B exe=PATH ms=T | KSTALL core error=WHAT
  *   KSTALL ready                      (gated: waiting for "GO" from the host)
@@ -332,23 +332,46 @@ static int send_blob(const char *tag, const char *buf, size_t len)
 	return 0;
 }
 
-/* Text symbols only: they are all the host symbolizes stacks with, and the
- * fewer bytes the faster a TCG guest gets them across. */
-static void send_kallsyms(void)
+/* keep, in place, the lines of a kallsyms text whose symbol type is one of
+ * types ("ffffffff81000000 T _text [mod]"); the new length */
+static size_t keep_types(char *buf, size_t len, const char *types, size_t *lines)
 {
-	unsigned long long t0 = mono_ns();
-	size_t cap = 16 << 20, len = 0, out = 0, lines = 0;
+	size_t out = 0;
+
+	*lines = 0;
+	for (size_t i = 0; i < len;) {
+		char *nl = memchr(buf + i, '\n', len - i);
+		size_t l = (nl ? (size_t)(nl - (buf + i)) : len - i) + 1;
+		char type = (l > 18) ? buf[i + 17] : 0;
+
+		if (type && strchr(types, type)) {
+			memmove(buf + out, buf + i, l);
+			out += l;
+			(*lines)++;
+		}
+		i += l;
+	}
+	return out;
+}
+
+/* a whole pseudo file into a malloc'd buffer; NULL if unreadable */
+static char *read_all(const char *path, size_t *len)
+{
+	size_t cap = 1 << 20;
 	char *buf = malloc(cap);
-	int fd = open("/proc/kallsyms", O_RDONLY);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ssize_t n;
 
+	*len = 0;
 	if (!buf || fd < 0) {
-		say("KSTALL syms error=%s", strerror(errno));
-		return;
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
 	}
-	while ((n = read(fd, buf + len, cap - len)) > 0) {
-		len += n;
-		if (cap - len < 65536) {
+	while ((n = read(fd, buf + *len, cap - *len)) > 0) {
+		*len += n;
+		if (cap - *len < 65536) {
 			char *nb = realloc(buf, cap * 2);
 
 			if (!nb)
@@ -358,24 +381,38 @@ static void send_kallsyms(void)
 		}
 	}
 	close(fd);
-	/* filter in place: "ffffffff81000000 T _text [mod]" keep t/T/w/W */
-	for (size_t i = 0; i < len;) {
-		char *nl = memchr(buf + i, '\n', len - i);
-		size_t l = (nl ? (size_t)(nl - (buf + i)) : len - i) + 1;
-		char type = (l > 18) ? buf[i + 17] : 0;
+	return buf;
+}
 
-		if (type == 't' || type == 'T' || type == 'w' || type == 'W') {
-			memmove(buf + out, buf + i, l);
-			out += l;
-			lines++;
-		}
-		i += l;
+/* The symbols in two parts: text symbols, which symbolize stacks, and
+ * variables (data, bss, per-CPU), which find the kernel's records of who
+ * waits for whom and name locks; then the kernel's BTF, the layout of those
+ * records (none: an empty blob). Each part is only what the host reads: the
+ * fewer bytes the faster a TCG guest gets them across. */
+static void send_kallsyms(void)
+{
+	unsigned long long t0 = mono_ns();
+	size_t len, text_len, data_len, text_lines, data_lines, btf_len = 0;
+	char *buf = read_all("/proc/kallsyms", &len), *data, *btf;
+
+	if (!buf || !(data = malloc(len ? len : 1))) {
+		say("KSTALL syms error=%s", strerror(errno));
+		free(buf);
+		return;
 	}
-	if (send_blob("KALLSYMS", buf, out))
+	memcpy(data, buf, len);
+	data_len = keep_types(data, len, "dDbBA", &data_lines);
+	text_len = keep_types(buf, len, "tTwW", &text_lines);
+	btf = read_all("/sys/kernel/btf/vmlinux", &btf_len);
+	if (send_blob("KALLSYMS", buf, text_len) || send_blob("KDATA", data, data_len) ||
+	    send_blob("BTF", btf ? btf : "", btf ? btf_len : 0))
 		say("KSTALL syms error=no-port");
 	else
-		say("KSTALL syms bytes=%zu lines=%zu ms=%llu", out, lines, (mono_ns() - t0) / 1000000);
+		say("KSTALL syms bytes=%zu lines=%zu data_lines=%zu btf_bytes=%zu ms=%llu", text_len, text_lines,
+		    data_lines, btf ? btf_len : 0, (mono_ns() - t0) / 1000000);
 	free(buf);
+	free(data);
+	free(btf);
 }
 
 /* a small /proc file into out, newline-trimmed; "" if unreadable */

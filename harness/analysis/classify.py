@@ -158,12 +158,29 @@ class CpuClass:
     pc: str
     frames: list[dict] = field(default_factory=list)
     state: str = ""
+    # as the kernel's records in memory say (kernel_waits.py): the CPUs it waits for, the lock it spins on
+    waits_for: list[int] = field(default_factory=list)
+    lock: str = ""
 
     def to_json(self) -> dict:
         return {"cpu": self.cpu, "class": self.signature.title, "signature": self.signature.name,
                 "role": self.signature.role, "stuck": self.stuck, "samples": self.samples,
                 "seen": self.seen, "pc": self.pc, "state": self.state,
+                "waits_for": self.waits_for, "lock": self.lock,
                 "frames": [frame_text(f) for f in self.frames]}
+
+    def waits_text(self) -> str:
+        return waits_text(self.cpu, self.waits_for, self.lock)
+
+
+def waits_text(cpu: int, waits_for: list[int], lock: str = "") -> str:
+    """'waits for CPU0', 'on lock X, held by CPU1' ("" for no wait): whom a CPU waits for."""
+    cpus = ",".join(f"CPU{n}" for n in waits_for)
+    if lock and waits_for == [cpu]:
+        return f"on lock {lock}, which it holds itself"
+    if lock:
+        return f"on lock {lock}, held by {cpus or 'no CPU on record'}"
+    return f"waits for {cpus}" if cpus else ""
 
 
 def frame_text(f: dict) -> str:
@@ -201,13 +218,18 @@ def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClas
 
 
 def summarize(classes: list[CpuClass]) -> str:
-    """'hrtimer_cancel self-deadlock on CPU0,CPU1; csd_lock_wait victim on CPU3'"""
-    groups: dict[str, list[int]] = {}
+    """'hrtimer_cancel self-deadlock on CPU0,CPU1; csd_lock_wait victim on CPU3 (waits for CPU1)'"""
+    groups: dict[str, list[CpuClass]] = {}
     order: dict[str, int] = {}
     for c in classes:
         if c.signature.role in NAMED_ROLES:
-            groups.setdefault(c.signature.title, []).append(c.cpu)
+            groups.setdefault(c.signature.title, []).append(c)
             order[c.signature.title] = c.signature.priority
-    parts = [f"{title} on " + ",".join(f"CPU{n}" for n in cpus)
-             for title, cpus in sorted(groups.items(), key=lambda kv: -order[kv[0]])]
+    parts = []
+    for title, group in sorted(groups.items(), key=lambda kv: -order[kv[0]]):
+        waits = {c.waits_text() for c in group}
+        per_cpu = len(waits) > 1
+        parts.append(f"{title} on " + ",".join(
+            f"CPU{c.cpu}" + (f" ({c.waits_text()})" if per_cpu and c.waits_text() else "") for c in group)
+            + (f" ({waits.pop()})" if not per_cpu and next(iter(waits)) else ""))
     return "; ".join(parts)

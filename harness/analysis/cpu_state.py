@@ -5,11 +5,15 @@ Each CPU's state comes from its stack and registers (cpu-states.toml): idle,
 in user mode, waiting in hrtimer_cancel, waiting for another CPU in
 csd_lock_wait, spinning on a lock, or running elsewhere; in NMI or not;
 interrupts off (RFLAGS.IF clear) or on. A CPU in the same state in every
-sample is stuck there. The culprits are the stuck CPUs the others wait for:
+sample is stuck there. Who waits for whom is read from the kernel's own
+records where the samples have them (kernel_waits.py: the CPUs whose
+call-function requests a csd waiter's are still locked, the holder of a
+resilient spinlock): the CPUs waited for are culprits. Otherwise, and for
+the rest, the culprits are the stuck CPUs the others must be waiting for:
 first those that spin with interrupts off (no IPI reaches them), then those
-that spin on their own, then any stuck CPU; the CPUs that wait for another
-CPU wait for them. The hang is titled, as syzbot titles one, after the
-culprit's first frame past the lock, wait and entry code.
+that spin on their own, then any stuck CPU. The hang is titled, as syzbot
+titles one, after the culprit's first frame past the lock, wait and entry
+code.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from dataclasses import dataclass, field
 
 from harness.analysis import classify
 from harness.analysis.classify import Role, base_name
+from harness.analysis.kallsyms import Kallsyms
+from harness.analysis.kernel_waits import LockNames, Waits
 from harness.base import paths
 
 STATES_FILE = paths.data_file("harness", "analysis", "cpu-states.toml")
@@ -29,6 +35,7 @@ IF_FLAG = 1 << 9  # RFLAGS.IF: maskable interrupts enabled
 class StateRule:
     sig: classify.Signature  # the functions that put a CPU in this state
     waits: str               # "cpu", "lock" or ""
+    lock_table: str = ""     # the kernel's table of held locks that names the lock (kernel-waits.toml)
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,8 @@ class Rules:
             doc = tomllib.load(f)
         states = tuple(StateRule(classify.Signature(
             s["name"], s["title"], Role.UNKNOWN, 0, frozenset(s["at"]), under=frozenset(s.get("under", ())),
-            within=int(s.get("within", 12)), depth=int(s.get("depth", 1))), s.get("waits", ""))
-            for s in doc["state"])
+            within=int(s.get("within", 12)), depth=int(s.get("depth", 1))), s.get("waits", ""),
+            s.get("lock_table", "")) for s in doc["state"])
         return Rules(states, frozenset(doc["title"]["skip"]), tuple(doc["title"]["skip_prefixes"]),
                      frozenset(doc["nmi"]["under"]))
 
@@ -66,6 +73,11 @@ class CpuState:
     samples: int = 0
     role: Role = Role.UNKNOWN
     waits_for: list[int] = field(default_factory=list)
+    waits_how: str = ""  # "memory": read from the kernel's records; "": inferred from the CPUs' states
+    lock: str = ""       # the lock it spins on: its variable, or its address
+    lock_table: str = ""
+    sample: int = -1     # the sample it was last seen in this state in
+
 
     @property
     def benign(self) -> bool:
@@ -79,24 +91,22 @@ class CpuState:
         where = f", in {self.function}" if self.function else ""
         stuck = "" if self.stuck else f", not stuck (moved between {self.samples} samples)"
         role = {Role.CULPRIT: " (culprit)", Role.VICTIM: " (victim)"}.get(self.role, "")
-        waits = f", waits for {cpus_text(self.waits_for)}" if self.waits_for else ""
-        return f"CPU{self.cpu}: {self.title}{how}{where}{stuck}{waits}{role}"
+        waits = classify.waits_text(self.cpu, self.waits_for, self.lock)
+        return f"CPU{self.cpu}: {self.title}{how}{where}{stuck}{', ' * bool(waits)}{waits}{role}"
 
     def to_json(self) -> dict:
         return {"cpu": self.cpu, "state": self.state, "title": self.title, "irqs_off": self.irqs_off,
                 "nmi": self.nmi, "stuck": self.stuck, "function": self.function, "role": self.role,
-                "waits_for": self.waits_for, "samples": self.samples}
+                "waits_for": self.waits_for, "waits_how": self.waits_how, "lock": self.lock,
+                "samples": self.samples}
 
 
 def describe(doc: dict) -> str:
     """CpuState.describe() of a CPU as run.json holds it (to_json())."""
     return CpuState(doc["cpu"], doc["state"], doc["title"], doc["irqs_off"], doc["nmi"], doc["stuck"],
                     doc["function"], samples=doc.get("samples", 0), role=Role(doc["role"]),
-                    waits_for=doc["waits_for"]).describe()
-
-
-def cpus_text(cpus: list[int]) -> str:
-    return ",".join(f"CPU{n}" for n in cpus)
+                    waits_for=doc["waits_for"], waits_how=doc.get("waits_how", ""),
+                    lock=doc.get("lock", "")).describe()
 
 
 @dataclass
@@ -121,7 +131,7 @@ def _names(frames: list[dict]) -> list[str]:
     return [base_name(f.get("function", "")) for f in frames]
 
 
-def state_of(cpu: dict, rules: Rules) -> CpuState:
+def state_of(cpu: dict, rules: Rules, sample: int = -1) -> CpuState:
     """One CPU in one sample."""
     n = cpu["cpu"]
     if classify.in_user_mode(cpu):
@@ -134,8 +144,9 @@ def state_of(cpu: dict, rules: Rules) -> CpuState:
     function = next((name for name in reliable if rules.meaningful(name)), names[0] if names else "")
     for rule in rules.states:
         if classify.matches(rule.sig, cpu):
-            return CpuState(n, rule.sig.name, rule.sig.title, irqs_off, nmi, False, function, rule.waits)
-    return CpuState(n, "running", "running", irqs_off, nmi, False, function)
+            return CpuState(n, rule.sig.name, rule.sig.title, irqs_off, nmi, False, function, rule.waits,
+                            lock_table=rule.lock_table, sample=sample)
+    return CpuState(n, "running", "running", irqs_off, nmi, False, function, sample=sample)
 
 
 def _merge(seq: list[CpuState]) -> CpuState:
@@ -150,39 +161,83 @@ def _merge(seq: list[CpuState]) -> CpuState:
     return last
 
 
-def _assign_roles(cpus: list[CpuState]) -> list[CpuState]:
+def _read_waits(cpus: list[CpuState], waits: Waits, locks: LockNames | None) -> dict[int, list[int]]:
+    """Who each CPU stuck waiting waits for, as the kernel's records say:
+    the CPUs a csd waiter's requests are still locked on (in every sample);
+    the holders of the lock a CPU spins on (its table's last entry, in the
+    last sample). A CPU that moved between samples waits for no one."""
+    spinning = {c.cpu for c in cpus if c.lock_table and c.stuck}
+    measured: dict[int, list[int]] = {}
+    for c in cpus:
+        if c.benign or not c.stuck:
+            continue
+        if c.waits == "cpu" and c.cpu in waits.csd:
+            measured[c.cpu] = waits.csd[c.cpu]
+        elif c.lock_table == "rqspinlock" and (lock := waits.spun_lock(c.cpu, c.sample)) is not None:
+            c.lock = (locks.name(lock) if locks else "") or f"{lock:#x}"
+            measured[c.cpu] = waits.holders(lock, c.cpu, c.sample, spinning)
+        else:
+            continue
+        c.waits_for, c.waits_how = measured[c.cpu], "memory"
+    return measured
+
+
+def _assign_roles(cpus: list[CpuState], measured: dict[int, list[int]]) -> list[CpuState]:
+    """Culprits: the CPUs the kernel's records say others wait for, and the
+    stuck ones no record explains (first those with interrupts off, then
+    those that do not wait for another CPU, then any). The rest of the stuck
+    CPUs are their victims."""
+    by_cpu = {c.cpu: c for c in cpus}
+    waiting = {n: ts for n, ts in measured.items() if any(t != n for t in ts)}
+    held_up = [by_cpu[t] for ts in waiting.values() for t in ts if t in by_cpu and not by_cpu[t].benign]
     active = [c for c in cpus if not c.benign and c.stuck]
-    tiers = ([c for c in active if c.irqs_off and c.waits != "cpu"],
-             [c for c in active if c.waits != "cpu"],
-             active)
-    culprits = next((t for t in tiers if t), [])
+    rest = [c for c in active if c.cpu not in waiting]
+    tiers = ([c for c in rest if c.irqs_off and c.waits != "cpu"],
+             [c for c in rest if c.waits != "cpu"],
+             rest)
+    culprits = list({c.cpu: c for c in held_up + next((t for t in tiers if t), [])}.values())
     for c in culprits:
         c.role = Role.CULPRIT
     for c in active:
         if c.role == Role.CULPRIT:
             continue
         c.role = Role.VICTIM
+        if c.cpu in measured:
+            continue
         # an IPI waits for a CPU that cannot take it: one with interrupts off
         blocked = [x.cpu for x in culprits if x.irqs_off] if c.waits == "cpu" else []
         c.waits_for = blocked or [x.cpu for x in culprits]
     return culprits
 
 
-def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules | None = None) -> Hang:
+def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules | None = None,
+            variables: Kallsyms | None = None) -> Hang:
     """samples: the GDB dumps a classification came from; classes: it (idle
-    and user-mode CPUs as the signatures named them stay benign)."""
+    and user-mode CPUs as the signatures named them stay benign); variables:
+    the kernel's variables, to name a lock by."""
     rules = rules or Rules.load()
     benign = {c.cpu: c.signature for c in classes if c.signature.role == Role.BENIGN}
     per_cpu: dict[int, list[CpuState]] = {}
-    for s in samples:
+    for i, s in enumerate(samples):
         for cpu in s.get("cpus", []):
-            st = state_of(cpu, rules)
+            st = state_of(cpu, rules, i)
             if cpu["cpu"] in benign and st.state != "user":
                 st = CpuState(cpu["cpu"], "idle" if benign[cpu["cpu"]].name == "idle" else "user",
                               benign[cpu["cpu"]].title, st.irqs_off, False, False, "")
             per_cpu.setdefault(cpu["cpu"], []).append(st)
     cpus = [_merge(seq) for _, seq in sorted(per_cpu.items())]
-    culprits = _assign_roles(cpus)
+    waits = Waits.from_samples(samples)
+    locks = LockNames(variables, waits.per_cpu_offsets) if variables is not None else None
+    culprits = _assign_roles(cpus, _read_waits(cpus, waits, locks))
     title = f"hang in {culprits[0].function}" if culprits and culprits[0].function else \
         ("hang" if culprits else "")
     return Hang(title, cpus)
+
+
+def note_waits(classes: list[classify.CpuClass], hang: Hang) -> None:
+    """What the kernel's records say each CPU waits for, onto the CPUs its
+    signatures named too."""
+    read = {c.cpu: c for c in hang.cpus if c.waits_how == "memory"}
+    for c in classes:
+        if c.cpu in read and c.signature.role != Role.BENIGN:
+            c.waits_for, c.lock = read[c.cpu].waits_for, read[c.cpu].lock

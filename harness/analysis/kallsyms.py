@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Kernel text symbols from a /proc/kallsyms capture: address -> name+offset.
+"""Kernel symbols from a /proc/kallsyms capture: address -> name+offset.
 
 Shared by the GDB-side dumper and the host (which re-symbolizes recorded dumps
 in tests). Debian's System.map is a stub, so kallsyms captured from the guest
@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TEXT_TYPES = frozenset("tTwW")
+# variables (data and bss), which name a lock or a per-CPU structure
+DATA_TYPES = frozenset("dDbB")
 # a symbol's extent is up to the next symbol; past this we call it unknown
 MAX_SYMBOL_SIZE = 1 << 20
 
@@ -42,11 +44,12 @@ def _better(a: tuple[str, str, str], b: tuple[str, str, str]) -> bool:
 
 
 class Kallsyms:
-    def __init__(self, entries: list[tuple[int, str, str, str]]) -> None:
-        """entries: (address, type, name, module) of text symbols, any order."""
+    def __init__(self, entries: list[tuple[int, str, str, str]], types: frozenset[str] = TEXT_TYPES) -> None:
+        """entries: (address, type, name, module) of symbols, any order; those
+        of the given types are kept."""
         best: dict[int, tuple[str, str, str]] = {}
         for addr, typ, name, mod in entries:
-            if typ not in TEXT_TYPES or addr == 0:
+            if typ not in types or (addr == 0 and typ in TEXT_TYPES):
                 continue
             cur = best.get(addr)
             if cur is None or _better((name, typ, mod), cur):
@@ -68,7 +71,7 @@ class Kallsyms:
         return self._by_name
 
     @classmethod
-    def parse(cls, text: str) -> "Kallsyms":
+    def parse(cls, text: str, types: frozenset[str] = TEXT_TYPES) -> "Kallsyms":
         entries = []
         for line in text.splitlines():
             parts = line.split()
@@ -80,10 +83,10 @@ class Kallsyms:
                 continue
             mod = parts[3].strip("[]") if len(parts) > 3 else ""
             entries.append((addr, parts[1], parts[2], mod))
-        return cls(entries)
+        return cls(entries, types)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Kallsyms":
+    def load(cls, path: str | Path, types: frozenset[str] = TEXT_TYPES) -> "Kallsyms":
         """From a capture, through a parsed copy beside it (marshal: data
         only) that loads in a tenth of the time: GDB loads the symbols while
         a frozen guest waits for its verdict."""
@@ -102,7 +105,7 @@ class Kallsyms:
                 return k
         except (OSError, ValueError, EOFError, TypeError):
             pass
-        k = cls.parse(path.read_text(errors="replace"))
+        k = cls.parse(path.read_text(errors="replace"), types)
         try:  # best effort: a read-only cache still works, only slower
             tmp = index.with_name(f".{index.name}.{os.getpid()}")
             tmp.write_bytes(marshal.dumps((k.addrs.tobytes(), "\n".join(k.names), "\n".join(k.modules))))

@@ -25,6 +25,10 @@ PAGE = 4096
 KERNEL_HALF = 0xFF00000000000000
 
 CODE_BEFORE = 7  # longest call form checked: REX ff 9x disp32
+# the registers a dump keeps of each vCPU: all the general-purpose ones, since
+# a lock's or a request's address may be in any of them
+REGISTERS = ("rip", "rsp", "rbp", "eflags", "cs", "rax", "rbx", "rcx", "rdx", "rsi", "rdi",
+             "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
 _INDIRECT_TARGET_PREFIXES = ("__x86_indirect_thunk_", "__x86_indirect_call_thunk_",
                              "__x86_indirect_its_thunk_", "__SCT__", "__static_call")
 

@@ -22,7 +22,7 @@ import pexpect
 from harness.base import paths
 from harness.guest.qmp import QMP, QMPError
 
-from harness.analysis import stackwalk
+from harness.analysis import kernel_waits, stackwalk
 from harness.analysis.kallsyms import Kallsyms
 from harness.debug.gdb import DebugError, spawn_gdb
 
@@ -44,7 +44,7 @@ class GdbSession:
     connects it (which stops the guest). close() always reaps it."""
 
     def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None,
-                 timeout: float = 20.0, load: bool = True) -> None:
+                 timeout: float = 20.0, load: bool = True, layout: Path | None = None) -> None:
         self.timeout = timeout
         args = ["-ex", "set architecture i386:x86-64"]
         if vmlinux:
@@ -56,7 +56,7 @@ class GdbSession:
         except DebugError:
             self.log.close()
             raise
-        self.symbols = symbols
+        self.symbols, self.layout = symbols, layout
         if load:
             self.load()
 
@@ -69,6 +69,8 @@ class GdbSession:
             self._expect_prompt()
             if self.symbols:
                 self.run(f"kstall-symbols {self.symbols}")
+            if self.layout:
+                self.run(f"kstall-layout {self.layout}")
         except DebugError:  # a GDB that died or hung on the way in is reaped here
             self.close(resume=True)
             raise
@@ -128,11 +130,12 @@ class Prepared:
     so that its start (fork, GDB, symbols: about 0.6 s) is not on the path
     from a detected hang to its verdict."""
 
-    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None) -> None:
+    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None,
+                 layout: Path | None = None) -> None:
         self.session: GdbSession | None = None
         self.error = ""
         try:
-            self.starting: GdbSession | None = GdbSession(log_path, symbols, vmlinux, load=False)
+            self.starting: GdbSession | None = GdbSession(log_path, symbols, vmlinux, load=False, layout=layout)
         except DebugError as e:
             self.starting, self.error = None, str(e)
         self.thread = threading.Thread(target=self._load, name="gdb-prepare", daemon=True)
@@ -160,13 +163,14 @@ class Prepared:
 
 
 def sample_with_gdb(gdb_socket: Path, out_dir: Path, symbols: Path | None, vmlinux: Path | None,
-                    count: int, interval: float, resume: bool, prepared: Prepared | None = None) -> list[dict]:
+                    count: int, interval: float, resume: bool, prepared: Prepared | None = None,
+                    layout: Path | None = None) -> list[dict]:
     if prepared is not None:
         session = prepared.take()
         if session is None:  # not a second start: a GDB that could not start once will not now
             raise DebugError(prepared.error or "gdb did not start in time")
     else:
-        session = GdbSession(out_dir / "gdb.log", symbols, vmlinux)
+        session = GdbSession(out_dir / "gdb.log", symbols, vmlinux, layout=layout)
     dumps = []
     try:
         session.attach(gdb_socket)
@@ -181,7 +185,7 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, symbols: Path | None, vmlin
 
 # -- QMP fallback --------------------------------------------------------------
 
-_REG = re.compile(r"\b(RIP|RSP|RBP|RFL|CS)\s*=\s*([0-9a-f]+)", re.I)
+_REG = re.compile(r"\b(R[A-D]X|R[SD]I|R[SB]P|R\d\d?|RIP|RFL|CS)\s*=\s*([0-9a-f]+)", re.I)
 
 
 def _hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
@@ -198,7 +202,7 @@ def _hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
 
 
 def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
-                    stack_bytes: int = 8192) -> dict:
+                    stack_bytes: int = 8192, layout: dict | None = None) -> dict:
     t0 = time.monotonic()
     cpus = []
     states = {c["cpu-index"]: c for c in qmp.cmd("query-cpus-fast")}
@@ -222,11 +226,13 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
         frames = ([f.to_json() for f in stackwalk.walk(rip, regions, code, syms)] if syms and not user else
                   [{"addr": f"{rip:#x}", "text": f"{rip:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown",
-                     "regs": {k: f"{v:#x}" for k, v in regs.items() if k in ("rip", "rsp", "rbp", "eflags", "cs")},
+                     "regs": {k: f"{v:#x}" for k, v in regs.items() if k in stackwalk.REGISTERS},
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions],
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
                      "frames": frames, "unwinder": "stack-scan" if syms else "none"})
-    doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp"}
+    waits = kernel_waits.read(lambda a, k: _hmp_bytes(qmp, 0, a, k), layout or {}, len(cpus))
+    doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp",
+           "waits": waits}
     (out_dir / f"sample-{index}.json").write_text(json.dumps(doc))
     return doc
 
@@ -235,7 +241,8 @@ MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop run
 
 
 def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmlinux: Path | None = None,
-           count: int = 3, interval: float = 0.2, resume: bool = False, prepared: Prepared | None = None) -> Samples:
+           count: int = 3, interval: float = 0.2, resume: bool = False, prepared: Prepared | None = None,
+           layout: Path | None = None) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
     With resume the guest keeps running afterwards (a possible false alarm).
     A prepared GDB is used when it started; either way it is taken."""
@@ -252,11 +259,13 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
         result.seconds = round(time.monotonic() - t0, 2)
         return result
     try:
-        result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume, prepared)
+        result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume, prepared,
+                                       layout)
         result.method = "gdb"
     except DebugError as e:
         result.errors.append(f"gdb: {e}")
         syms = Kallsyms.load(symbols) if symbols and symbols.exists() else None
+        lay = json.loads(layout.read_text()) if layout and layout.exists() else None
         try:
             qmp.cmd("stop", timeout=MAIN_LOOP_TIMEOUT)  # a GDB that hung may have met a QEMU that did
             for i in range(count):
@@ -264,7 +273,7 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
                     qmp.cmd("cont")
                     time.sleep(interval)
                     qmp.cmd("stop")
-                result.dumps.append(sample_with_qmp(qmp, out_dir, syms, i))
+                result.dumps.append(sample_with_qmp(qmp, out_dir, syms, i, layout=lay))
             result.method = "qmp"
             if resume:
                 qmp.cmd("cont")

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify, cpu_state, latency, pmiss, sleeping, thread_hang
+from harness.analysis import classify, cpu_state, kernel_waits, latency, pmiss, sleeping, thread_hang
 from harness.analysis.classify import Role
+from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.verdict import Verdict, decide
 from harness.base import paths, reproducers
@@ -144,7 +145,11 @@ class _Run:
         """A kernel hang may be coming: start GDB now, off the path to the verdict."""
         if self.prepared is None and self.repro.hang != "process" and self.syms_path is not None:
             self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.syms_path,
-                                           self.kernel.vmlinux or self.opts.vmlinux)
+                                           self.kernel.vmlinux or self.opts.vmlinux, self.layout())
+
+    def layout(self) -> Path | None:
+        """Where this kernel keeps who waits for whom (worked out once per kernel)."""
+        return kernel_waits.cached_layout(self.syms_path) if self.syms_path is not None else None
 
     def host_wait_during(self, w: Watch, outcome: Outcome):
         """host_wait(path, ms) for latency.evaluate: the most a vCPU thread
@@ -165,13 +170,15 @@ class _Run:
             self.prepared = None
 
     def keep_symbols(self, w: Watch) -> None:
-        if w.syms.data and self.syms_path is None:
-            self.syms_path = symcache.store(self.kernel.sha256, w.syms.data)
-            took = w.syms.done_at - w.agent.hello_at if w.syms.done_at and w.agent.hello_at else 0
+        if w.syms.complete(symcache.LAST_BLOB) and self.syms_path is None:
+            self.syms_path = symcache.store(self.kernel.sha256, w.syms.blobs)
+            done = w.syms.arrived[symcache.LAST_BLOB]
+            took = done - w.agent.hello_at if w.agent.hello_at else 0
             info = w.agent.syms_info
             self.echo(f"symbols captured: {info.get('lines', '?')} text symbols "
-                      f"({int(info.get('bytes', 0)) / 1e6:.1f} MB, guest export {info.get('ms', '?')} ms, "
-                      f"host receipt {took:.2f}s after hello)")
+                      f"({int(info.get('bytes', 0)) / 1e6:.1f} MB), {info.get('data_lines', '?')} variables, "
+                      f"BTF {int(info.get('btf_bytes', 0)) / 1e6:.1f} MB; guest export {info.get('ms', '?')} ms, "
+                      f"host receipt {took:.2f}s after hello")
 
     def debug_hang(self, vm: VM, w: Watch, outcome: Outcome) -> bool:
         """GDB samples of every vCPU; whether they settle the run: a culprit
@@ -184,15 +191,25 @@ class _Run:
         prepared, self.prepared = self.prepared, None
         self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.syms_path,
                                     self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
-                                    self.opts.sample_interval, resume=True, prepared=prepared)
+                                    self.opts.sample_interval, resume=True, prepared=prepared,
+                                    layout=self.layout())
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
         self.classes = classify.classify_samples(self.samples.dumps, self.sigs)
-        if any(c.signature.role == Role.CULPRIT for c in self.classes) or not self.samples.dumps:
+        if not self.samples.dumps:
             return True
-        self.hang = cpu_state.analyze(self.samples.dumps, self.classes)
+        hang = cpu_state.analyze(self.samples.dumps, self.classes, variables=self.variables())
+        cpu_state.note_waits(self.classes, hang)
+        if any(c.signature.role == Role.CULPRIT for c in self.classes):
+            return True
+        self.hang = hang
         return bool(self.hang.culprits) and not self.own_bug
+
+    def variables(self) -> Kallsyms | None:
+        """The kernel's variables, which name the locks CPUs spin on."""
+        path = symcache.beside(self.syms_path, "datasyms") if self.syms_path else None
+        return Kallsyms.load(path, DATA_TYPES) if path is not None and path.is_file() else None
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""

@@ -31,12 +31,14 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
             w = Watch(vm, Limits(boot_timeout=120, run_timeout=60), want_syms=True)
             out = w.watch()
             deadline = time.monotonic() + 10
-            while w.syms.data is None and time.monotonic() < deadline and vm.alive():
+            while not w.syms.complete(symcache.LAST_BLOB) and time.monotonic() < deadline and vm.alive():
                 w.syms.read()
                 time.sleep(0.01)
-    if w.syms.data is None:
+    if not w.syms.complete(symcache.LAST_BLOB):
         raise RuntimeError(f"no symbols arrived ({out.kind}: {out.detail})")
-    path = symcache.store(kernel.sha256, w.syms.data)
-    return {"path": path, "lines": int(w.agent.syms_info.get("lines", 0)), "bytes": len(w.syms.data),
-            "guest_ms": int(w.agent.syms_info.get("ms", 0)),
-            "capture_s": (w.syms.done_at or 0) - (w.agent.hello_at or 0)}
+    path = symcache.store(kernel.sha256, w.syms.blobs)
+    info = w.agent.syms_info
+    return {"path": path, "lines": int(info.get("lines", 0)), "bytes": len(w.syms.blobs["KALLSYMS"]),
+            "data_lines": int(info.get("data_lines", 0)), "btf_bytes": len(w.syms.blobs["BTF"]),
+            "guest_ms": int(info.get("ms", 0)),
+            "capture_s": (w.syms.arrived[symcache.LAST_BLOB]) - (w.agent.hello_at or 0)}

@@ -70,13 +70,9 @@ class BlobReader:
         """Take the next blob of this tag, if it is no larger than max_bytes."""
         self.expected[tag] = max_bytes
 
-    @property
-    def data(self) -> bytes | None:
-        return self.blobs.get("KALLSYMS")
-
-    @property
-    def done_at(self) -> float | None:
-        return self.arrived.get("KALLSYMS")
+    def complete(self, last: str) -> bool:
+        """Whether the blobs asked for, sent in order, are in up to the last."""
+        return last in self.blobs
 
     def read(self) -> None:
         if self.sock is None or self.eof:

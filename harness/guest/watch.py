@@ -22,6 +22,7 @@ from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.vm import VM
+from images import symcache
 
 # a run is suspected of hanging (Watch.on_suspect) after this fraction of its freeze or stuck limit
 SUSPECT_AT = 0.4
@@ -30,7 +31,6 @@ REPORT_ENDS = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERRO
 RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
 # the agent reports every task asleep past the threshold in one pass (250 ms): wait for the rest
 SLEEPING_GRACE = 0.5
-KALLSYMS_MAX_BYTES = 64 << 20  # a Debian kernel's text symbols are ~7 MB
 
 
 @dataclass
@@ -70,8 +70,9 @@ class Watch:
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
-        if want_syms:  # the guest sends /proc/kallsyms once: syms=1 in the GO, kstall.syms=1 on the command line
-            self.syms.expect("KALLSYMS", KALLSYMS_MAX_BYTES)
+        if want_syms:  # the guest sends its symbols once: syms=1 in the GO, kstall.syms=1 on the command line
+            for tag, (_, max_bytes) in symcache.BLOBS.items():
+                self.syms.expect(tag, max_bytes)
         if restored is not None:
             a = self.agent
             a.hello, a.hello_at = restored, time.monotonic()

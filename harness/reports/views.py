@@ -4,7 +4,7 @@ command line: a vCPU's line and backtrace, the kernel's console titles, a
 matrix's headline and grid."""
 from __future__ import annotations
 
-from harness.analysis.classify import NAMED_ROLES, Role
+from harness.analysis.classify import NAMED_ROLES, Role, waits_text
 from harness.analysis.expect import FAILING, STATUS_TEXT
 
 MAX_FRAMES = 24  # frames shown per CPU in a report (backtraces.txt keeps all)
@@ -19,7 +19,10 @@ def cpu_line(c: dict, width: int = 0) -> str:
     """'CPU1: hrtimer_cancel self-deadlock at hrtimer_cancel+0x28/0x40 (stuck, 3/3 samples)'"""
     state = cpu_state(c)
     seen = (c.get("seen") or {}).get(c.get("signature"), 0)
-    return f"CPU{c['cpu']}: {c['class']:<{width}} at {c.get('pc') or '?'} ({state}, {seen}/{c.get('samples')} samples)"
+    waits = waits_text(c["cpu"], c.get("waits_for") or [], c.get("lock") or "")
+    waits = f", {waits}" if waits else ""
+    return (f"CPU{c['cpu']}: {c['class']:<{width}} at {c.get('pc') or '?'} ({state}, {seen}/{c.get('samples')} "
+            f"samples){waits}")
 
 
 def cpu_backtraces(cpus: list[dict], benign: bool = False, max_frames: int | None = MAX_FRAMES) -> str:

@@ -33,7 +33,7 @@ def test_perf_freeze_without_its_signature_names_the_hrtimer_cancel_spinner_and_
 def test_nmi_context_lock_spinner_is_named_in_nmi():
     hang = generic("bpf-ringbuf-6.16.12-nmi-culprit", without("rqspinlock_ringbuf_nmi", "rqspinlock_ringbuf_wait"))
     cpu0 = hang.cpus[0]
-    assert cpu0.state == "spinlock"
+    assert cpu0.state == "rqspinlock"
     assert cpu0.nmi and cpu0.role == Role.CULPRIT and cpu0.function == "__bpf_ringbuf_reserve"
     assert hang.title == "hang in __bpf_ringbuf_reserve"
 

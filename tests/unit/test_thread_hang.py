@@ -132,7 +132,7 @@ def test_blobs_across_reads():
         b.sendall(b"deCORE 3\nxyzJUNK 999999999999\n")
         for _ in range(3):
             r.read()
-        assert r.blobs == {"KALLSYMS": b"abcde", "CORE": b"xyz"} and r.data == b"abcde"
+        assert r.blobs == {"KALLSYMS": b"abcde", "CORE": b"xyz"} and r.complete("CORE")
     finally:
         a.close()
         b.close()

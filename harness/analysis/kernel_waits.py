@@ -1,0 +1,248 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Who waits for whom, from the kernel's own records in a frozen guest.
+
+A CPU in csd_lock_wait waits for the CPUs whose call-function requests it
+sent are still locked; a CPU spinning on a resilient spinlock (BPF's) has
+the lock in its table of held locks, as has the CPU that holds it
+(kernel-waits.toml). layout() works out, once per kernel, where those
+records are (its BTF for the structures, its kallsyms for the variables);
+read() reads them from a stopped guest through any memory reader (GDB's, or
+QMP's), and is all that runs while the guest is stopped. What the guest's
+memory says is not trusted: a value is a number or nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from harness.analysis import btf
+from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
+from harness.base import paths
+from images import symcache
+
+SPEC_FILE = paths.data_file("harness", "analysis", "kernel-waits.toml")
+MAX_CPUS = 64  # one word of a cpumask
+Reader = Callable[[int, int], "bytes | None"]
+
+
+def load_spec(path=SPEC_FILE) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def variables(symbols_text: str, names: set[str]) -> dict[str, int]:
+    """The addresses of the named variables in a kallsyms capture."""
+    out: dict[str, int] = {}
+    for line in symbols_text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] in names and parts[2] not in out:
+            try:
+                out[parts[2]] = int(parts[0], 16)
+            except ValueError:
+                continue
+    return out
+
+
+def layout(btf_blob: bytes, symbols_text: str, spec: dict | None = None) -> dict:
+    """Addresses and offsets read() needs for one kernel. A part the kernel
+    lacks (no such structure or variable) is left out, with why under
+    "missing"; the JSON-able result is cached beside the kernel's symbols."""
+    spec = spec or load_spec()
+    out: dict = {"missing": {}}
+    try:
+        types = btf.Btf(btf_blob)
+    except btf.BtfError as e:
+        out["missing"]["btf"] = str(e)
+        return out
+    parts = {k: v for k, v in spec.items() if isinstance(v, dict)}
+    names = {spec["per_cpu_offset"], *(p["variable"] for p in parts.values())}
+    addrs = variables(symbols_text, names)
+    if spec["per_cpu_offset"] not in addrs:
+        out["missing"]["per_cpu_offset"] = f"no symbol {spec['per_cpu_offset']}"
+        return out
+    out["per_cpu_offset"] = addrs[spec["per_cpu_offset"]]
+    for part, build in (("csd", _csd_layout), ("rqspinlock", _rqspinlock_layout)):
+        if part not in parts:
+            continue
+        if parts[part]["variable"] not in addrs:
+            out["missing"][part] = f"no symbol {parts[part]['variable']}"
+            continue
+        try:
+            out[part] = {"variable": addrs[parts[part]["variable"]]} | build(types, parts[part])
+        except btf.BtfError as e:
+            out["missing"][part] = str(e)
+    return out
+
+
+def _csd_layout(types: btf.Btf, c: dict) -> dict:
+    cfd = types.find(btf.STRUCT, c["struct"])
+    mask = types.member(cfd, c["mask"])
+    if not types.is_pointer(mask.type_id) and types.array_of(mask.type_id) is None:
+        raise btf.BtfError(f"{c['struct']}.{c['mask']} is neither a pointer nor an array")
+    return {"csd": types.member(cfd, c["csd"]).offset, "mask": mask.offset,
+            "mask_pointer": types.is_pointer(mask.type_id),
+            "flags": types.member(types.find(btf.STRUCT, c["csd_struct"]), c["flags"]).offset,
+            "locked": types.enum_value(c["locked"])}
+
+
+def _rqspinlock_layout(types: btf.Btf, r: dict) -> dict:
+    held = types.find(btf.STRUCT, r["struct"])
+    locks = types.member(held, r["locks"])
+    arr = types.array_of(locks.type_id)
+    if arr is None:
+        raise btf.BtfError(f"{r['struct']}.{r['locks']} is not an array")
+    return {"count": types.member(held, r["count"]).offset, "locks": locks.offset, "max": arr[1]}
+
+
+def _word(mem: Reader, addr: int, size: int) -> int | None:
+    data = mem(addr & (2**64 - 1), size)
+    if data is None or len(data) != size:
+        return None
+    return struct.unpack("<Q" if size == 8 else "<I", data)[0]
+
+
+def read(mem: Reader, lay: dict, ncpus: int) -> dict:
+    """{"per_cpu_offsets": [...], "csd": {"1": [0]}, "rqspinlock": {"0": [lock, ...]}}
+    from a stopped guest: for each CPU, the CPUs whose requests it waits on
+    and the resilient spinlocks in its table (the last one it may be
+    spinning on); addresses as hex strings. Empty when the kernel's layout
+    is not known."""
+    if "per_cpu_offset" not in lay:
+        return {}
+    ncpus = min(ncpus, MAX_CPUS)
+    offs = [_word(mem, lay["per_cpu_offset"] + 8 * n, 8) for n in range(ncpus)]
+    if any(o is None for o in offs):
+        return {"error": "__per_cpu_offset unreadable"}
+    out: dict = {"per_cpu_offsets": [f"{o:#x}" for o in offs]}
+    if "csd" in lay:
+        out["csd"] = _csd_waits(mem, lay["csd"], offs)
+    if "rqspinlock" in lay:
+        out["rqspinlock"] = _held_locks(mem, lay["rqspinlock"], offs)
+    return out
+
+
+def _csd_waits(mem: Reader, c: dict, offs: list) -> dict[str, list[int]]:
+    waits: dict[str, list[int]] = {}
+    for n, off in enumerate(offs):
+        cfd = c["variable"] + off
+        csd = _word(mem, cfd + c["csd"], 8)
+        mask_at = _word(mem, cfd + c["mask"], 8) if c["mask_pointer"] else cfd + c["mask"]
+        mask = _word(mem, mask_at, 8) if mask_at else None
+        if csd is None or mask is None:
+            continue
+        locked = [t for t, toff in enumerate(offs) if t != n and mask >> t & 1 and
+                  (_word(mem, csd + toff + c["flags"], 4) or 0) & c["locked"]]
+        if locked:
+            waits[str(n)] = locked
+    return waits
+
+
+def _held_locks(mem: Reader, r: dict, offs: list) -> dict[str, list[str]]:
+    held: dict[str, list[str]] = {}
+    for n, off in enumerate(offs):
+        count = _word(mem, r["variable"] + off + r["count"], 4)
+        if not count:
+            continue
+        k = min(count, r["max"])
+        data = mem((r["variable"] + off + r["locks"]) & (2**64 - 1), 8 * k)
+        if data is None or len(data) != 8 * k:
+            continue
+        held[str(n)] = [f"{a:#x}" for a in struct.unpack(f"<{k}Q", data)]
+    return held
+
+
+class LockNames:
+    """Names a lock by the variable it is (or is in): a static lock by its
+    symbol, a per-CPU one by its variable and CPU; a lock in memory the
+    kernel allocated has no name."""
+
+    def __init__(self, data: Kallsyms, per_cpu_offsets: list[int]) -> None:
+        self.data, self.offs = data, per_cpu_offsets
+
+    @classmethod
+    def load(cls, path, per_cpu_offsets: list[int]) -> "LockNames":
+        return cls(Kallsyms.load(path, DATA_TYPES), per_cpu_offsets)
+
+    def name(self, addr: int) -> str:
+        sym = self.data.lookup(addr)
+        if sym is not None:
+            return sym.name if addr == sym.start else f"{sym.name}+{addr - sym.start:#x}"
+        for n, off in enumerate(self.offs):
+            sym = self.data.lookup(addr - off) if off else None
+            if sym is not None:
+                where = sym.name if addr - off == sym.start else f"{sym.name}+{addr - off - sym.start:#x}"
+                return f"{where} of CPU{n}"
+        return ""
+
+
+def cached_layout(kallsyms: Path) -> Path | None:
+    """The layout of the kernel these symbols were captured from, worked out
+    once and kept beside them (made again when kernel-waits.toml changes);
+    None when the capture has no variables or BTF beside it."""
+    out = symcache.beside(kallsyms, "layout.json")
+    key = hashlib.sha256(SPEC_FILE.read_bytes()).hexdigest()[:16]
+    try:
+        if json.loads(out.read_text()).get("spec") == key:
+            return out
+    except (OSError, ValueError):
+        pass
+    try:
+        blob = symcache.beside(kallsyms, "btf").read_bytes()
+        text = symcache.beside(kallsyms, "datasyms").read_text(errors="replace")
+    except OSError:
+        return None
+    return paths.write_atomic(out, json.dumps(layout(blob, text) | {"spec": key}))
+
+
+def _ints(values, base: int = 10) -> list[int]:
+    out = []
+    for v in values if isinstance(values, list) else []:
+        try:
+            out.append(int(v, base) if isinstance(v, str) else int(v))
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+@dataclass
+class Waits:
+    """The samples' reads of the kernel's records."""
+    csd: dict[int, list[int]] = field(default_factory=dict)  # CPU -> the CPUs its requests wait on in every sample
+    held: list[dict[int, list[int]]] = field(default_factory=list)  # per sample: CPU -> its held resilient spinlocks
+    per_cpu_offsets: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_samples(cls, samples: list[dict]) -> "Waits":
+        reads = [s.get("waits") if isinstance(s.get("waits"), dict) else {} for s in samples]
+        if not any("per_cpu_offsets" in r for r in reads):
+            return cls()
+        csd: dict[int, set[int]] | None = None
+        for r in reads:  # a request that completed between samples was no wait
+            cur = {int(k): set(_ints(v)) for k, v in (r.get("csd") or {}).items() if str(k).isdigit()}
+            csd = cur if csd is None else {k: csd[k] & cur[k] for k in csd if k in cur}
+        held = [{int(k): t for k, v in (r.get("rqspinlock") or {}).items() if str(k).isdigit() and (t := _ints(v, 16))}
+                for r in reads]
+        offsets = next(_ints(r["per_cpu_offsets"], 16) for r in reversed(reads) if "per_cpu_offsets" in r)
+        return cls({k: sorted(v) for k, v in (csd or {}).items() if v}, held, offsets)
+
+    def spun_lock(self, cpu: int, sample: int) -> int | None:
+        """The resilient spinlock a CPU may be spinning on in a sample: its table's last entry."""
+        table = self.held[sample].get(cpu) if 0 <= sample < len(self.held) else None
+        return table[-1] if table else None
+
+    def holders(self, lock: int, cpu: int, sample: int, spinning: set[int]) -> list[int]:
+        """The CPUs that hold a lock cpu spins on, in the same sample: it is
+        in their table, and not only as the last entry of one that spins on
+        it too; cpu itself when the lock is in its table twice (it spins on a
+        lock it holds: from an NMI, say)."""
+        out = []
+        for other, table in sorted(self.held[sample].items()):
+            earlier = lock in table[:-1]
+            if other == cpu and earlier or other != cpu and (earlier or lock in table and other not in spinning):
+                out.append(other)
+        return out
