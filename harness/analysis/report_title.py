@@ -162,19 +162,35 @@ def _hung(frames: list[str], rules: Rules) -> str:
     return next((f for f in frames if not any(s in f for s in rules.hung_skip)), "")
 
 
+def _skip(spec: StackSpec, rules: Rules) -> re.Pattern | None:
+    words = rules.skip + spec.skip
+    return re.compile("|".join(words)) if words else None
+
+
+def _extract(frames: list[str], spec: StackSpec, rules: Rules) -> str:
+    return frames[0] if spec.extractor == "first" else \
+        _stall(frames, rules) if spec.extractor == "stall" else _hung(frames, rules)
+
+
 def function(lines: list[str], spec: StackSpec, rules: Rules) -> str:
     """The function a report's (prefix-stripped, questionable-free) lines
     point at, or "corrupted"."""
-    words = rules.skip + spec.skip
-    skip = re.compile("|".join(words)) if words else None
+    skip = _skip(spec, rules)
     for steps in (spec.steps, spec.steps2):
         if not steps:
             continue
         frames = _walk(lines, steps, rules, skip)
-        if not frames:
-            continue
-        picked = frames[0] if spec.extractor == "first" else \
-            _stall(frames, rules) if spec.extractor == "stall" else _hung(frames, rules)
-        if picked:
+        if frames and (picked := _extract(frames, spec, rules)):
             return picked
     return CORRUPTED
+
+
+def function_of_stack(frames: list[str], spec: StackSpec, rules: Rules) -> str:
+    """The function a report of this kind would be named after, from a stack
+    as function names, innermost first (a task's /proc/PID/stack); "" when
+    every frame is skipped."""
+    skip = _skip(spec, rules)
+    w = _Walk(skip, rules)
+    for f in frames:
+        w.take(re.match(r"(.+)", f))
+    return _extract(w.frames, spec, rules) if w.frames else ""

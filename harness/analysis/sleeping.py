@@ -2,16 +2,17 @@
 """A sleeping hang: a task of the reproducer's that stayed in D state, in
 the same kernel wait, past its threshold while the kernel went on (the
 agent's "KSTALL dstate" lines, repro/agent.c sleep_watch). Titled from its
-kernel stack as syzbot titles the kernel's own hung-task report: the first
-frame past the scheduler, sleep and lock primitives (the same skip list as
-console-patterns.toml), "INFO: task hung in anon_pipe_write". Named by the
+kernel stack as syzbot titles the kernel's own hung-task report, by the
+same rules as that report on the console (console-patterns.toml's hung-task
+pattern: the first frame past the scheduler, sleep and lock primitives),
+"INFO: task hung in anon_pipe_write". Named by the
 first signature (harness/analysis/signatures/) that matches a task's kernel
 stack, as a vCPU's stack is."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis import classify, console
+from harness.analysis import classify, console, report_title
 from harness.analysis.classify import Role, Signature, base_name
 
 @dataclass
@@ -38,9 +39,11 @@ class SleepingHang:
         if not self.tasks:
             return ""
         pats = console.load_patterns()
-        template = next(p.title for p in pats if p.name == "hung-task")
+        hung = next(p for p in pats if p.name == "hung-task")
         t = self.tasks[0]
-        return template.format(func=next((f for f in t["kstack"] if not pats.skip.fullmatch(f)), t["wchan"]))
+        func = report_title.function_of_stack(t["kstack"], hung.stack, pats.rules) if hung.stack and pats.rules \
+            else next((f for f in t["kstack"] if not pats.skip.fullmatch(f)), "")
+        return hung.title.format(func=func or t["wchan"])
 
     def summary(self) -> str:
         return "; ".join([self.title] + [task_text(t) for t in self.tasks])

@@ -33,12 +33,13 @@ class Machine:
     smp: str          # QEMU's -smp, {cpus} filled in
     console: str      # the kernel's console device (QEMU's serial port)
     cmdline: tuple[str, ...]  # kernel command line every guest gets
+    detectors: tuple[str, ...] = ()  # how the kernel's hang detectors are set
 
     def smp_arg(self, cpus: int) -> str:
         return self.smp.format(cpus=cpus)
 
     def kernel_cmdline(self, *extra: str) -> str:
-        return " ".join([f"console={self.console}", *self.cmdline, *(e for e in extra if e)])
+        return " ".join([f"console={self.console}", *self.cmdline, *self.detectors, *(e for e in extra if e)])
 
     def boot_file(self, kernel: Kernel) -> Path:
         """QEMU's -kernel for kernel on this machine."""
@@ -47,7 +48,7 @@ class Machine:
 
 def get(name: str) -> Machine:
     m = _TABLE["machine"][name]
-    return Machine(name, m["boot"], m["smp"], m["console"], tuple(m["cmdline"]))
+    return Machine(name, m["boot"], m["smp"], m["console"], tuple(m["cmdline"]), tuple(_TABLE.get("detectors", ())))
 
 
 def for_kernel(kernel: Kernel) -> Machine:
