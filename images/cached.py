@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 
 from harness.base import paths
 from harness.base.paths import write_atomic
+from images import modules
 from images.kernel import Kernel, sha256_file
 
 META = "kernel.json"
@@ -60,6 +61,11 @@ def damage(d: Path) -> str | None:
         return "vmlinuz missing"
     if sha256_file(k.vmlinuz) != k.sha256:
         return f"vmlinuz sha256 mismatch ({k.vmlinuz.stat().st_size} bytes)"
+    if k.origin.get("suite") and k.config and k.config.is_file():  # fetched by kstall, which can do so again
+        left_out = [m for m in modules.wanted(modules.optional_needs(), k.config_value)
+                    if m not in k.modules and m not in k.origin.get("optional_missing", [])]
+        if left_out:
+            return f"fetched before kstall took the module(s) {', '.join(left_out)} a host command needs"
     return None
 
 

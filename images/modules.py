@@ -41,6 +41,13 @@ def every_need() -> list[KernelNeeds]:
     return [reproducers.agent_needs()] + [reproducers.load(n).needs for n in reproducers.names()]
 
 
+def optional_needs() -> list[KernelNeeds]:
+    """What only a host command (`run:`) needs: its modules are taken when a
+    kernel's packages hold them, and a kernel without them is no error until
+    a host command runs on it."""
+    return [reproducers.host_command_needs()]
+
+
 def wanted(needs: Iterable[KernelNeeds], config_value: Callable[[str], str | None] | None,
            builtin: set[str] | None = None) -> list[str]:
     """Module names to load: options set =m, or without a config (config_value

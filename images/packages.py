@@ -66,13 +66,15 @@ class Collector:
         self.read: list[str] = []
         self.needs = modules.every_need()
         self.needed: list[str] | None = None  # modules whose option is =m, once the config is known
+        self.optional: list[str] = []  # the same, of modules.optional_needs(): taken if there
+        self.optional_missing: list[str] = []  # those the packages did not hold
         self.plan: dict[str, list[str]] = {}
 
     def config_value(self, option: str) -> str | None:
         return Kernel("", "", Path(), "", config=self.config).config_value(option)
 
     def complete(self) -> bool:
-        return self.vmlinuz is not None and self.needed == []
+        return self.vmlinuz is not None and self.needed == [] and not self.optional
 
     def done(self) -> bool:
         """Nothing more to read: a package's doc comes last, so one is read
@@ -135,9 +137,11 @@ class Collector:
         if _CONFIG.fullmatch(name):
             self.config = self._write(tar, m, self.dest / "config")
             self.needed = modules.wanted(self.needs, self.config_value)
+            self.optional = [m for m in modules.wanted(modules.optional_needs(), self.config_value)
+                             if m not in self.needed]
             return True
         mm = _MODFILE.fullmatch(name)
-        if mm and self.needed != []:
+        if mm and (self.needed != [] or self.optional):
             release = _checked_release(mm, m, "r")
             self._write(tar, m, self.staging / "lib" / "modules" / release / mm.group("rel"))
             self.module_files += mm.group("rel").startswith(("kernel/", "updates/", "extra/"))
@@ -163,13 +167,20 @@ class Collector:
             assert self.release is not None
             tree = modules.Tree(self.staging, self.release)
             names = self.needed if self.needed is not None else modules.wanted(self.needs, None, tree.builtin())
-            if not names:
-                return
-            if self.module_files == 0:
+            if names and self.module_files == 0:
                 why = "its config has them =m" if self.config else "modules.builtin does not list them"
                 raise SpecError(f"the kernel {self.release} needs module(s) {', '.join(names)} ({why}) "
                                 f"but {what} holds no modules: add the package that does (e.g. linux-modules-*, "
                                 "kernel-modules)")
+            if self.optional and self.module_files:
+                tree.ensure_dep()
+                have = set(tree.deps()) | (tree.builtin() or set())
+                self.optional_missing = [m for m in self.optional if m not in have]
+                names = names + [m for m in self.optional if m in have]
+            else:
+                self.optional_missing = list(self.optional)
+            if not names:
+                return
             tree.ensure_dep()
             self.plan = modules.install(tree, names, self.dest / "modules")
         finally:
@@ -194,7 +205,8 @@ def kernel_from(c: Collector, spec: str, canonical: str, upstream: str | None, o
     return Kernel(spec=spec, canonical=canonical, vmlinuz=c.vmlinuz, sha256=sha256_file(c.vmlinuz),
                   release=c.release, upstream=upstream or upstream_of(c.release), config=c.config,
                   changelog=c.changelog,
-                  origin=origin | {"read": c.read}, modules=plan,
+                  origin=origin | {"read": c.read} | ({"optional_missing": c.optional_missing}
+                                                      if c.optional_missing else {}), modules=plan,
                   modules_dir=c.dest / "modules" if any(plan.values()) else None)
 
 

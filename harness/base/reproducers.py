@@ -142,6 +142,10 @@ class Reproducer:
 AGENT = "agent"  # repro/agent.toml: the guest agent's needs, not a reproducer
 
 
+def host_command_needs() -> KernelNeeds:
+    return KernelNeeds.from_doc(HOST_COMMAND, HOST_COMMAND_NEEDS)
+
+
 def agent_needs() -> KernelNeeds:
     with open(REPRO_DIR / f"{AGENT}.toml", "rb") as f:
         return KernelNeeds.from_doc(AGENT, tomllib.load(f))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, kstall, kstall_processes, verify_json
+from helpers import KSTALL as KSTALL_CMD, REPO, kstall, kstall_processes, verify_json
 
 pytestmark = pytest.mark.e2e
 PROGRAMS = REPO / "tests" / "programs"
@@ -71,6 +71,22 @@ def test_a_dynamic_host_program_run_as_a_host_command_reproduces_the_freeze_and_
     assert doc["verdict"] == "VULNERABLE" and doc["signature"] == "hrtimer_cancel_self_deadlock"
     assert not marker.exists(), "the guest wrote to the host's filesystem"
     assert doc["vm"]["snapshot"] is None or not doc["vm"]["snapshot"]["restored"]
+
+
+def test_a_host_command_on_a_kernel_whose_virtiofs_is_a_module_runs_from_the_callers_directory(tmp_path):
+    """bookworm's 6.1 has CONFIG_VIRTIO_FS=m and CONFIG_FUSE_FS=m: their modules
+    come with the kernel and are loaded before the host's root is mounted."""
+    (tmp_path / "marker.txt").write_text("from the host\n")
+    p = subprocess.run([*KSTALL_CMD, "verify", "debian:6.1.192", "run:pwd; cat marker.txt; echo x > new.txt",
+                        "--json", "--results", str(tmp_path / "r")], capture_output=True, text=True, timeout=600,
+                       cwd=tmp_path)
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["verdict"] == "NOT_REPRODUCED", p.stderr[-2000:]
+    assert "fuse, virtiofs" in p.stderr  # "modules to load first: ..., fuse, virtiofs"
+    rundir = next(d for d in (tmp_path / "r").iterdir() if not d.name.startswith("."))
+    out = [line for line in (rundir / "agent.log").read_text().splitlines() if not line.startswith("HB ")]
+    assert [str(tmp_path), "from the host"] == out[out.index("1..1") + 1:][:2], out
+    assert not (tmp_path / "new.txt").exists(), "the guest wrote to the host's filesystem"
 
 
 @pytest.mark.parametrize("version", ["6.12.107", "7.3.4"])
