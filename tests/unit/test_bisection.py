@@ -174,3 +174,19 @@ def test_bisect_git_refuses_a_tree_already_bisected(tmp_path):
     run("bisect", "start", "--no-checkout", "HEAD", "HEAD~2")
     with pytest.raises(bisect_git.GitBisectError, match="already being bisected"):
         bisect_git.check_tree(tmp_path, "HEAD~2", "HEAD")
+
+
+def test_an_end_that_ends_in_error_gets_one_more_go():
+    c = versions(5)
+    seen: list[str] = []
+
+    def flaky_new_end(v: str) -> Step:  # an emulator fault in every attempt of the first go
+        seen.append(v)
+        if v == "v4" and seen.count("v4") == 1:
+            return Step(v, SKIP, "ERROR", "emulator fault", error=True)
+        return Step(v, CLEAN if v < "v3" else REPRODUCES, "x")
+    out = Bisection(c, flaky_new_end).run()
+    assert (out.last_old, out.first_new) == ("v2", "v3") and seen.count("v4") == 2
+    test, tested = table({"v0": CLEAN, "v1": CLEAN, "v2": SKIP, "v3": SKIP, "v4": SKIP})
+    out = Bisection(c, test, max_errors=5).run()  # one that fails its second go too stops the bisection
+    assert "the new end v4 could not be judged" in out.message and tested.count("v4") == 2

@@ -6,8 +6,8 @@ the old end's state ("reproduces" or "does not") is one term, the new end's
 the other, and the search finds the first candidate in the new state. A
 regression hunt has old = does not reproduce; a fix hunt has old = reproduces.
 
-Both ends are tested first (ktest's BISECT_CHECK): if they agree there is
-nothing to find. A step that can not be judged (ERROR, INCONCLUSIVE, a
+Both ends are tested first (ktest's BISECT_CHECK), an end that ends in
+ERROR twice: if they agree there is nothing to find. A step that can not be judged (ERROR, INCONCLUSIVE, a
 different crash) is skipped and a neighbour tried instead; too many ERRORs
 end the bisection with the reason. Every step is recorded as it completes so
 an interrupted bisection resumes where it stopped.
@@ -79,6 +79,15 @@ class Bisection:
                                     f"{errors[-1].line})")
         return self.steps[candidate]
 
+    def _end(self, candidate: str) -> Step:
+        """An end: everything rests on it, so an ERROR there (an emulator
+        fault met in every attempt, a QEMU that died) gets one more go."""
+        s = self._state(candidate)
+        if s.state == SKIP and s.error:
+            del self.steps[candidate]
+            s = self._state(candidate)
+        return s
+
     def _pick(self, lo: int, hi: int) -> int | None:
         """The untested candidate in (lo, hi) nearest the middle."""
         mid = (lo + hi) / 2
@@ -103,7 +112,7 @@ class Bisection:
         if self.prefetch:  # while the ends run: the other end and the first midpoint
             first = self._pick(0, len(self.c) - 1)
             self.prefetch([self.c[-1]] + ([self.c[first]] if first is not None else []))
-        old, new = self._state(self.c[0]), self._state(self.c[-1])
+        old, new = self._end(self.c[0]), self._end(self.c[-1])
         for end, s in (("old", old), ("new", new)):
             if s.state == SKIP:
                 return Outcome("none", message=f"the {end} end {s.candidate} could not be judged: {s.line}")
