@@ -102,6 +102,8 @@ def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
             if b is not None:
                 code[addr] = b
     cpu["regions"] = [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions]
+    # what registers point at: the lock a CPU spins on is among them
+    cpu["words"] = {} if user else kernel_waits.register_words(lambda a, n: _read(inf, a, n), regs)
     cpu["code"] = {f"{a:#x}": b.hex() for a, b in code.items()}
     if _has_dwarf() and not user:
         cpu["frames"] = _dwarf_frames()

@@ -53,7 +53,7 @@ class Btf:
         if self.types_end > len(blob) or self.strings_end > len(blob):
             raise BtfError("its sections run past its end")
         self.records: list[int] = [0]  # type id -> where its record starts (id 0 is void)
-        self._by_name: dict[tuple[int, str], int] | None = None
+        self._by_name: dict[int, dict[str, int]] = {}  # kind -> name -> the first type of that kind and name
         pos = self.types_at
         while pos < self.types_end:
             if pos + _TYPE.size > self.types_end:
@@ -98,16 +98,59 @@ class Btf:
 
     def find(self, kind: int, name: str) -> int:
         """The id of the type of this kind and name (the first, when several)."""
-        if self._by_name is None:
-            self._by_name = {}
+        if kind not in self._by_name:  # names are read for this kind only: a kernel has 100k+ types
+            index: dict[str, int] = {}
             for tid in range(1, len(self.records)):
                 k, _, _, name_off, _ = self._record(tid)
-                if name_off and k in (STRUCT, UNION, ENUM, ENUM64, TYPEDEF, VAR):
-                    self._by_name.setdefault((k, self.string(name_off)), tid)
-        tid = self._by_name.get((kind, name))
+                if k == kind and name_off:
+                    index.setdefault(self.string(name_off), tid)
+            self._by_name[kind] = index
+        tid = self._by_name[kind].get(name)
         if tid is None:
             raise BtfError(f"no {_KIND_NAMES.get(kind, kind)} {name}")
         return tid
+
+    def variable_type(self, name: str) -> int:
+        """The type of a variable BTF describes (every per-CPU one, in a kernel)."""
+        return self._record(self.find(VAR, name))[4]
+
+    def member_at(self, type_id: int, offset: int, word: int = 8) -> str:
+        """'__lock', 'a.b[2].c': the member that holds byte offset of a
+        structure, looked into until it is no bigger than a word (a lock,
+        not the fields inside it); "" when none holds it."""
+        parts: list[str] = []
+        for _ in range(16):
+            if parts and self._size_or_0_of(type_id) <= word:
+                break
+            type_id = self.resolve(type_id)
+            kind = self.kind(type_id)
+            if kind == ARRAY:
+                elem, n = self.array_of(type_id) or (0, 0)
+                size = self.size(elem) if n else 0
+                if not size or offset >= size * n or not parts:
+                    break
+                parts[-1] += f"[{offset // size}]"
+                offset, type_id = offset % size, elem
+                continue
+            if kind not in (STRUCT, UNION):
+                break
+            inner = next((m for m in self.members(type_id) if m.offset <= offset < m.offset + self._size_or_0(m)),
+                         None)
+            if inner is None:
+                break
+            if inner.name:
+                parts.append(inner.name)
+            offset, type_id = offset - inner.offset, inner.type_id
+        return ".".join(parts)
+
+    def _size_or_0(self, m: Member) -> int:
+        return self._size_or_0_of(m.type_id)
+
+    def _size_or_0_of(self, type_id: int) -> int:
+        try:
+            return self.size(type_id)
+        except BtfError:
+            return 0
 
     def resolve(self, type_id: int) -> int:
         """The type behind typedefs and qualifiers."""

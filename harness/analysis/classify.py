@@ -161,26 +161,28 @@ class CpuClass:
     # as the kernel's records in memory say (kernel_waits.py): the CPUs it waits for, the lock it spins on
     waits_for: list[int] = field(default_factory=list)
     lock: str = ""
+    waits_how: str = ""  # "memory": waits_for is the kernel's record
 
     def to_json(self) -> dict:
         return {"cpu": self.cpu, "class": self.signature.title, "signature": self.signature.name,
                 "role": self.signature.role, "stuck": self.stuck, "samples": self.samples,
                 "seen": self.seen, "pc": self.pc, "state": self.state,
-                "waits_for": self.waits_for, "lock": self.lock,
+                "waits_for": self.waits_for, "lock": self.lock, "waits_how": self.waits_how,
                 "frames": [frame_text(f) for f in self.frames]}
 
     def waits_text(self) -> str:
-        return waits_text(self.cpu, self.waits_for, self.lock)
+        return waits_text(self.cpu, self.waits_for, self.lock, self.waits_how == "memory")
 
 
-def waits_text(cpu: int, waits_for: list[int], lock: str = "") -> str:
-    """'waits for CPU0', 'on lock X, held by CPU1' ("" for no wait): whom a CPU waits for."""
+def waits_text(cpu: int, waits_for: list[int], lock: str = "", recorded: bool = False) -> str:
+    """'waits for CPU0', 'on lock X, held by CPU1' ("" for no wait): whom a
+    CPU waits for; recorded: the kernel's records say so (a lock's holder)."""
     cpus = ",".join(f"CPU{n}" for n in waits_for)
-    if lock and waits_for == [cpu]:
-        return f"on lock {lock}, which it holds itself"
-    if lock:
-        return f"on lock {lock}, held by {cpus or 'no CPU on record'}"
-    return f"waits for {cpus}" if cpus else ""
+    if lock and recorded:
+        return f"on lock {lock}, which it holds itself" if waits_for == [cpu] else \
+            f"on lock {lock}, held by {cpus or 'no CPU on record'}"
+    waits = f"waits for {cpus}" if cpus else ""
+    return ", ".join(p for p in (f"on lock {lock}" if lock else "", waits) if p)
 
 
 def frame_text(f: dict) -> str:

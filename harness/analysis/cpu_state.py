@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis import classify
 from harness.analysis.classify import Role, base_name
-from harness.analysis.kallsyms import Kallsyms
-from harness.analysis.kernel_waits import LockNames, Waits
+from harness.analysis.kernel_waits import LockNames, Variables, Waits, register_lock
 from harness.base import paths
 
 STATES_FILE = paths.data_file("harness", "analysis", "cpu-states.toml")
@@ -91,7 +90,7 @@ class CpuState:
         where = f", in {self.function}" if self.function else ""
         stuck = "" if self.stuck else f", not stuck (moved between {self.samples} samples)"
         role = {Role.CULPRIT: " (culprit)", Role.VICTIM: " (victim)"}.get(self.role, "")
-        waits = classify.waits_text(self.cpu, self.waits_for, self.lock)
+        waits = classify.waits_text(self.cpu, self.waits_for, self.lock, self.waits_how == "memory")
         return f"CPU{self.cpu}: {self.title}{how}{where}{stuck}{', ' * bool(waits)}{waits}{role}"
 
     def to_json(self) -> dict:
@@ -161,7 +160,8 @@ def _merge(seq: list[CpuState]) -> CpuState:
     return last
 
 
-def _read_waits(cpus: list[CpuState], waits: Waits, locks: LockNames | None) -> dict[int, list[int]]:
+def _read_waits(cpus: list[CpuState], samples: list[dict], waits: Waits,
+                locks: LockNames | None) -> dict[int, list[int]]:
     """Who each CPU stuck waiting waits for, as the kernel's records say:
     the CPUs a csd waiter's requests are still locked on (in every sample);
     the holders of the lock a CPU spins on (its table's last entry, in the
@@ -177,6 +177,9 @@ def _read_waits(cpus: list[CpuState], waits: Waits, locks: LockNames | None) -> 
             c.lock = (locks.name(lock) if locks else "") or f"{lock:#x}"
             measured[c.cpu] = waits.holders(lock, c.cpu, c.sample, spinning)
         else:
+            if c.waits == "lock" and locks is not None:  # a queued spinlock records no holder: only its name
+                dump = next((d for d in samples[c.sample].get("cpus", []) if d.get("cpu") == c.cpu), {})
+                c.lock = register_lock(dump, locks)
             continue
         c.waits_for, c.waits_how = measured[c.cpu], "memory"
     return measured
@@ -211,7 +214,7 @@ def _assign_roles(cpus: list[CpuState], measured: dict[int, list[int]]) -> list[
 
 
 def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules | None = None,
-            variables: Kallsyms | None = None) -> Hang:
+            variables: Variables | None = None) -> Hang:
     """samples: the GDB dumps a classification came from; classes: it (idle
     and user-mode CPUs as the signatures named them stay benign); variables:
     the kernel's variables, to name a lock by."""
@@ -228,7 +231,7 @@ def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules 
     cpus = [_merge(seq) for _, seq in sorted(per_cpu.items())]
     waits = Waits.from_samples(samples)
     locks = LockNames(variables, waits.per_cpu_offsets) if variables is not None else None
-    culprits = _assign_roles(cpus, _read_waits(cpus, waits, locks))
+    culprits = _assign_roles(cpus, _read_waits(cpus, samples, waits, locks))
     title = f"hang in {culprits[0].function}" if culprits and culprits[0].function else \
         ("hang" if culprits else "")
     return Hang(title, cpus)
@@ -237,7 +240,9 @@ def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules 
 def note_waits(classes: list[classify.CpuClass], hang: Hang) -> None:
     """What the kernel's records say each CPU waits for, onto the CPUs its
     signatures named too."""
-    read = {c.cpu: c for c in hang.cpus if c.waits_how == "memory"}
+    read = {c.cpu: c for c in hang.cpus if c.waits_how == "memory" or c.lock}
     for c in classes:
         if c.cpu in read and c.signature.role != Role.BENIGN:
-            c.waits_for, c.lock = read[c.cpu].waits_for, read[c.cpu].lock
+            s = read[c.cpu]
+            c.lock, c.waits_how = s.lock, s.waits_how
+            c.waits_for = s.waits_for if s.waits_how == "memory" else []

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TEXT_TYPES = frozenset("tTwW")
-# variables (data and bss), which name a lock or a per-CPU structure
-DATA_TYPES = frozenset("dDbB")
+# variables (data and bss; per-CPU ones are absolute where the per-CPU area is
+# based at 0, as on x86-64 before 6.15), which name a lock or a per-CPU structure
+DATA_TYPES = frozenset("dDbBA")
 # a symbol's extent is up to the next symbol; past this we call it unknown
 MAX_SYMBOL_SIZE = 1 << 20
 

@@ -156,28 +156,85 @@ def _held_locks(mem: Reader, r: dict, offs: list) -> dict[str, list[str]]:
     return held
 
 
+@dataclass
+class Variables:
+    """A kernel's variables (its captured data symbols), where its per-CPU
+    ones are ([__per_cpu_start, __per_cpu_end)), and its BTF, which has
+    the type of each per-CPU one (read when a lock is named)."""
+    symbols: Kallsyms
+    per_cpu: tuple[int, int] = (0, 0)
+    btf_path: Path | None = None
+    _btf: btf.Btf | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> "Variables":
+        area = variables(path.read_text(errors="replace"), {"__per_cpu_start", "__per_cpu_end"})
+        return cls(Kallsyms.load(path, DATA_TYPES), (area.get("__per_cpu_start", 0), area.get("__per_cpu_end", 0)),
+                   path.with_suffix(".btf"))
+
+    def member(self, variable: str, offset: int) -> str:
+        """'runqueues.__lock': the variable's member at offset, by its BTF type."""
+        try:
+            if self._btf is None and self.btf_path is not None:
+                self._btf = btf.Btf(self.btf_path.read_bytes())
+            if self._btf is not None:
+                path = self._btf.member_at(self._btf.variable_type(variable), offset)
+                if path:
+                    return f"{variable}.{path}"
+        except (OSError, btf.BtfError):
+            self.btf_path = None  # no BTF, or not this variable: named by its offset
+        return variable if offset == 0 else f"{variable}+{offset:#x}"
+
+
 class LockNames:
     """Names a lock by the variable it is (or is in): a static lock by its
     symbol, a per-CPU one by its variable and CPU; a lock in memory the
     kernel allocated has no name."""
 
-    def __init__(self, data: Kallsyms, per_cpu_offsets: list[int]) -> None:
-        self.data, self.offs = data, per_cpu_offsets
-
-    @classmethod
-    def load(cls, path, per_cpu_offsets: list[int]) -> "LockNames":
-        return cls(Kallsyms.load(path, DATA_TYPES), per_cpu_offsets)
+    def __init__(self, variables: Variables, per_cpu_offsets: list[int]) -> None:
+        self.vars, self.offs = variables, per_cpu_offsets
 
     def name(self, addr: int) -> str:
-        sym = self.data.lookup(addr)
-        if sym is not None:
-            return sym.name if addr == sym.start else f"{sym.name}+{addr - sym.start:#x}"
+        start, end = self.vars.per_cpu
+        if not start <= addr < end and (sym := self.vars.symbols.lookup(addr)) is not None:
+            return self.vars.member(sym.name, addr - sym.start)
         for n, off in enumerate(self.offs):
-            sym = self.data.lookup(addr - off) if off else None
-            if sym is not None:
-                where = sym.name if addr - off == sym.start else f"{sym.name}+{addr - off - sym.start:#x}"
-                return f"{where} of CPU{n}"
+            template = (addr - off) & (2**64 - 1)  # the per-CPU variable's own address
+            if off and start <= template < end and (sym := self.vars.symbols.lookup(template)) is not None:
+                return f"{self.vars.member(sym.name, template - sym.start)} of CPU{n}"
         return ""
+
+
+KERNEL_HALF = 0xFFFF800000000000
+
+
+def register_words(mem: Reader, regs: dict[str, int]) -> dict[str, str]:
+    """The 32-bit word each register that holds a kernel address points at:
+    a CPU spinning on a queued spinlock keeps the lock's address in one."""
+    out: dict[str, str] = {}
+    for name, value in regs.items():
+        if value >= KERNEL_HALF and value % 4 == 0 and name not in ("rip", "rsp", "rbp"):
+            word = _word(mem, value, 4)
+            if word is not None:
+                out[name] = f"{word:#x}"
+    return out
+
+
+def register_lock(cpu: dict, locks: LockNames) -> str:
+    """The variable a CPU spinning on a queued spinlock spins on: the one a
+    register points at whose word is a held lock (its locked byte set; in a
+    guest, where the kernel spins test-and-set in virt_spin_lock(), that is
+    all its word holds); "" when none is a variable (a lock in allocated
+    memory has no name to give)."""
+    words = cpu.get("words") or {}
+    for name, value in (cpu.get("regs") or {}).items():
+        try:
+            addr, word = int(value, 16), int(words.get(name, ""), 16)
+        except (TypeError, ValueError):
+            continue
+        if word & 0xFF and (named := locks.name(addr)):
+            return named
+    return ""
 
 
 def cached_layout(kallsyms: Path) -> Path | None:

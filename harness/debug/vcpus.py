@@ -223,11 +223,13 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
                 b = _hmp_bytes(qmp, n, a - 8, 8)
                 if b:
                     code[a] = b[1:]
+        words = {} if user else kernel_waits.register_words(lambda a, k: _hmp_bytes(qmp, n, a, k),
+                                                            {k: v for k, v in regs.items() if k in stackwalk.REGISTERS})
         frames = ([f.to_json() for f in stackwalk.walk(rip, regions, code, syms)] if syms and not user else
                   [{"addr": f"{rip:#x}", "text": f"{rip:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown",
                      "regs": {k: f"{v:#x}" for k, v in regs.items() if k in stackwalk.REGISTERS},
-                     "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions],
+                     "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
                      "frames": frames, "unwinder": "stack-scan" if syms else "none"})
     waits = kernel_waits.read(lambda a, k: _hmp_bytes(qmp, 0, a, k), layout or {}, len(cpus))

@@ -19,7 +19,6 @@ from typing import Callable
 
 from harness.analysis import classify, cpu_state, kernel_waits, latency, pmiss, sleeping, thread_hang
 from harness.analysis.classify import Role
-from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.verdict import Verdict, decide
 from harness.base import paths, reproducers
@@ -206,10 +205,10 @@ class _Run:
         self.hang = hang
         return bool(self.hang.culprits) and not self.own_bug
 
-    def variables(self) -> Kallsyms | None:
+    def variables(self) -> kernel_waits.Variables | None:
         """The kernel's variables, which name the locks CPUs spin on."""
         path = symcache.beside(self.syms_path, "datasyms") if self.syms_path else None
-        return Kallsyms.load(path, DATA_TYPES) if path is not None and path.is_file() else None
+        return kernel_waits.Variables.load(path) if path is not None and path.is_file() else None
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""

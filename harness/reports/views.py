@@ -19,7 +19,7 @@ def cpu_line(c: dict, width: int = 0) -> str:
     """'CPU1: hrtimer_cancel self-deadlock at hrtimer_cancel+0x28/0x40 (stuck, 3/3 samples)'"""
     state = cpu_state(c)
     seen = (c.get("seen") or {}).get(c.get("signature"), 0)
-    waits = waits_text(c["cpu"], c.get("waits_for") or [], c.get("lock") or "")
+    waits = waits_text(c["cpu"], c.get("waits_for") or [], c.get("lock") or "", c.get("waits_how") == "memory")
     waits = f", {waits}" if waits else ""
     return (f"CPU{c['cpu']}: {c['class']:<{width}} at {c.get('pc') or '?'} ({state}, {seen}/{c.get('samples')} "
             f"samples){waits}")

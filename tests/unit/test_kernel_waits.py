@@ -101,8 +101,10 @@ def test_a_kernel_without_a_part_does_without_it(blob):
 
 
 def test_locks_are_named_by_their_variable_static_or_per_cpu():
-    data = Kallsyms.parse(SYMBOLS + "0000000000020000 d runqueues\n0000000000021000 d next_percpu\n", DATA_TYPES)
-    names = kernel_waits.LockNames(data, [0xFFFF888000000000, 0xFFFF888000100000])
+    data = Kallsyms.parse(SYMBOLS + "0000000000000000 A __per_cpu_start\n0000000000020000 A runqueues\n"
+                          "0000000000021000 A next_percpu\n0000000000035000 A __per_cpu_end\n", DATA_TYPES)
+    names = kernel_waits.LockNames(kernel_waits.Variables(data, (0, 0x35000)),
+                                   [0xFFFF888000000000, 0xFFFF888000100000])  # a per-CPU area based at 0
     assert names.name(0xFFFFFFFF83000000) == "tasklist_lock"
     assert names.name(0xFFFFFFFF83000048) == "other_lock+0x8"
     assert names.name(0xFFFF888000120010) == "runqueues+0x10 of CPU1"
@@ -142,3 +144,22 @@ def test_held_locks_name_the_holder_only_for_cpus_that_stay_spinning():
     assert "on lock 0xffffc900004a9080, held by CPU0 (victim)" in first.summary()
     moving = cpu_state.analyze(samples, classify.classify_samples(samples, sigs))  # the stall ended
     assert not moving.culprits and all(not c.waits_for for c in moving.cpus)
+
+
+def test_a_queued_spinlock_is_named_by_the_register_that_points_at_it(blob, tmp_path):
+    """Debian 6.16.12, frozen by bpf-ringbuf: CPU1 spins in
+    native_queued_spin_lock_slowpath from try_to_wake_up; rbx and rdi point
+    at CPU0's runqueue, whose lock word is 1 (held; a guest spins
+    test-and-set in virt_spin_lock, so nothing else is in the word)."""
+    samples = load_samples("bpf-ringbuf-6.16.12-rq-lock")
+    cpu1 = samples[0]["cpus"][1]
+    assert cpu1["words"]["rbx"] == "0x1" and cpu1["regs"]["rbx"] == cpu1["regs"]["rdi"]
+    (tmp_path / "k.datasyms").write_text((FIXTURES / "bpf-ringbuf-6.16.12-rq-lock" / "datasyms").read_text())
+    (tmp_path / "k.btf").write_bytes(blob)  # struct rq as the kernel lays out its start
+    variables = kernel_waits.Variables.load(tmp_path / "k.datasyms")
+    hang = cpu_state.analyze(samples, classify.classify_samples(samples, without("rqspinlock_ringbuf_nmi")),
+                             variables=variables)
+    assert hang.cpus[1].lock == "runqueues.__lock of CPU0"
+    assert "CPU1: spinning on a lock, interrupts off, in try_to_wake_up, on lock runqueues.__lock of CPU0" \
+        in hang.summary()
+    assert "on lock 0xffffc900004a1080, held by no CPU on record" in hang.summary()  # the bug: taken, not recorded
