@@ -35,6 +35,14 @@ def test_affected_kernel_is_vulnerable_with_culprit_and_victim(tmp_path):
     assert culprits and victims, run["line"]
     frames = " ".join(culprits[0]["frames"])
     assert "hrtimer_cancel" in frames and ("perf_swevent_hrtimer" in frames or "cpu_clock_event_stop" in frames)
+    # whom each victim waits for, as the kernel's own records say: its call-function
+    # requests to a culprit are still locked (read through the guest's BTF)
+    for v in victims:
+        if v["stuck"]:
+            assert v["waits_how"] == "memory" and v["waits_for"], v
+            assert set(v["waits_for"]) <= {c["cpu"] for c in culprits}, (v, run["line"])
+    if any(v["stuck"] for v in victims):
+        assert "waits for CPU" in run["line"], run["line"]
     for f in ("console.log", "agent.log", "backtraces.txt", "cpus.json", "sample-0.json"):
         assert (Path(doc["results_dir"]) / f).exists(), f
 
