@@ -158,7 +158,10 @@ class SampleCommand(gdb.Command):
         if selected is not None:
             selected.switch()
         inf = gdb.selected_inferior()
-        waits = kernel_waits.read(lambda a, n: _read(inf, a, n), _state["layout"], len(cpus))
+        try:
+            waits = kernel_waits.read(lambda a, n: _read(inf, a, n), _state["layout"], len(cpus))
+        except Exception as e:  # noqa: BLE001 - a fault in this extra must not lose the dump
+            waits = {"error": f"{type(e).__name__}: {e}"}
         doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus,
                "waits": waits}
         tmp = out + ".tmp"

@@ -77,7 +77,6 @@ class CpuState:
     lock_table: str = ""
     sample: int = -1     # the sample it was last seen in this state in
 
-
     @property
     def benign(self) -> bool:
         return self.state in ("idle", "user")
@@ -164,8 +163,9 @@ def _read_waits(cpus: list[CpuState], samples: list[dict], waits: Waits,
                 locks: LockNames | None) -> dict[int, list[int]]:
     """Who each CPU stuck waiting waits for, as the kernel's records say:
     the CPUs a csd waiter's requests are still locked on (in every sample);
-    the holders of the lock a CPU spins on (its table's last entry, in the
-    last sample). A CPU that moved between samples waits for no one."""
+    the holders of the resilient lock a CPU spins on (its table's last
+    entry, in the last sample that saw it spin); the name of a queued
+    spinlock. A CPU that moved between samples waits for no one."""
     spinning = {c.cpu for c in cpus if c.lock_table and c.stuck}
     measured: dict[int, list[int]] = {}
     for c in cpus:
@@ -173,7 +173,7 @@ def _read_waits(cpus: list[CpuState], samples: list[dict], waits: Waits,
             continue
         if c.waits == "cpu" and c.cpu in waits.csd:
             measured[c.cpu] = waits.csd[c.cpu]
-        elif c.lock_table == "rqspinlock" and (lock := waits.spun_lock(c.cpu, c.sample)) is not None:
+        elif c.lock_table and (lock := waits.spun_lock(c.cpu, c.sample)) is not None:
             c.lock = (locks.name(lock) if locks else "") or f"{lock:#x}"
             measured[c.cpu] = waits.holders(lock, c.cpu, c.sample, spinning)
         else:
