@@ -217,8 +217,9 @@ def cmd_symbols(a: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - report any capture failure plainly
         echo_stderr(f"error: symbol capture failed: {e}")
         return EXIT_ERROR
-    print(f"{info['path']} ({info['lines']} text symbols, {info['bytes'] / 1e6:.1f} MB; "
-          f"capture {info['capture_s']:.2f}s after the guest came up, whole boot {time.monotonic() - t0:.1f}s)")
+    print(f"{info['path']} ({info['lines']} text symbols, {info['bytes'] / 1e6:.1f} MB; {info['data_lines']} "
+          f"variables; BTF {info['btf_bytes'] / 1e6:.1f} MB; capture {info['capture_s']:.2f}s after the guest came up, "
+          f"whole boot {time.monotonic() - t0:.1f}s)")
     return 0
 
 
@@ -471,7 +472,7 @@ def _kernel_parsers(sub) -> None:
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=cmd_kernels)
 
-    s = sub.add_parser("symbols", help="capture (or show) a kernel's text symbols from a guest")
+    s = sub.add_parser("symbols", help="capture (or show) a kernel's symbols (text, variables) and BTF from a guest")
     s.add_argument("kernel")
     s.add_argument("--refresh", action="store_true", help="capture again even if cached")
     s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
