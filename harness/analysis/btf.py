@@ -162,16 +162,20 @@ class Btf:
         raise BtfError("a loop of typedefs")
 
     def size(self, type_id: int) -> int:
-        type_id = self.resolve(type_id)
-        kind, _, _, _, size = self._record(type_id)
-        if kind == PTR:
-            return 8
-        if kind == ARRAY:
-            elem, _, n = self._array(type_id)
-            return self.size(elem) * n
-        if kind in (INT, STRUCT, UNION, ENUM, ENUM64, FLOAT, DATASEC):
-            return size
-        raise BtfError(f"type {type_id} ({_KIND_NAMES.get(kind, kind)}) has no size")
+        count = 1
+        for _ in range(32):  # arrays of arrays; a loop of them is a lie
+            type_id = self.resolve(type_id)
+            kind, _, _, _, size = self._record(type_id)
+            if kind == ARRAY:
+                type_id, _, n = self._array(type_id)
+                count *= n
+                continue
+            if kind == PTR:
+                return 8 * count
+            if kind in (INT, STRUCT, UNION, ENUM, ENUM64, FLOAT, DATASEC):
+                return size * count
+            raise BtfError(f"type {type_id} ({_KIND_NAMES.get(kind, kind)}) has no size")
+        raise BtfError("arrays nested past 32 levels")
 
     def _array(self, type_id: int) -> tuple[int, int, int]:
         return struct.unpack_from("<III", self.blob, self.records[type_id] + _TYPE.size)

@@ -278,11 +278,14 @@ class Waits:
         reads = [s.get("waits") if isinstance(s.get("waits"), dict) else {} for s in samples]
         if not any("per_cpu_offsets" in r for r in reads):
             return cls()
+
+        def table(r: dict, key: str) -> dict:
+            return r[key] if isinstance(r.get(key), dict) else {}
         csd: dict[int, set[int]] | None = None
         for r in reads:  # a request that completed between samples was no wait
-            cur = {int(k): set(_ints(v)) for k, v in (r.get("csd") or {}).items() if str(k).isdigit()}
+            cur = {int(k): set(_ints(v)) for k, v in table(r, "csd").items() if str(k).isdigit()}
             csd = cur if csd is None else {k: csd[k] & cur[k] for k in csd if k in cur}
-        held = [{int(k): t for k, v in (r.get("rqspinlock") or {}).items() if str(k).isdigit() and (t := _ints(v, 16))}
+        held = [{int(k): t for k, v in table(r, "rqspinlock").items() if str(k).isdigit() and (t := _ints(v, 16))}
                 for r in reads]
         offsets = next(_ints(r["per_cpu_offsets"], 16) for r in reversed(reads) if "per_cpu_offsets" in r)
         return cls({k: sorted(v) for k, v in (csd or {}).items() if v}, held, offsets)

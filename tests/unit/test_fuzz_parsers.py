@@ -17,9 +17,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from recorded import FIXTURES
+from recorded import FIXTURES, clang_btf
 
-from harness.analysis import console, latency, threads
+from harness.analysis import console, kernel_waits, latency, threads
 from harness.analysis.kallsyms import Kallsyms
 from harness.analysis.ktap import Ktap
 from harness.base import reproducers, untrusted
@@ -196,3 +196,64 @@ def test_100_mb_endless_stream_stays_bounded(reader):
     print(f"{reader}: peak {peak / (1 << 20):.1f} MiB for 100 MiB in")
     assert peak < MEMORY_BOUND, f"peak {peak >> 20} MiB"
     assert time.monotonic() - t0 < TIME_BOUND_S
+
+
+@pytest.fixture(scope="module")
+def real_btf(tmp_path_factory) -> bytes:
+    global WRITES
+    saved, WRITES = WRITES, None  # compiling the blob writes; what is tested below must not
+    try:
+        return clang_btf(tmp_path_factory.mktemp("btf"))
+    finally:
+        WRITES = saved
+
+
+def test_btf_and_the_kernel_layout_survive_a_hostile_blob(real_btf):
+    """The guest sends its BTF: a real blob mutated (bytes overwritten, cut,
+    header lengths and type ids changed) gives a layout with parts missing,
+    never an exception, and in bounded time."""
+    rng = random.Random(f"{SEED}-btf")
+    symbols = "ffffffff8283bfc0 D __per_cpu_offset\nffffffff83c6db00 d cfd_data\nffffffff83c6dbc0 D rqspinlock_held_locks\n"
+
+    def mutated(_: int) -> bytes:
+        b = bytearray(real_btf)
+        for _ in range(rng.randint(1, 8)):
+            how = rng.randrange(4)
+            if how == 0:
+                pos = rng.randrange(len(b))
+                b[pos:pos + 4] = rng.randbytes(4)
+            elif how == 1:
+                del b[rng.randrange(len(b)):]
+            elif how == 2:  # a header length or offset
+                pos = rng.choice([8, 12, 16, 20])
+                b[pos:pos + 4] = rng.choice([0, 1, 0xFFFFFFFF, len(b), rng.getrandbits(32)]).to_bytes(4, "little")
+            else:  # a type reference pointing anywhere, itself included
+                pos = rng.randrange(24, max(25, len(b) - 4))
+                b[pos:pos + 4] = rng.randrange(0, 64).to_bytes(4, "little")
+            if not b:
+                break
+        return bytes(b)
+
+    def one(i: int) -> None:
+        lay = kernel_waits.layout(mutated(i), symbols)
+        assert isinstance(lay, dict) and "missing" in lay
+        if "csd" in lay:  # a layout that came through is walked without surprises too
+            kernel_waits.read(lambda a, n: rng.randbytes(n) if rng.random() < 0.9 else None, lay, 4)
+    run_bounded(one, range(N // 5))
+
+
+def test_the_kernels_records_read_from_hostile_memory_stay_bounded():
+    """Memory a hostile guest fills: counts, masks and pointers of any value."""
+    rng = random.Random(f"{SEED}-waits")
+    lay = {"per_cpu_offset": 0xFFFFFFFF8283BFC0, "csd": {"variable": 0x1000, "csd": 0, "mask": 8,
+           "mask_pointer": True, "flags": 8, "locked": 1},
+           "rqspinlock": {"variable": 0x2000, "count": 0, "locks": 8, "max": 31}}
+
+    def one(_: int) -> None:
+        out = kernel_waits.read(lambda a, n: rng.randbytes(n) if rng.random() < 0.95 else None, lay, 64)
+        waits = kernel_waits.Waits.from_samples([{"waits": out}, {"waits": rng.choice([out, {}, [], "x"])}])
+        for n in range(64):
+            if (lock := waits.spun_lock(n, 0)) is not None:
+                waits.holders(lock, n, 0, set())
+        assert all(len(v) <= 31 for v in out.get("rqspinlock", {}).values())
+    run_bounded(one, range(N // 20))

@@ -6,38 +6,19 @@ from __future__ import annotations
 
 import shutil
 import struct
-import subprocess
 
 import pytest
-from recorded import FIXTURES, load_samples
+from recorded import FIXTURES, clang_btf, load_samples
 
 from harness.analysis import btf, classify, cpu_state, kernel_waits
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
 
-DECLS = FIXTURES / "btf" / "layouts.c"
-
-
-def elf_section(elf: bytes, name: str) -> bytes:
-    """A section of a 64-bit little-endian ELF object."""
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
-    headers = [struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-    names = headers[shstrndx]
-    for sh_name, _, _, _, offset, size in headers:
-        start = names[4] + sh_name
-        if elf[start:elf.index(b"\0", start)].decode() == name:
-            return elf[offset:offset + size]
-    raise KeyError(name)
-
-
 @pytest.fixture(scope="module")
 def blob(tmp_path_factory) -> bytes:
     if shutil.which("clang") is None:
         pytest.skip("clang (ci/debian-packages.txt) makes the BTF")
-    obj = tmp_path_factory.mktemp("btf") / "layouts.o"
-    subprocess.run(["clang", "-g", "-O2", "-target", "bpf", "-c", str(DECLS), "-o", str(obj)], check=True)
-    return elf_section(obj.read_bytes(), ".BTF")
+    return clang_btf(tmp_path_factory.mktemp("btf"))
 
 
 def test_btf_gives_member_offsets_through_anonymous_unions_and_tells_pointers_from_arrays(blob):
