@@ -229,9 +229,10 @@ def summarize(classes: list[CpuClass]) -> str:
             order[c.signature.title] = c.signature.priority
     parts = []
     for title, group in sorted(groups.items(), key=lambda kv: -order[kv[0]]):
-        waits = {c.waits_text() for c in group}
-        per_cpu = len(waits) > 1
-        parts.append(f"{title} on " + ",".join(
-            f"CPU{c.cpu}" + (f" ({c.waits_text()})" if per_cpu and c.waits_text() else "") for c in group)
-            + (f" ({waits.pop()})" if not per_cpu and next(iter(waits)) else ""))
+        texts = [c.waits_text() for c in group]
+        if len(set(texts)) == 1:  # the same wait (or none) for the whole group: said once
+            cpus = ",".join(f"CPU{c.cpu}" for c in group) + (f" ({texts[0]})" if texts[0] else "")
+        else:
+            cpus = ",".join(f"CPU{c.cpu}" + (f" ({t})" if t else "") for c, t in zip(group, texts))
+        parts.append(f"{title} on {cpus}")
     return "; ".join(parts)

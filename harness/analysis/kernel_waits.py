@@ -22,17 +22,13 @@ from typing import Callable
 
 from harness.analysis import btf
 from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
+from harness.analysis.stackwalk import KERNEL_HALF
 from harness.base import paths
 from images import symcache
 
 SPEC_FILE = paths.data_file("harness", "analysis", "kernel-waits.toml")
 MAX_CPUS = 64  # one word of a cpumask
 Reader = Callable[[int, int], "bytes | None"]
-
-
-def load_spec(path=SPEC_FILE) -> dict:
-    with open(path, "rb") as f:
-        return tomllib.load(f)
 
 
 def variables(symbols_text: str, names: set[str]) -> dict[str, int]:
@@ -48,11 +44,12 @@ def variables(symbols_text: str, names: set[str]) -> dict[str, int]:
     return out
 
 
-def layout(btf_blob: bytes, symbols_text: str, spec: dict | None = None) -> dict:
+def layout(btf_blob: bytes, symbols_text: str) -> dict:
     """Addresses and offsets read() needs for one kernel. A part the kernel
     lacks (no such structure or variable) is left out, with why under
     "missing"; the JSON-able result is cached beside the kernel's symbols."""
-    spec = spec or load_spec()
+    with open(SPEC_FILE, "rb") as f:
+        spec = tomllib.load(f)
     out: dict = {"missing": {}}
     try:
         types = btf.Btf(btf_blob)
@@ -99,11 +96,15 @@ def _rqspinlock_layout(types: btf.Btf, r: dict) -> dict:
     return {"count": types.member(held, r["count"]).offset, "locks": locks.offset, "max": arr[1]}
 
 
-def _word(mem: Reader, addr: int, size: int) -> int | None:
+def _bytes(mem: Reader, addr: int, size: int) -> bytes | None:
+    """size bytes at addr (a per-CPU address wraps past 2**64, as in the kernel), or None."""
     data = mem(addr & (2**64 - 1), size)
-    if data is None or len(data) != size:
-        return None
-    return struct.unpack("<Q" if size == 8 else "<I", data)[0]
+    return data if data is not None and len(data) == size else None
+
+
+def _word(mem: Reader, addr: int, size: int) -> int | None:
+    data = _bytes(mem, addr, size)
+    return None if data is None else struct.unpack("<Q" if size == 8 else "<I", data)[0]
 
 
 def read(mem: Reader, lay: dict, ncpus: int) -> dict:
@@ -149,8 +150,8 @@ def _held_locks(mem: Reader, r: dict, offs: list) -> dict[str, list[str]]:
         if not count:
             continue
         k = min(count, r["max"])
-        data = mem((r["variable"] + off + r["locks"]) & (2**64 - 1), 8 * k)
-        if data is None or len(data) != 8 * k:
+        data = _bytes(mem, r["variable"] + off + r["locks"], 8 * k)
+        if data is None:
             continue
         held[str(n)] = [f"{a:#x}" for a in struct.unpack(f"<{k}Q", data)]
     return held
@@ -167,22 +168,28 @@ class Variables:
     _btf: btf.Btf | None = None
 
     @classmethod
-    def load(cls, path: Path) -> "Variables":
+    def load(cls, kallsyms: Path) -> "Variables | None":
+        """The variables of the capture these text symbols belong to (None without them)."""
+        path = symcache.beside(kallsyms, "datasyms")
+        if not path.is_file():
+            return None
         area = variables(path.read_text(errors="replace"), {"__per_cpu_start", "__per_cpu_end"})
         return cls(Kallsyms.load(path, DATA_TYPES), (area.get("__per_cpu_start", 0), area.get("__per_cpu_end", 0)),
-                   path.with_suffix(".btf"))
+                   symcache.beside(kallsyms, "btf"))
 
     def member(self, variable: str, offset: int) -> str:
         """'runqueues.__lock': the variable's member at offset, by its BTF type."""
-        try:
-            if self._btf is None and self.btf_path is not None:
+        if self._btf is None and self.btf_path is not None:
+            try:
                 self._btf = btf.Btf(self.btf_path.read_bytes())
-            if self._btf is not None:
-                path = self._btf.member_at(self._btf.variable_type(variable), offset)
-                if path:
-                    return f"{variable}.{path}"
-        except (OSError, btf.BtfError):
-            self.btf_path = None  # no BTF, or not this variable: named by its offset
+            except (OSError, btf.BtfError):
+                self.btf_path = None  # no BTF (a build: kernel's is empty): named by offsets
+        try:
+            path = self._btf.member_at(self._btf.variable_type(variable), offset) if self._btf else ""
+        except btf.BtfError:  # not a variable its BTF describes (static ones are not)
+            path = ""
+        if path:
+            return f"{variable}.{path}"
         return variable if offset == 0 else f"{variable}+{offset:#x}"
 
 
@@ -203,9 +210,6 @@ class LockNames:
             if off and start <= template < end and (sym := self.vars.symbols.lookup(template)) is not None:
                 return f"{self.vars.member(sym.name, template - sym.start)} of CPU{n}"
         return ""
-
-
-KERNEL_HALF = 0xFFFF800000000000
 
 
 def register_words(mem: Reader, regs: dict[str, int]) -> dict[str, str]:

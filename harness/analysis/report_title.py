@@ -81,9 +81,10 @@ class _Walk:
     frames: list[str] = field(default_factory=list)
 
     def take(self, m: re.Match | None) -> None:
-        if not m:
-            return
-        name = next((g for g in m.groups() if g), None)
+        if m:
+            self.take_name(next((g for g in m.groups() if g), None))
+
+    def take_name(self, name: str | None) -> None:
         if name is None or (self.skip and self.skip.search(name)):
             return
         for p in self.rules.strip_prefixes:
@@ -189,8 +190,7 @@ def function_of_stack(frames: list[str], spec: StackSpec, rules: Rules) -> str:
     """The function a report of this kind would be named after, from a stack
     as function names, innermost first (a task's /proc/PID/stack); "" when
     every frame is skipped."""
-    skip = _skip(spec, rules)
-    w = _Walk(skip, rules)
+    w = _Walk(_skip(spec, rules), rules)
     for f in frames:
-        w.take(re.match(r"(.+)", f))
+        w.take_name(f or None)
     return _extract(w.frames, spec, rules) if w.frames else ""

@@ -41,9 +41,8 @@ class SleepingHang:
         pats = console.load_patterns()
         hung = next(p for p in pats if p.name == "hung-task")
         t = self.tasks[0]
-        func = report_title.function_of_stack(t["kstack"], hung.stack, pats.rules) if hung.stack and pats.rules \
-            else next((f for f in t["kstack"] if not pats.skip.fullmatch(f)), "")
-        return hung.title.format(func=func or t["wchan"])
+        assert hung.stack is not None and pats.rules is not None  # console-patterns.toml has both
+        return hung.title.format(func=report_title.function_of_stack(t["kstack"], hung.stack, pats.rules) or t["wchan"])
 
     def summary(self) -> str:
         return "; ".join([self.title] + [task_text(t) for t in self.tasks])

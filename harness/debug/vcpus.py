@@ -211,6 +211,7 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
         regs = {k.lower(): int(v, 16) for k, v in _REG.findall(text)}
         if "rfl" in regs:
             regs["eflags"] = regs.pop("rfl")
+        regs = {k: v for k, v in regs.items() if k in stackwalk.REGISTERS}
         rip, rsp = regs.get("rip", 0), regs.get("rsp", 0)
         user = (regs.get("cs", 0x10) & 3) == 3
         regions = []
@@ -223,12 +224,11 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
                 b = _hmp_bytes(qmp, n, a - 8, 8)
                 if b:
                     code[a] = b[1:]
-        words = {} if user else kernel_waits.register_words(lambda a, k: _hmp_bytes(qmp, n, a, k),
-                                                            {k: v for k, v in regs.items() if k in stackwalk.REGISTERS})
+        words = {} if user else kernel_waits.register_words(lambda a, k: _hmp_bytes(qmp, n, a, k), regs)
         frames = ([f.to_json() for f in stackwalk.walk(rip, regions, code, syms)] if syms and not user else
                   [{"addr": f"{rip:#x}", "text": f"{rip:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown",
-                     "regs": {k: f"{v:#x}" for k, v in regs.items() if k in stackwalk.REGISTERS},
+                     "regs": {k: f"{v:#x}" for k, v in regs.items()},
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
                      "frames": frames, "unwinder": "stack-scan" if syms else "none"})

@@ -207,8 +207,7 @@ class _Run:
 
     def variables(self) -> kernel_waits.Variables | None:
         """The kernel's variables, which name the locks CPUs spin on."""
-        path = symcache.beside(self.syms_path, "datasyms") if self.syms_path else None
-        return kernel_waits.Variables.load(path) if path is not None and path.is_file() else None
+        return kernel_waits.Variables.load(self.syms_path) if self.syms_path else None
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""

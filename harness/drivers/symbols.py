@@ -41,4 +41,4 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     return {"path": path, "lines": int(info.get("lines", 0)), "bytes": len(w.syms.blobs["KALLSYMS"]),
             "data_lines": int(info.get("data_lines", 0)), "btf_bytes": len(w.syms.blobs["BTF"]),
             "guest_ms": int(info.get("ms", 0)),
-            "capture_s": (w.syms.arrived[symcache.LAST_BLOB]) - (w.agent.hello_at or 0)}
+            "capture_s": w.syms.arrived[symcache.LAST_BLOB] - (w.agent.hello_at or 0)}

@@ -137,7 +137,7 @@ def test_a_queued_spinlock_is_named_by_the_register_that_points_at_it(blob, tmp_
     assert cpu1["words"]["rbx"] == "0x1" and cpu1["regs"]["rbx"] == cpu1["regs"]["rdi"]
     (tmp_path / "k.datasyms").write_text((FIXTURES / "bpf-ringbuf-6.16.12-rq-lock" / "datasyms").read_text())
     (tmp_path / "k.btf").write_bytes(blob)  # struct rq as the kernel lays out its start
-    variables = kernel_waits.Variables.load(tmp_path / "k.datasyms")
+    variables = kernel_waits.Variables.load(tmp_path / "k.kallsyms")
     hang = cpu_state.analyze(samples, classify.classify_samples(samples, without("rqspinlock_ringbuf_nmi")),
                              variables=variables)
     assert hang.cpus[1].lock == "runqueues.__lock of CPU0"
