@@ -130,6 +130,16 @@ class Archive:
         """apt-get update; the suites it could not fetch (apt warns and exits 0)."""
         return FETCH_FAILED.findall(self._exec("apt-get", ["update", "-q"], timeout=300).stderr)
 
+    def _unlisted(self, failed: list[tuple[str, str]]) -> list[str]:
+        """The failed suites without a package list of their own (apt names a
+        list after its URL, '/' turned to '_')."""
+        out = []
+        for url, _ in failed:
+            prefix = url.split("://", 1)[-1].rsplit("/", 1)[0].replace("/", "_")
+            if not any(f.name.startswith(prefix + "_") for f in self.lists.glob("*_Packages*")):
+                out.append(url.split("/dists/")[-1].split("/")[0])
+        return out
+
     def update(self, force: bool = False, progress: Progress | None = None) -> None:
         with self.locked():
             self._prepare()
@@ -148,14 +158,20 @@ class Archive:
                 shutil.rmtree(self.lists, ignore_errors=True)
                 self._prepare()
                 failed = self._apt_update()
+            if failed:  # a mirror's passing glitch: one more go (suites already current answer 304)
+                if progress:
+                    progress(f"{len(failed)} Debian suite(s) failed to refresh ({failed[0][0]}): trying once more")
+                failed = self._apt_update()
             if failed:
                 url, why = failed[0]
                 if not any(self.lists.glob("*_Packages*")):
                     raise SpecError(f"cannot reach Debian's suites ({len(failed)} failed; {url}: {why.strip()}): "
                                     "check the network, or http_proxy")
                 if progress:  # old lists still name the kernels; the stamps stay old, so the next run retries
+                    unlisted = self._unlisted(failed)
                     progress(f"could not refresh {len(failed)} Debian suite(s) ({url}: {why.strip()}): "
-                             "using the package lists kstall already has")
+                             "using the package lists kstall already has"
+                             + (f" (none for {', '.join(unlisted)}: its kernels are missing)" if unlisted else ""))
             else:
                 for s in self.lists.glob("*_InRelease"):
                     s.touch()

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 """Network faults for the download tests: a port nothing listens on, and an
 HTTP proxy that relays Debian's mirror but cuts every .deb off after a
-number of bytes, as a dropped connection does."""
+number of bytes, as a dropped connection does, or answers the first request
+for one file with half of it, as a glitching mirror or proxy does."""
 from __future__ import annotations
 
 import http.server
@@ -22,6 +23,18 @@ class _Relay(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        if self.server.garble and self.path.endswith(self.server.garble) and self.path not in self.server.garbled:
+            self.server.garbled.append(self.path)
+            with direct.open(self.path, timeout=60) as up:
+                body = up.read()
+            half = body[:len(body) // 2]  # a whole answer of its own length, but half the file
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(half)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(half)
+            self.close_connection = True
+            return
         with direct.open(self.path, timeout=60) as up:
             self.send_response(up.status)
             for name in ("Content-Type", "Content-Length", "Last-Modified"):
@@ -46,13 +59,16 @@ class _Relay(http.server.BaseHTTPRequestHandler):
 
 
 class CuttingProxy(http.server.ThreadingHTTPServer):
-    """with CuttingProxy(n) as p: env http_proxy=p.url"""
+    """with CuttingProxy(n) as p: env http_proxy=p.url; garble: the end of
+    a URL whose first request gets half the file."""
     daemon_threads = True
 
-    def __init__(self, cut_after: int) -> None:
+    def __init__(self, cut_after: int, garble: str = "") -> None:
         super().__init__(("127.0.0.1", 0), _Relay)
         self.cut_after = cut_after
         self.cut: list[str] = []
+        self.garble = garble
+        self.garbled: list[str] = []
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
 
     def __enter__(self) -> "CuttingProxy":

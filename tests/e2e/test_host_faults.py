@@ -78,6 +78,24 @@ def test_an_unreachable_mirror_or_a_cut_download_is_an_error_naming_it_and_the_c
     assert kstall_processes() == []
 
 
+def test_a_suite_whose_answer_comes_half_is_fetched_again_not_left_without_its_kernels(tmp_path):
+    # CI once met this: an apt-get killed mid-update had kept the suites' InRelease
+    # but not yet their package lists; the next update's InRelease for two suites
+    # failed its signature split, apt kept the old ones with a warning, and a whole
+    # run then said there was no such kernel
+    cache = tmp_path / "cache"
+    with_lists(cache, age_s=7 * 3600)
+    for f in (cache / "apt" / "lists").glob("*_Packages*"):
+        f.unlink()
+    with CuttingProxy(1 << 40, garble="/dists/trixie-backports/InRelease") as proxy:
+        p = subprocess.run([*KSTALL, "kernels", "--available"], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "KSTALL_CACHE": str(cache), "http_proxy": proxy.url})
+    assert proxy.garbled, "apt did not go through the proxy"
+    assert p.returncode == 0 and "trying once more" in p.stderr, p.stderr[-2000:]
+    assert "could not refresh" not in p.stderr and KERNEL in p.stdout.split(), p.stderr[-2000:]
+    assert children_using(cache) == []
+
+
 @contextmanager
 def small_disk(where: Path, size: str):
     where.mkdir(parents=True, exist_ok=True)
