@@ -127,7 +127,11 @@ class Archive:
         return p
 
     def _apt_update(self) -> list[tuple[str, str]]:
-        """apt-get update; the suites it could not fetch (apt warns and exits 0)."""
+        """apt-get update; the suites it could not fetch (apt warns and exits 0).
+        partial/ is emptied first: apt resumes what it finds there, and a file
+        that failed its check or a killed update left there is kept as it is."""
+        shutil.rmtree(self.lists / "partial", ignore_errors=True)
+        (self.lists / "partial").mkdir(parents=True, exist_ok=True)
         return FETCH_FAILED.findall(self._exec("apt-get", ["update", "-q"], timeout=300).stderr)
 
     def _unlisted(self, failed: list[tuple[str, str]]) -> list[str]:
