@@ -292,6 +292,8 @@ def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -
             # the config first: it tells whether the modules package is needed at all
             order = dict.fromkeys([k.config_package, k.image_package, k.modules_package or k.image_package])
             c = packages.collect([fetch(p) for p in order], d, k.package)
+            if c.changelog is None:
+                _no_changelog(d, list(order))
             cached.write_meta(d, packages.kernel_from(c, k.canonical, k.canonical, k.upstream,
                                                       {"package": k.package, "image_package": k.image_package,
                                                        "version": k.version, "suite": k.suite}))
@@ -323,19 +325,31 @@ def available(progress: Progress | None = None) -> list[tuple[DebKernel, bool]]:
 
 
 
+NO_CHANGELOG = "changelog.none"  # the packages were read and hold none: not fetched again to find out
+
+
+def _no_changelog(d: Path, packages_read: list[str]) -> None:
+    paths.write_atomic(d / NO_CHANGELOG, "no changelog in " + ", ".join(packages_read) + "\n")
+
+
 def changelog_of(kernel: Kernel, progress: Progress | None = None) -> Path | None:
     """A debian: kernel's package changelog. One cached before kstall kept
-    changelogs gets it now, from its image package (read only up to it)."""
+    changelogs gets it now, from its image package (read only up to it).
+    Some hold none (6.18.15's doc directory links to a linux-base package
+    the archive no longer has): that is kept too, or every prediction would
+    fetch the 167 MB package again."""
     if kernel.changelog and kernel.changelog.exists():
         return kernel.changelog
     package = kernel.origin.get("image_package")
     d = kernel.vmlinuz.parent
-    if not package or not (d / cached.META).exists():
+    if not package or not (d / cached.META).exists() or (d / NO_CHANGELOG).exists():
         return None
     with cached.locked(d):
         k = cached.load_meta(d, kernel.spec)
         if k.changelog and k.changelog.exists():
             return k.changelog
+        if (d / NO_CHANGELOG).exists():
+            return None
         if progress:
             progress(f"{package}: fetching its changelog (kept with the kernel from now on)")
         work = d / "changelog-download"
@@ -347,6 +361,7 @@ def changelog_of(kernel: Kernel, progress: Progress | None = None) -> Path | Non
             c = packages.Collector(work, changelog_only=True)
             c.feed(work / fname)
             if c.changelog is None:
+                _no_changelog(d, [package])
                 return None
             c.changelog.rename(d / "changelog.gz")
             k.changelog = d / "changelog.gz"

@@ -164,3 +164,19 @@ def test_an_rpm_kernel_keeps_its_packages_changelog(tmp_path):
     path = rpm.changelog_of(k)
     assert path == d / "changelog.rpm" and changelog.load(path)[0].subject.startswith("perf/core: Fix system hang")
     assert cached.load_meta(d, "rpm:x").changelog == path  # kept: the next explain reads no package
+
+
+def test_a_debian_package_without_a_changelog_is_not_fetched_again_to_find_out(tmp_path, monkeypatch):
+    from images import cached, debian
+    from images.kernel import Kernel
+
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("fetched the package again")
+    monkeypatch.setattr(debian, "fetch_file", no_fetch)
+    d = tmp_path / "kernel"
+    d.mkdir()
+    k = Kernel("debian:x", "debian:6.18.15+deb13-amd64", d / "vmlinuz", "0", upstream="6.18.15",
+               origin={"image_package": "linux-image-6.18.15+deb13-amd64"})
+    cached.write_meta(d, k)
+    (d / debian.NO_CHANGELOG).write_text("no changelog in linux-image-6.18.15+deb13-amd64\n")
+    assert debian.changelog_of(k) is None
