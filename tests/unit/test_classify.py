@@ -108,3 +108,15 @@ def test_perfs_first_event_waiting_on_patched_text_is_an_error_tried_again(sigs)
     assert by_cpu[1].name == "perf_static_key_patch_wait" and by_cpu[1].role == "infra"
     v = from_hang(Outcome("freeze", "no heartbeat for 3.22s", 0.0), classes, [])
     assert v.verdict == "ERROR" and v.retryable
+
+
+def test_cpus_re_entering_the_int3_planted_in_schedule_are_an_error_tried_again(sigs):
+    """6.1.192 under TCG: as perf-sigtrap's threads exited, both CPUs sat at
+    __schedule+0x280 or in exc_int3 just past it in all three samples, with
+    no CPU patching; it used to be INCONCLUSIVE, "a different hang"."""
+    from harness.analysis.verdict import from_hang
+    from harness.analysis.outcome import Outcome
+    classes = classify.classify_samples(load_samples("perf-sigtrap-6.1.192-int3-loop"), sigs)
+    assert {c.cpu: c.signature.name for c in classes} == {0: "schedule_int3_reentry", 1: "schedule_int3_reentry"}
+    v = from_hang(Outcome("freeze", "no heartbeat for 3.24s", 0.0), classes, [])
+    assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
