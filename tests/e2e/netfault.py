@@ -23,26 +23,21 @@ class _Relay(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        if self.server.garble and self.path.endswith(self.server.garble) and self.path not in self.server.garbled:
-            self.server.garbled.append(self.path)
-            with direct.open(self.path, timeout=60) as up:
-                body = up.read()
-            half = body[:len(body) // 2]  # a whole answer of its own length, but half the file
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(half)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(half)
-            self.close_connection = True
-            return
         with direct.open(self.path, timeout=60) as up:
+            size = up.headers.get("Content-Length")
+            halved = bool(self.server.garble and size) and self.path.endswith(self.server.garble) \
+                and self.path not in self.server.garbled
+            if halved:  # a whole answer of its own length, but half the file
+                self.server.garbled.append(self.path)
+                left = int(size) // 2
+            else:
+                left = self.server.cut_after if self.path.endswith(".deb") else None
             self.send_response(up.status)
             for name in ("Content-Type", "Content-Length", "Last-Modified"):
                 if up.headers.get(name):
-                    self.send_header(name, up.headers[name])
+                    self.send_header(name, str(left) if halved and name == "Content-Length" else up.headers[name])
             self.send_header("Connection", "close")
             self.end_headers()
-            left = self.server.cut_after if self.path.endswith(".deb") else None
             while left is None or left > 0:
                 chunk = up.read(1 << 16 if left is None else min(1 << 16, left))
                 if not chunk:
@@ -50,7 +45,7 @@ class _Relay(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
                 if left is not None:
                     left -= len(chunk)
-        if left is not None:
+        if left is not None and not halved:
             self.server.cut.append(self.path)
         self.close_connection = True
 
@@ -59,11 +54,12 @@ class _Relay(http.server.BaseHTTPRequestHandler):
 
 
 class CuttingProxy(http.server.ThreadingHTTPServer):
-    """with CuttingProxy(n) as p: env http_proxy=p.url; garble: the end of
-    a URL whose first request gets half the file."""
+    """with CuttingProxy(n) as p: env http_proxy=p.url; cut_after: the bytes
+    of a .deb relayed (None: all); garble: the end of a URL whose first
+    request gets half the file."""
     daemon_threads = True
 
-    def __init__(self, cut_after: int, garble: str = "") -> None:
+    def __init__(self, cut_after: int | None = None, garble: str = "") -> None:
         super().__init__(("127.0.0.1", 0), _Relay)
         self.cut_after = cut_after
         self.cut: list[str] = []
