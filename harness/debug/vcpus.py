@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pexpect
 
-from harness.base import paths
+from harness.base import paths, rundir
 from harness.guest.qmp import QMP, QMPError
 
 from harness.analysis import kernel_waits, stackwalk
@@ -280,6 +280,8 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
             if resume:
                 qmp.cmd("cont")
         except (QMPError, OSError) as e2:
+            if rundir.out_of_space(e2):  # the disk under the run is full: not QEMU's fault, the run's end
+                raise
             result.errors.append(f"qmp: {e2}")
     result.resumed = resume
     result.seconds = round(time.monotonic() - t0, 2)
