@@ -72,10 +72,16 @@ def test_gdb_killed_during_a_real_freeze_falls_back_to_qmp_with_the_same_classes
     assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
     assert ev["debug_method"] == "qmp" and any(e.startswith("gdb:") for e in ev["debug_errors"])
 
-    def classes(d):
-        return {c["class"] for c in d["cpus"] if c["role"] != "benign"}
-    assert classes(doc) == classes(with_gdb)
+    def culprits(d):
+        return {c["class"] for c in d["cpus"] if c["role"] == "culprit"}
+    assert culprits(doc) == culprits(with_gdb) == {"hrtimer_cancel self-deadlock"}
     assert doc["signature"] == with_gdb["signature"]
+    # the other CPU is the guest's schedule, not the debugger's: a victim when
+    # the bystander thread's TLB flush ran there, idle or in user mode when the
+    # bystander sat on the stuck CPU's run queue (CI saw a run without a
+    # victim). Two runs are not compared on it; QMP reads it as one of these.
+    assert {c["class"] for c in doc["cpus"]} <= {"hrtimer_cancel self-deadlock", "csd_lock_wait victim",
+                                                 "in user mode", "idle"}, doc["cpus"]
     print(f"classification: gdb {with_gdb['timings'].get('debug_s')}s, qmp {doc['timings'].get('debug_s')}s")
 
 
