@@ -8,7 +8,9 @@ as jemalloc's mutexes have; only trusted when the waiters went through
 pthread_mutex_lock), otherwise from the stacks: the thread that waits inside a
 signal handler and was interrupted in allocator code that runs with the lock
 held. A signature matches an owner that waits for its own lock inside its
-handler: the self-deadlock.
+handler (shape "self": the self-deadlock), or a deadlock cycle closed by a
+thread waiting inside its handler after the signal interrupted it in the
+allocator (shape "cycle": the handler took the allocator's locks out of order).
 """
 from __future__ import annotations
 
@@ -39,23 +41,38 @@ class ThreadSignature:
     depth: int = 4
     within: int = 12
     description: str = ""
+    shape: str = "self"  # "self" | "cycle"
 
     @classmethod
     def from_toml(cls, doc: dict) -> "ThreadSignature":
         m = doc["match"]
+        if doc.get("shape", "self") not in ("self", "cycle"):
+            raise ValueError(f"thread signature {doc.get('name')}: shape must be self or cycle")
         return cls(doc["name"], doc["title"], Role(doc.get("role", Role.CULPRIT)), tuple(m["lock_wait"]),
                    tuple(m["handler_alloc"]), tuple(tuple(tier) for tier in m["held_in"]),
                    tuple(m.get("mutex_lock", ())), tuple(m.get("just_acquired", ())), int(m.get("depth", 4)),
                    int(m.get("within", 12)),
-                   doc.get("description", "").strip())
+                   doc.get("description", "").strip(), doc.get("shape", "self"))
 
 
 def load_signatures(directory: Path = SIGNATURE_DIR) -> list[ThreadSignature]:
-    out = []
+    """Self-deadlocks first: a process that shows both is named by its own
+    lock. [match] like = NAME takes NAME's match (its function lists) and
+    overrides what it sets itself."""
+    docs = {}
     for p in sorted(directory.glob("*.toml")):
         with open(p, "rb") as f:
-            out.append(ThreadSignature.from_toml(tomllib.load(f)))
-    return out
+            doc = tomllib.load(f)
+        docs[doc.get("name", p.stem)] = doc
+    out = []
+    for doc in docs.values():
+        like = doc.get("match", {}).get("like")
+        if like is not None:
+            if like not in docs or "like" in docs[like].get("match", {}):
+                raise ValueError(f"thread signature {doc.get('name')}: like = {like!r} names no signature with a match of its own")
+            doc = doc | {"match": docs[like]["match"] | {k: v for k, v in doc["match"].items() if k != "like"}}
+        out.append(ThreadSignature.from_toml(doc))
+    return sorted(out, key=lambda s: s.shape != "self")
 
 
 def _is(func: str | None, patterns: tuple[str, ...]) -> bool:
@@ -137,6 +154,13 @@ class Analysis:
     signal: str = ""
     waits: list[Wait] = field(default_factory=list)
     cycles: list[list[Wait]] = field(default_factory=list)  # deadlocks: each a cycle of waits
+    cycle: list[Wait] = field(default_factory=list)  # the one a "cycle" signature matched
+
+    def title(self) -> str:
+        """The hang's name, the same in every run of it."""
+        if self.signature:
+            return self.signature.title.format(signal=self.signal or "signal")
+        return self.cycles_title() if self.cycles else ""
 
     @staticmethod
     def cycle_text(cycle: list[Wait]) -> str:
@@ -153,16 +177,23 @@ class Analysis:
 
     @property
     def queued(self) -> list[int]:
+        """Threads that wait for the hang's threads without being one of them."""
+        if self.cycle:
+            ring = {w.lwp for w in self.cycle}
+            return sorted(w.lwp for w in self.waits if w.other in ring and w.lwp not in ring)
         return [w for w in self.group.waiters if w != self.owner.lwp] if self.group and self.owner else []
 
     def summary(self) -> str:
+        n = len(self.queued)
+        queued = f"{n} thread{'s' if n != 1 else ''} queued"
+        if self.signature and self.owner and self.cycle:
+            return (f"{self.title()} (LWP {self.owner.lwp} waits in its handler {self.owner.handler()}, called "
+                    f"inside the allocator: {self.cycle_text(self.cycle)}; {queued})")
         if self.cycles:
             return "; ".join(self.cycle_text(c) for c in self.cycles)
         if self.signature and self.owner and self.group:
-            n = len(self.queued)
-            return (f"{self.signature.title.format(signal=self.signal)} (LWP {self.owner.lwp} holds "
-                    f"{self.group.word:#x} and waits for it in its handler {self.owner.handler()}; "
-                    f"{n} thread{'s' if n != 1 else ''} queued)")
+            return (f"{self.title()} (LWP {self.owner.lwp} holds {self.group.word:#x} and waits for it in its "
+                    f"handler {self.owner.handler()}; {queued})")
         if self.groups:
             g = max(self.groups, key=lambda g: len(g.waiters))
             owner = f"owner LWP {g.owner} ({g.owner_from})" if g.owner else "no owner found" + self._suspects(g)
@@ -191,7 +222,7 @@ class Analysis:
                 "handler": self.owner.handler() if self.owner else None, "signal": self.signal or None,
                 "queued": self.queued, "groups": [g.to_json() for g in self.groups],
                 "waits": [vars(w) for w in self.waits],
-                "cycles": [[w.lwp for w in c] for c in self.cycles],
+                "cycles": [[w.lwp for w in c] for c in self.cycles], "cycle": [w.lwp for w in self.cycle],
                 "threads": [t.to_json() for t in self.threads]}
 
     def table(self) -> str:
@@ -274,7 +305,7 @@ def analyse(dump: Dump, proc: dict[int, ProcThread], sigs: list[ThreadSignature]
         through_mutex = any(_is(f.get("func"), mutex_lock) for t in members for f in t.frames)
         if through_mutex and word.get("owner") in by_lwp:
             g.owner, g.owner_from = word["owner"], "__owner"
-        for sig in sigs:
+        for sig in (s for s in sigs if s.shape == "self"):
             if g.owner is None:
                 t = _owner_from_stacks(members, sig)
                 if t is not None:
@@ -285,7 +316,24 @@ def analyse(dump: Dump, proc: dict[int, ProcThread], sigs: list[ThreadSignature]
                 a.signal = signal_name(owner.split()[1].get("signal"))
     a.waits = wait_for(threads, groups, dump.lock_words, waits)
     a.cycles = cycles(a.waits)
+    if a.signature is None:
+        _name_cycle(a, [s for s in sigs if s.shape == "cycle"], by_lwp)
     return a
+
+
+def _name_cycle(a: Analysis, sigs: list[ThreadSignature], by_lwp: dict[int, Thread]) -> None:
+    """A cycle one of whose threads waits in its handler's allocation, and
+    was interrupted inside the allocator (where it holds the allocator's
+    locks): the handler took them in another order than the allocator does."""
+    for sig in sigs:
+        for cycle in a.cycles:
+            for w in cycle:
+                t = by_lwp[w.lwp]
+                if _waits_in_handler(t, sig) and any(_interrupted_in(t, tier, sig) for tier in sig.held_in):
+                    a.signature, a.owner, a.cycle = sig, t, cycle
+                    a.group = next((g for g in a.groups if g.word == w.word), None)
+                    a.signal = signal_name(t.split()[1].get("signal"))
+                    return
 
 
 def load_waits(path: Path = WAITS) -> dict[str, tuple[str, ...]]:

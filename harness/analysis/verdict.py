@@ -160,7 +160,7 @@ def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, e
     if analysis is None:
         return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; no thread dump ({error})")
     if analysis.signature is None and analysis.cycles:
-        title = analysis.cycles_title()
+        title = analysis.title()
         if own_bug:
             return different_hang(outcome, analysis.summary(), title)
         return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}; the kernel stayed responsive",
@@ -169,7 +169,7 @@ def from_process_hang(outcome: Outcome, analysis: thread_hang.Analysis | None, e
         return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.kind}: {outcome.detail}; {analysis.summary()}")
     owner_from = analysis.group.owner_from if analysis.group else ""
     return Verdict(VerdictKind.VULNERABLE, f"{outcome.kind}: {outcome.detail}; the kernel stayed responsive",
-                   summary=analysis.summary(), signature=analysis.signature.name, title=analysis.signature.title,
+                   summary=analysis.summary(), signature=analysis.signature.name, title=analysis.title(),
                    confidence="high" if owner_from == "__owner" or analysis.queued else "medium")
 
 

@@ -7,6 +7,8 @@ import copy
 import json
 import socket
 
+import pytest
+
 from recorded import FIXTURES
 
 from harness.analysis import thread_hang
@@ -43,6 +45,34 @@ def test_jemalloc_owner_from_the_mutex():
     assert a.signature is not None and a.group.owner_from == "__owner"
     assert dump.lock_words[a.group.word]["owner"] == a.owner.lwp
     assert any((f["func"] or "").startswith("je_") for f in a.owner.frames)
+
+
+def test_jemalloc_lock_inversion_through_the_handler_is_the_same_bug():
+    # a real run (7.3.4, jemalloc): LWP 104, interrupted in base_alloc_impl,
+    # waits in on_sigprof for a mutex LWP 102 holds; 102 waits for 104's
+    a = thread_hang.analyse(*recorded("signal-malloc-7.3.4-jemalloc-inversion"))
+    assert a.signature.name == "signal_handler_malloc_lock_inversion" and a.owner.lwp == 104
+    assert [w.lwp for w in a.cycle] == [102, 104] and a.queued == [101, 103]
+    assert a.title() == "SIGPROF handler lock-order deadlock in malloc"  # no LWP, no address: the same in every run
+    assert a.summary().startswith("SIGPROF handler lock-order deadlock in malloc (LWP 104 waits in its handler "
+                                  "on_sigprof, called inside the allocator: deadlock: LWP 102 <-> LWP 104 (")
+    assert a.to_json()["cycle"] == [102, 104] and a.group.owner_from == "__owner"
+    # the same cycle with no thread in a handler is a plain deadlock, named by its cycle alone
+    dump, proc = recorded("signal-malloc-7.3.4-jemalloc-inversion")
+    t = next(t for t in dump.threads if t["lwp"] == 104)
+    t["frames"] = t["frames"][:t["frames"].index(next(f for f in t["frames"] if f["func"] == "on_sigprof"))]
+    plain = thread_hang.analyse(dump, proc)
+    assert plain.signature is None and [w.lwp for w in plain.cycles[0]] == [102, 104]
+    assert plain.title() == "user-space deadlock: 2 threads, mutex -> mutex"
+
+
+def test_a_signature_like_another_takes_its_match_and_a_bad_one_is_refused(tmp_path):
+    sigs = thread_hang.load_signatures()
+    assert [s.shape for s in sigs] == ["self", "cycle"]  # a process's own lock first
+    assert sigs[1].handler_alloc == sigs[0].handler_alloc and sigs[1].held_in == sigs[0].held_in
+    (tmp_path / "a.toml").write_text('name = "a"\ntitle = "a"\nshape = "cycle"\n[match]\nlike = "nothing"\n')
+    with pytest.raises(ValueError, match="like = 'nothing' names no signature"):
+        thread_hang.load_signatures(tmp_path)
 
 
 def test_a_lost_thread_costs_only_its_stack():
