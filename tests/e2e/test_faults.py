@@ -82,6 +82,7 @@ def test_gdb_killed_during_a_real_freeze_falls_back_to_qmp_with_the_same_classes
     # victim). Two runs are not compared on it; QMP reads it as one of these.
     assert {c["class"] for c in doc["cpus"]} <= {"hrtimer_cancel self-deadlock", "csd_lock_wait victim",
                                                  "in user mode", "idle"}, doc["cpus"]
+    assert [c["role"] for c in doc["cpus"]].count("culprit") == 1, doc["cpus"]  # one worker, one event
     print(f"classification: gdb {with_gdb['timings'].get('debug_s')}s, qmp {doc['timings'].get('debug_s')}s")
 
 
