@@ -7,14 +7,18 @@ BUILD   ?= build
 GUEST   := $(BUILD)/guest
 CC      ?= gcc
 KSELFTEST := $(BUILD)/kselftest
-GUEST_CFLAGS := -std=gnu11 -O2 -g -ffile-prefix-map=$(CURDIR)=. -Wall -Wextra -Werror -static -I$(KSELFTEST)
+# the binaries' debug info must not name the checkout: the initramfs, and so
+# every snapshot, is keyed on their bytes, and a clone at a new path would boot
+# every kernel afresh
+NO_BUILD_PATH := -ffile-prefix-map=$(CURDIR)=.
+GUEST_CFLAGS := -std=gnu11 -O2 -g $(NO_BUILD_PATH) -Wall -Wextra -Werror -static -I$(KSELFTEST)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 # syzkaller's golden console-report corpus (its file format), for `make bench`
 SYZ_REPORTS ?= ../shared/syzkaller-reports/linux
 
 REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
-BPF_CFLAGS := -O2 -g -ffile-prefix-map=$(CURDIR)=. -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
+BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
 

@@ -45,14 +45,14 @@ class ThreadSignature:
 
     @classmethod
     def from_toml(cls, doc: dict) -> "ThreadSignature":
-        m = doc["match"]
-        if doc.get("shape", "self") not in ("self", "cycle"):
+        m, shape = doc["match"], doc.get("shape", "self")
+        if shape not in ("self", "cycle"):
             raise ValueError(f"thread signature {doc.get('name')}: shape must be self or cycle")
         return cls(doc["name"], doc["title"], Role(doc.get("role", Role.CULPRIT)), tuple(m["lock_wait"]),
                    tuple(m["handler_alloc"]), tuple(tuple(tier) for tier in m["held_in"]),
                    tuple(m.get("mutex_lock", ())), tuple(m.get("just_acquired", ())), int(m.get("depth", 4)),
                    int(m.get("within", 12)),
-                   doc.get("description", "").strip(), doc.get("shape", "self"))
+                   doc.get("description", "").strip(), shape)
 
 
 def load_signatures(directory: Path = SIGNATURE_DIR) -> list[ThreadSignature]:
@@ -157,10 +157,14 @@ class Analysis:
     cycle: list[Wait] = field(default_factory=list)  # the one a "cycle" signature matched
 
     def title(self) -> str:
-        """The hang's name, the same in every run of it."""
+        """The hang's name, the same in every run of it (no LWP numbers):
+        the signature's, or 'user-space deadlock: 2 threads, mutex -> mutex'."""
         if self.signature:
             return self.signature.title.format(signal=self.signal or "signal")
-        return self.cycles_title() if self.cycles else ""
+        if self.cycles:
+            c = self.cycles[0]
+            return f"user-space deadlock: {len(c)} threads, {' -> '.join(w.kind for w in c)}"
+        return ""
 
     @staticmethod
     def cycle_text(cycle: list[Wait]) -> str:
@@ -168,12 +172,6 @@ class Analysis:
         ring = " <-> ".join(f"LWP {w.lwp}" for w in cycle) if len(cycle) == 2 else \
             " -> ".join(f"LWP {w.lwp}" for w in cycle + cycle[:1])
         return f"deadlock: {ring} ({'; '.join(w.text() for w in cycle)})"
-
-    def cycles_title(self) -> str:
-        """The same for the same deadlock in any run (no LWP numbers):
-        'user-space deadlock: 2 threads, mutex -> mutex'"""
-        c = self.cycles[0]
-        return f"user-space deadlock: {len(c)} threads, {' -> '.join(w.kind for w in c)}"
 
     @property
     def queued(self) -> list[int]:
