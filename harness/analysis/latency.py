@@ -77,18 +77,18 @@ def parse(lines: list[str], spec: StallSpec, progress: dict | None = None) -> di
 def evaluate(data: dict, spec: StallSpec,
              host_wait: Callable[[str, float], float | None] | None = None) -> tuple[list[dict], list[dict]]:
     """(paths that stalled, paths whose stall the host may have made): max
-    latency past the path's threshold (ms), with at least min_stalls
+    latency past the path's threshold (ms), with at least its min_stalls
     measurements counted past it by the reproducer. Under TCG the guest's
     clock runs on while the host keeps a vCPU's thread waiting, so a stall is
     the kernel's only if it stays past the threshold without the most a vCPU
     thread waited for a host CPU while it lasted (host_wait(path, its length
     in ms), harness/guest/hostwait.py)."""
     stalled, suspect = [], []
-    thresholds, titles = spec.thresholds(), spec.titles()
+    thresholds, titles, needed = spec.thresholds(), spec.titles(), spec.min_stalls_of()
     for path, p in data["paths"].items():
         ms = thresholds.get(path)
         over = p.get("over", 0)
-        if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= spec.min_stalls:
+        if ms is not None and p.get("max_ns", 0) >= ms * 1e6 and over >= needed.get(path, spec.min_stalls):
             s = {"path": path, "title": titles.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
                  "over": over, "nulls": p.get("nulls"), "threshold_ms": ms,
                  "host_wait_ms": host_wait(path, p["max_ns"] / 1e6) if host_wait else None}
@@ -108,7 +108,7 @@ def evidence(spec: StallSpec, lines: list[str], progress: dict,
     to judge, describe and chart the run from the run record alone."""
     data = parse(lines, spec, progress)
     stalled, suspect = evaluate(data, spec, host_wait)
-    return {"threshold_ms": spec.thresholds(), "titles": spec.titles(), "min_stalls": spec.min_stalls,
+    return {"threshold_ms": spec.thresholds(), "titles": spec.titles(), "min_stalls": spec.min_stalls_of(),
             "measure": spec.measure, "title": spec.title, "signature": spec.signature,
             "stalled": stalled, "text": describe(stalled, spec.measure), "suspect": suspect, "data": data}
 

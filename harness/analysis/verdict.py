@@ -220,7 +220,10 @@ def decide(outcome: Outcome, ktap: Ktap, count: int, repro: Reproducer, classes:
             return from_stalls(outcome, stall)
         if stall and stall.get("suspect"):
             return host_noise(outcome, stall)
-        return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.detail}, but its counters do not confirm it")
+        # cut short at the first measurement past a threshold, before its
+        # path had the stalls it needs: another run decides
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{outcome.detail}, but its counters do not confirm it",
+                       retryable=True)
     if kind in (OutcomeKind.QEMU_EXIT, OutcomeKind.QEMU_STOPPED):
         return Verdict(VerdictKind.ERROR, outcome.detail)
     if kind == OutcomeKind.TIMEOUT:

@@ -63,6 +63,7 @@ class StallPath:
     progress: str       # the prefix of its fields in progress lines (nmi_max_ns, nmi_over)
     threshold_ms: float  # slower than this is a stall
     arg: str            # the reproducer's argument that sets the threshold
+    min_stalls: int | None = None  # its own, when one stall of it is not enough
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,15 @@ class StallSpec:
     def titles(self) -> dict[str, str]:
         return {p.name: p.title for p in self.paths}
 
+    def min_stalls_of(self) -> dict[str, int]:
+        return {p.name: p.min_stalls or self.min_stalls for p in self.paths}
+
     @staticmethod
     def from_doc(doc: dict) -> "StallSpec | None":
         if not doc.get("paths"):
             return None
-        paths = tuple(StallPath(name, p.get("title", name), p.get("progress", name), float(p["threshold_ms"]), p["arg"])
+        paths = tuple(StallPath(name, p.get("title", name), p.get("progress", name), float(p["threshold_ms"]), p["arg"],
+                                p.get("min_stalls"))
                       for name, p in doc["paths"].items())
         known = {k: doc[k] for k in ("measure", "count_field", "title", "signature") if k in doc}
         return StallSpec(paths, int(doc.get("min_stalls", 1)), **known)
