@@ -74,12 +74,27 @@ class Interrupted(Exception):
     """SIGTERM/SIGHUP turned into an exception so cleanup code runs."""
 
 
+_terminated = ""  # the SIGTERM/SIGHUP received, if any
+
+
 def raise_on_termination() -> None:
     def handler(signum, frame):  # noqa: ARG001
-        raise Interrupted(signal.Signals(signum).name)
+        global _terminated
+        _terminated = signal.Signals(signum).name
+        raise Interrupted(_terminated)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+
+
+def check_terminated() -> None:
+    """Raise again a SIGTERM/SIGHUP whose Interrupted Python dropped: raised
+    while a finalizer ran (a Popen's __del__, a weakref callback), it is
+    printed as "Exception ignored" and the run goes on (a fresh clone's
+    SIGTERMed bisection ran its last three steps and exited 0). Called
+    where new work starts: the watch loop, a bisection step."""
+    if _terminated:
+        raise Interrupted(_terminated)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from harness.analysis import console
+from harness.base import procs
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
 from harness.guest.streams import BlobReader, LineReader
@@ -255,6 +256,7 @@ class Watch:
     # -- the loop ---------------------------------------------------------
     def watch(self) -> Outcome:
         while True:
+            procs.check_terminated()
             now = time.monotonic()
             out = self._decide(now)
             if out is not None and out.kind.hang:

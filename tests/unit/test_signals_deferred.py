@@ -62,3 +62,28 @@ def test_a_child_knows_its_forker_and_no_python_runs_in_kstall_at_a_fork():
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
+def test_a_sigterm_python_dropped_in_a_finalizer_is_raised_at_the_next_check(monkeypatch):
+    """Python prints and drops an exception a signal handler raises while a
+    __del__ runs; the run must still end where new work starts."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(procs, "_terminated", "")
+    procs.raise_on_termination()
+    went_on = []
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            went_on.append("finalizer")  # the handler runs before this line, and its raise is dropped
+
+    try:
+        Finalized()  # collected at once: its __del__ gets the SIGTERM
+        went_on.append("after")
+        assert went_on == ["after"]  # the finalizer stopped, the run did not
+        with pytest.raises(procs.Interrupted, match="SIGTERM"):
+            procs.check_terminated()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

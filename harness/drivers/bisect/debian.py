@@ -168,6 +168,7 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
         paths.write_atomic(out.work / "bisect.json", json.dumps(doc, indent=2) + "\n")
 
     def test(version: str) -> Step:
+        procs.check_terminated()
         n = len(b.steps) + 1
         echo(f"step {n}: debian:{version} ...")
         step, recs = run_step(f"debian:{version}{flavour_suffix}", version, policy, echo)
