@@ -92,8 +92,10 @@ def check_terminated() -> None:
     while a finalizer ran (a Popen's __del__, a weakref callback), it is
     printed as "Exception ignored" and the run goes on (a fresh clone's
     SIGTERMed bisection ran its last three steps and exited 0). Called
-    where new work starts: the watch loop, a bisection step."""
-    if _terminated:
+    where new work starts: the watch loop, a bisection step, the matrix's
+    wait. Only the main thread, which Python runs signal handlers in, acts:
+    a matrix's cells end through its cancel event, as they always did."""
+    if _terminated and threading.current_thread() is threading.main_thread():
         raise Interrupted(_terminated)
 
 

@@ -117,6 +117,7 @@ class Runner:
         try:
             for t in threads:
                 while t.is_alive():
+                    procs.check_terminated()
                     t.join(0.2)
         except (KeyboardInterrupt, procs.Interrupted) as e:
             # every running guest ends its run as "interrupted" and is reaped
