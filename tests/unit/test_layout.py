@@ -13,11 +13,11 @@ FLOORS = ("harness.base", "images", "harness.analysis", "harness.guest", "harnes
           "harness.drivers", "harness", "gdbscripts")
 
 
-def modules() -> dict[str, Path]:
+def modules(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     out = {}
-    for pkg in PACKAGES:
-        for f in (REPO / pkg).rglob("*.py"):
-            name = ".".join(f.relative_to(REPO).with_suffix("").parts)
+    for pkg in packages:
+        for f in (root / pkg).rglob("*.py"):
+            name = ".".join(f.relative_to(root).with_suffix("").parts)
             out[name.removesuffix(".__init__")] = f
     return out
 
@@ -35,6 +35,7 @@ def edges(mods: dict[str, Path]) -> dict[str, set[str]]:
                 if n.level:
                     parts = pkg.split(".")
                     base = ".".join(parts[:len(parts) - n.level + 1] + ([base] if base else []))
+                # every name: `from pkg import a, b` may reach two modules
                 names = [f"{base}.{a.name}" for a in n.names] + [base]
             else:
                 continue
@@ -43,7 +44,6 @@ def edges(mods: dict[str, Path]) -> dict[str, set[str]]:
                     t = t.rpartition(".")[0]
                 if t and t != m:
                     out[m].add(t)
-                    break
     return out
 
 
@@ -85,6 +85,19 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle():
     assert circles(edges(modules())) == []
+
+
+def test_a_circle_through_the_second_name_of_an_import_is_caught():
+    """tests/fixtures/layout/circle: ring.a imports ring.b only as the second
+    name of `from ring import c, b`, and ring.b imports ring.a back."""
+    root = REPO / "tests" / "fixtures" / "layout"
+    assert circles(edges(modules(root, ("ring",)))) == [["ring.a", "ring.b"]]
+
+
+def test_every_name_of_an_import_is_an_edge():
+    """Each module a `from X import a, b` reaches is counted, not the first only."""
+    graph = edges(modules())
+    assert {"harness.analysis.classify", "harness.analysis.cpu_state"} <= graph["harness.drivers.attempt"]
 
 
 def test_every_import_goes_down_the_floors():
