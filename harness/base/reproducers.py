@@ -23,6 +23,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from harness.base import paths
@@ -32,6 +33,12 @@ BUILTIN_CALIBRATION = REPRO_DIR / "calibration"
 # a program run as it is: what its data file need not say
 GENERIC = {"count_name": "runs", "min_count": 1, "count_arg": "", "duration_arg": "", "max_seconds": 60,
            "stuck_after_s": 30, "default_cpus": 2, "sleep_after_s": 10}
+
+
+class HangIn(StrEnum):
+    """Where a reproducer's hang is read (its data file's `hang`)."""
+    KERNEL = "kernel"    # the vCPUs, through GDB on QEMU's gdbstub
+    PROCESS = "process"  # the stuck reproducer's threads, through GDB on its core
 
 
 class ReproducerError(LookupError):
@@ -113,9 +120,7 @@ class Reproducer:
     nmi_rate: float = 0.0          # NMIs/s the host injects when the guest asks
     stall: StallSpec | None = None  # None: the reproducer measures no latencies
     needs: KernelNeeds = KernelNeeds("")
-    # "kernel": a hang is read from the vCPUs (GDB on QEMU's gdbstub);
-    # "process": from the stuck reproducer's threads (GDB on its core)
-    hang: str = "kernel"
+    hang: HangIn = HangIn.KERNEL
     source: str = ""       # a C file kstall builds (images/programs.py), or ""
     program: str = ""      # an executable on the host that goes into the guest as it is, or ""
     signatures: str = ""   # a directory of its own hang signatures, or ""
@@ -291,7 +296,7 @@ def _reproducer(name: str, d: dict, source: str = "", program: str = "", command
             max_seconds=float(d["max_seconds"]), stuck_after_s=float(d["stuck_after_s"]),
             default_cpus=int(d["default_cpus"]), default_args=tuple(str(a) for a in d.get("default_args", ())),
             nmi_rate=float(d.get("nmi", {}).get("rate", 0)), stall=StallSpec.from_doc(d.get("stall", {})),
-            needs=KernelNeeds.from_doc(name, d), hang=d.get("hang", "kernel"), source=source, program=program,
+            needs=KernelNeeds.from_doc(name, d), hang=HangIn(d.get("hang", HangIn.KERNEL)), source=source, program=program,
             command=command, cwd=cwd,
             signatures=d.get("signatures", ""), calibration=d.get("calibration", ""),
             sleep_after_s=float(d.get("sleep_after_s", 0)), record=dict(d.get("record", {})))

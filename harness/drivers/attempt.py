@@ -19,9 +19,14 @@ from typing import Callable
 
 from harness.analysis import classify, cpu_state, kernel_waits, latency, pmiss, sleeping, thread_hang
 from harness.analysis.classify import Role
+from harness.analysis.decide import decide
+from harness.analysis.findings import Findings, ProcessReading
+from harness.analysis.hang_kinds import Reading, way_for
 from harness.analysis.outcome import Outcome, OutcomeKind
-from harness.analysis.verdict import Verdict, decide
+from harness.analysis.retry import Retry
+from harness.analysis.verdict import Verdict
 from harness.base import paths, reproducers
+from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
 from harness.debug import process, vcpus as debug
 from harness.drivers.options import Options
@@ -142,7 +147,7 @@ class _Run:
 
     def prepare_debugger(self) -> None:
         """A kernel hang may be coming: start GDB now, off the path to the verdict."""
-        if self.prepared is None and self.repro.hang != "process" and self.syms_path is not None:
+        if self.prepared is None and self.repro.hang == HangIn.KERNEL and self.syms_path is not None:
             self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.syms_path,
                                            self.kernel.vmlinux or self.opts.vmlinux, self.layout())
 
@@ -311,7 +316,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     a.interrupted, a.snapshot = raise_later, snap_doc
     if restored is not None and outcome.kind == OutcomeKind.BOOT_FAILURE:  # the snapshot's fault: the next boots
         snap.discard()
-        a.verdict.retryable = True
+        a.verdict.retry = Retry.SNAPSHOT
     return a
 
 
@@ -327,26 +332,13 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             injecting = nmi.running
             nmi.stop()  # the run is decided, or about to be examined
             r.keep_symbols(w)
-            if outcome.kind == OutcomeKind.STUCK and r.repro.hang == "process":
-                r.dump_process(w, outcome)
+            way = way_for(outcome.kind, r.repro)
+            if way is None:
                 return outcome, None
-            if outcome.kind == OutcomeKind.STUCK and r.repro.generic and r.repro.program:
-                # a user's program that stopped coming back: the kernel's doing
-                # (a culprit CPU), or else its own threads'
-                if not r.debug_hang(vm, w, outcome):
-                    r.dump_process(w, outcome)
+            if way.reading != Reading.VCPUS:
+                READERS[way.reading](r, vm, w, outcome)
                 return outcome, None
-            if outcome.kind == OutcomeKind.SLEEPING:  # the agent said which tasks and where
-                r.hang = sleeping.SleepingHang.named(list(w.agent.sleeping), r.sigs)
-                r.note_hang(w, outcome, "titled from the kernel stacks the agent read")
-                return outcome, None
-            if outcome.kind == OutcomeKind.STALL:
-                # decided by the reproducer's own measurement, after the
-                # stall ended: no stacks to read, but its final histograms
-                r.echo(f"{outcome.detail}: ending the run to collect its histograms")
-                w.finish()
-                return outcome, None
-            if not outcome.kind.hang or r.debug_hang(vm, w, outcome) or false_alarms >= 2:
+            if r.debug_hang(vm, w, outcome) or false_alarms >= 2:
                 if r.samples is not None and not r.samples.dumps:
                     outcome = qemu_at_fault(vm, w, outcome)
                 return outcome, None
@@ -363,6 +355,37 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             KeyboardInterrupt()
     except Interrupted as e:
         return Outcome(OutcomeKind.INTERRUPTED, f"interrupted ({e})", time.monotonic()), e
+
+
+def _read_threads(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
+    r.dump_process(w, outcome)
+
+
+def _read_vcpus_then_threads(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
+    if not r.debug_hang(vm, w, outcome):
+        r.dump_process(w, outcome)
+
+
+def _read_tasks(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
+    """The agent said which tasks sleep and where."""
+    r.hang = sleeping.SleepingHang.named(list(w.agent.sleeping), r.sigs)
+    r.note_hang(w, outcome, "titled from the kernel stacks the agent read")
+
+
+def _read_histograms(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
+    """Decided by the reproducer's own measurement, after the stall ended: no
+    stacks to read, but its final histograms."""
+    r.echo(f"{outcome.detail}: ending the run to collect its histograms")
+    w.finish()
+
+
+# one reader per hang_kinds.Reading but VCPUS, which the watch loop drives (it may resume)
+READERS: dict[Reading, Callable[[_Run, VM, Watch, Outcome], None]] = {
+    Reading.THREADS: _read_threads,
+    Reading.VCPUS_THEN_THREADS: _read_vcpus_then_threads,
+    Reading.TASKS: _read_tasks,
+    Reading.HISTOGRAMS: _read_histograms,
+}
 
 
 def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outcome: Outcome, t0: float,
@@ -389,9 +412,9 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
     pm = pmiss.p_miss(cal, w.agent.count, repro.count_name,
                       pmiss.unknown_because(repro.name, r.opts.repro_args, plan.cpus, plan.vm.accel,
                                             repro.calibration_dir))
-    v = decide(outcome, w.agent.ktap, w.agent.count, repro, r.classes, r.samples.errors if r.samples else [], pm,
-               report_reason, stall, (r.process, r.process_error) if r.dumped else None,
-               r.opts.pmiss_target, r.hang, r.own_bug)
+    v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.pmiss_target, r.classes,
+                        r.samples.errors if r.samples else [], report_reason, stall,
+                        ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)
 

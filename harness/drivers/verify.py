@@ -21,6 +21,7 @@ from typing import Callable
 from harness.analysis import bug_record, classify
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.record import Evidence, RunRecord
+from harness.analysis.retry import another_attempt
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import paths, procs, reproducers, rundir
 from harness.base.procs import Interrupted
@@ -170,15 +171,12 @@ def run_attempts(prep: Prepared, repro: reproducers.Reproducer, opts: Options, r
         if prep.check.missing:  # nothing to boot: the path cannot run on this kernel
             failed(OutcomeKind.PREFLIGHT, prep.check.reason(), VerdictKind.INCONCLUSIVE)
         n = 0
-        while not prep.check.missing and n < max(1, opts.attempts + 1):
+        while not prep.check.missing:
             n += 1
             att = run_attempt(prep.kernel, repro, opts, prep.accel, prep.initrd, run.attempt(n), echo, n, prep.disk)
             attempts.append((n, att))
             interrupted = att.interrupted
-            # a stall the host's own delay could explain (INCONCLUSIVE) gets one try more than an
-            # emulator fault: on a busy 2-core host it meets the delay again 1 time in ~30
-            limit = opts.attempts + (att.verdict.verdict == VerdictKind.INCONCLUSIVE and opts.attempts > 1)
-            if interrupted or not (att.verdict.retryable and n < limit):
+            if interrupted or not another_attempt(att.verdict.retry, n, opts.attempts):
                 break
             echo(f"attempt {n}: {att.verdict.reason}; retrying")
     except (VMError, SpecError) as e:

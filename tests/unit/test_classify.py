@@ -4,6 +4,9 @@ import pytest
 from recorded import load_samples
 
 from harness.analysis import classify
+from harness.base import reproducers
+
+REPRO = reproducers.load("perf-refresh")
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +84,14 @@ def test_real_dwarf_dump_shows_the_inlined_csd_lock_wait(sigs):
 def test_text_patching_stalled_by_the_emulator_is_an_error_tried_again(sigs):
     """6.1.192 under TCG: bpf-ringbuf detached its programs; CPU1 waits in
     text_poke_bp_batch's IPI, CPU0 keeps entering exc_int3 at __schedule."""
-    from harness.analysis.verdict import from_hang
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.findings import Findings
     from harness.analysis.outcome import Outcome
     classes = classify.classify_samples(load_samples("bpf-ringbuf-6.1.192-text-poke"), sigs)
     by_cpu = {c.cpu: c.signature for c in classes}
     assert by_cpu[1].name == "text_poke_sync_wait" and by_cpu[1].role == "infra"
     assert not any(c.signature.role == "culprit" for c in classes)
-    v = from_hang(Outcome("freeze", "no heartbeat for 3.24s", 0.0), classes, [])
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 3.24s", 0.0), REPRO, classes=classes))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
     assert "text patching waits for another CPU (emulator fault) on CPU1" in v.reason
     # a TLB shootdown's waiter is still a csd_lock_wait victim
@@ -101,12 +105,13 @@ def test_perfs_first_event_waiting_on_patched_text_is_an_error_tried_again(sigs)
     """6.1.170 under TCG: perf-sigtrap's first perf_event_open turned perf's
     scheduler hooks on; CPU1 waits in synchronize_rcu() inside
     perf_event_alloc(), CPU0 keeps re-entering the patched __schedule()."""
-    from harness.analysis.verdict import from_hang
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.findings import Findings
     from harness.analysis.outcome import Outcome
     classes = classify.classify_samples(load_samples("perf-sigtrap-6.1.170-static-key-patch"), sigs)
     by_cpu = {c.cpu: c.signature for c in classes}
     assert by_cpu[1].name == "perf_static_key_patch_wait" and by_cpu[1].role == "infra"
-    v = from_hang(Outcome("freeze", "no heartbeat for 3.22s", 0.0), classes, [])
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 3.22s", 0.0), REPRO, classes=classes))
     assert v.verdict == "ERROR" and v.retryable
 
 
@@ -114,9 +119,10 @@ def test_cpus_re_entering_the_int3_planted_in_schedule_are_an_error_tried_again(
     """6.1.192 under TCG: as perf-sigtrap's threads exited, both CPUs sat at
     __schedule+0x280 or in exc_int3 just past it in all three samples, with
     no CPU patching; it used to be INCONCLUSIVE, "a different hang"."""
-    from harness.analysis.verdict import from_hang
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.findings import Findings
     from harness.analysis.outcome import Outcome
     classes = classify.classify_samples(load_samples("perf-sigtrap-6.1.192-int3-loop"), sigs)
     assert {c.cpu: c.signature.name for c in classes} == {0: "schedule_int3_reentry", 1: "schedule_int3_reentry"}
-    v = from_hang(Outcome("freeze", "no heartbeat for 3.24s", 0.0), classes, [])
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 3.24s", 0.0), REPRO, classes=classes))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")

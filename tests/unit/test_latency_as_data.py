@@ -10,10 +10,10 @@ from types import SimpleNamespace
 from recorded import FIXTURES
 
 from harness.analysis import expect, latency
-from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
 from harness.analysis.record import Evidence, RunRecord
-from harness.analysis.verdict import decide
+from harness.analysis.decide import decide
+from harness.analysis.findings import Findings
 from harness.base import reproducers
 from harness.drivers.attempt import repro_arguments
 from harness.drivers.options import Options
@@ -52,7 +52,7 @@ def test_the_watch_the_verdict_and_the_reports_pick_it_up(tmp_path):
     stall = latency.evidence(REPRO.stall, w.agent.ktap.lines, w.agent.progress)
     assert [s["title"] for s in stall["stalled"]] == ["read request"]
     assert stall["text"] == "read request stalled 52.0 ms (3 requests >= 20 ms)"
-    v = decide(Outcome("stall", out.detail, 2.0), Ktap(), w.agent.count, REPRO, [], [], {}, "", stall)
+    v = decide(Findings(Outcome("stall", out.detail, 2.0), REPRO, count=w.agent.count, stall=stall))
     assert v.verdict == "VULNERABLE" and v.signature == "io-request-stall" and v.summary == stall["text"]
 
     rec = RunRecord(id="t", verdict=v, outcome=Outcome("stall", out.detail, 2.0),

@@ -6,7 +6,9 @@ import pytest
 
 from harness.analysis import pmiss
 from harness.base import reproducers
-from harness.analysis.verdict import EXIT_CODES, decide
+from harness.analysis.decide import decide
+from harness.analysis.findings import Findings
+from harness.analysis.verdict import EXIT_CODES
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
 
@@ -56,8 +58,7 @@ def done(lines, count):
     k = Ktap()
     for l in lines:
         k.feed(l)
-    return decide(Outcome("done", "reproducer exited with code 0", 0), k, count, REPRO, None, [],
-                  {"text": "P(miss) < 1e-12", "p_miss_log10": -100})
+    return decide(Findings(Outcome("done", "reproducer exited with code 0", 0), REPRO, ktap=k, count=count, pmiss={"text": "P(miss) < 1e-12", "p_miss_log10": -100}))
 
 
 def test_verdicts_for_completed_runs():
@@ -72,14 +73,13 @@ def test_verdicts_for_completed_runs():
 
 def test_emulator_faults_boot_failures_and_crashes():
     k = Ktap()
-    infra = decide(Outcome("infra", "Oops: int3", 0), k, 5, REPRO, None, [], {}, "text patching race")
+    infra = decide(Findings(Outcome("infra", "Oops: int3", 0), REPRO, ktap=k, count=5, report_reason="text patching race"))
     assert infra.verdict == "ERROR" and infra.retryable and "text patching" in infra.reason
-    boot = decide(Outcome("boot-failure", "no guest agent within 120s of boot", 0), k, 0, REPRO, None, [], {})
+    boot = decide(Findings(Outcome("boot-failure", "no guest agent within 120s of boot", 0), REPRO, ktap=k))
     assert boot.verdict == "ERROR" and boot.exit_code == EXIT_CODES["ERROR"]
-    crash = decide(Outcome("oops", "kernel NULL pointer dereference, address: 0000000000000000", 0),
-                   k, 5, REPRO, None, [], {})
+    crash = decide(Findings(Outcome("oops", "kernel NULL pointer dereference, address: 0000000000000000", 0), REPRO, ktap=k, count=5))
     assert crash.verdict == "CRASHED" and "NULL pointer" in crash.summary
-    init = decide(Outcome("panic", "Attempted to kill init! exitcode=0x0000000b", 0), k, 0, REPRO, None, [], {})
+    init = decide(Findings(Outcome("panic", "Attempted to kill init! exitcode=0x0000000b", 0), REPRO, ktap=k))
     assert init.verdict == "ERROR"
 
 
@@ -114,7 +114,7 @@ def test_a_run_short_of_its_p_miss_target_is_inconclusive_not_clean():
     for line in ["KTAP version 1", "1..1", "ok 1 perf-refresh"]:
         k.feed(line)
     reached = {"text": "P(miss) 2.1e-07", "p_miss_log10": -6.7}
-    ok = decide(Outcome("done", "exited 0", 0), k, 12000, REPRO, None, [], reached, pmiss_target=1e-6)
-    short = decide(Outcome("done", "exited 0", 0), k, 12000, REPRO, None, [], reached, pmiss_target=1e-9)
+    ok = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached, pmiss_target=1e-6))
+    short = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached, pmiss_target=1e-9))
     assert ok.verdict == "NOT_REPRODUCED" and short.verdict == "INCONCLUSIVE" and short.exit_code == 3
     assert "P(miss) 2.1e-07 is above the target 1e-09" in short.reason and short.p_miss == reached

@@ -7,8 +7,8 @@ from recorded import FIXTURES, load_samples
 
 from harness.analysis import classify, latency
 from harness.base import reproducers
-from harness.analysis.verdict import decide
-from harness.analysis.ktap import Ktap
+from harness.analysis.decide import decide
+from harness.analysis.findings import Findings
 from harness.analysis.outcome import Outcome
 
 REPRO = reproducers.load("bpf-ringbuf")
@@ -64,7 +64,7 @@ def test_stalled_run_is_judged_from_its_last_progress_line():
     assert "sched_switch reserve stalled" in text and ">= 300 ms" in text
     evidence = latency.evidence(SPEC, lines, progress)
     assert evidence["stalled"] == stalled and evidence["text"] == text
-    v = decide(Outcome("stall", "measured", 0), Ktap(), 46, REPRO, [], [], {}, "", evidence)
+    v = decide(Findings(Outcome("stall", "measured", 0), REPRO, count=46, stall=evidence))
     assert v.verdict == "VULNERABLE" and v.summary == text and v.signature == "reserve-latency-stall"
 
 
@@ -81,7 +81,7 @@ def test_nmi_context_rqspinlock_wait_is_the_culprit():
     assert by_cpu[1].signature.name == "rqspinlock_ringbuf_wait"
     frames = [f["function"] for f in by_cpu[0].frames]
     assert "exc_nmi" in frames and "__bpf_ringbuf_reserve" in frames
-    v = decide(Outcome("freeze", "no heartbeat", 0), Ktap(), 16, REPRO, classes, [], {})
+    v = decide(Findings(Outcome("freeze", "no heartbeat", 0), REPRO, count=16, classes=classes))
     assert v.verdict == "VULNERABLE" and v.signature == "rqspinlock_ringbuf_nmi"
 
 
@@ -104,7 +104,7 @@ def test_a_stall_the_host_may_have_made_is_retried_never_vulnerable():
     noisy = latency.evidence(SPEC, lines, progress, host_wait=lambda path, ms: ms - 100)
     assert quiet["stalled"] and not quiet["suspect"]
     assert not noisy["stalled"] and noisy["suspect"][0]["path"] == quiet["stalled"][0]["path"]
-    v = decide(Outcome("stall", "measured", 0), Ktap(), 46, REPRO, [], [], {}, "", noisy)
+    v = decide(Findings(Outcome("stall", "measured", 0), REPRO, count=46, stall=noisy))
     assert v.verdict == "INCONCLUSIVE" and v.retryable and "waited" in v.reason and "host CPU" in v.reason
 
 
@@ -132,8 +132,7 @@ def test_one_slow_nmi_reserve_is_not_the_bug_and_its_run_is_tried_again():
     stalled, suspect = latency.evaluate(data(1), SPEC, host_wait=lambda path, ms: 105.8)
     assert stalled == suspect == []
     stall = {"stalled": [], "suspect": []}
-    v = decide(Outcome("stall", "the reproducer measured 1 reserve(s) past its stall threshold", 0), Ktap(), 250,
-               REPRO, [], [], {}, "", stall)
+    v = decide(Findings(Outcome("stall", "the reproducer measured 1 reserve(s) past its stall threshold", 0), REPRO, count=250, stall=stall))
     assert v.verdict == "INCONCLUSIVE" and v.retryable
     stalled, _ = latency.evaluate(data(2), SPEC, host_wait=lambda path, ms: 105.8)
     assert [s["path"] for s in stalled] == ["nmi"]

@@ -14,7 +14,8 @@ from recorded import load_samples
 from harness.analysis import classify, cpu_state, sleeping
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
-from harness.analysis.verdict import decide
+from harness.analysis.decide import decide
+from harness.analysis.findings import Findings, ProcessReading
 from harness.base import paths, reproducers
 from harness.drivers.attempt import repro_arguments
 from harness.drivers.options import Options
@@ -85,7 +86,7 @@ DONE = Outcome("done", "reproducer exited with code 0", 0)
 def test_a_program_that_exits_non_zero_failed_on_its_own_with_its_output():
     k = generic_run(["KTAP version 1", "1..1", "perf_event_open: No such device",
                      "# result count=0 elapsed_ms=3 exit=2", "not ok 1 other_refresh # FAIL it exited 2 on run 1"])
-    v = decide(DONE, k, 0, REPRO, None, [], {})
+    v = decide(Findings(DONE, REPRO, ktap=k))
     assert v.verdict == "FAILED" and v.exit_code == 5
     assert "it exited 2 on run 1" in v.reason and "perf_event_open: No such device" in v.reason
 
@@ -93,12 +94,12 @@ def test_a_program_that_exits_non_zero_failed_on_its_own_with_its_output():
 def test_a_program_whose_own_tap_fails_failed_and_a_skip_is_inconclusive():
     k = generic_run(["KTAP version 1", "1..1", "TAP version 13", "1..2", "ok 1 first", "not ok 2 second",
                      "# result count=1 elapsed_ms=3 exit=0", "ok 1 other_refresh"])
-    assert decide(DONE, k, 1, REPRO, None, [], {}).verdict == "FAILED"
+    assert decide(Findings(DONE, REPRO, ktap=k, count=1)).verdict == "FAILED"
     k = generic_run(["KTAP version 1", "1..1", "# result count=0 elapsed_ms=3 exit=4",
                      "ok 1 other_refresh # SKIP it exited 4 (kselftest's skip)"])
-    assert decide(DONE, k, 0, REPRO, None, [], {}).verdict == "INCONCLUSIVE"
+    assert decide(Findings(DONE, REPRO, ktap=k)).verdict == "INCONCLUSIVE"
     k = generic_run(["KTAP version 1", "1..1", "# result count=3 elapsed_ms=3 exit=0", "ok 1 other_refresh"])
-    assert decide(DONE, k, 3, REPRO, None, [], {}).verdict == "NOT_REPRODUCED"
+    assert decide(Findings(DONE, REPRO, ktap=k, count=3)).verdict == "NOT_REPRODUCED"
 
 
 def freeze_without(*hidden: str):
@@ -113,7 +114,7 @@ FREEZE = Outcome("freeze", "no heartbeat for 0.80s", 0)
 
 def test_a_users_freeze_that_no_signature_names_is_its_finding_titled_from_the_cpus():
     classes, hang = freeze_without("hrtimer_cancel_self_deadlock")
-    v = decide(FREEZE, Ktap(), 0, REPRO, classes, [], {}, hang=hang)
+    v = decide(Findings(FREEZE, REPRO, classes=classes, hang=hang))
     assert v.verdict == "VULNERABLE" and v.signature is None and v.title == "hang in cpu_clock_event_stop"
     assert "waiting in hrtimer_cancel, interrupts off" in v.summary and "waits for CPU0,CPU3" in v.summary
 
@@ -121,15 +122,15 @@ def test_a_users_freeze_that_no_signature_names_is_its_finding_titled_from_the_c
 def test_a_reproducer_with_signatures_of_its_own_calls_another_hang_different():
     perf = reproducers.load("perf-refresh")
     classes, hang = freeze_without("hrtimer_cancel_self_deadlock")
-    v = decide(FREEZE, Ktap(), 0, perf, classes, [], {}, hang=hang, own_bug="perf-refresh")
+    v = decide(Findings(FREEZE, perf, classes=classes, hang=hang, own_bug="perf-refresh"))
     assert v.verdict == "INCONCLUSIVE" and v.title == "hang in cpu_clock_event_stop"
     assert v.summary.startswith("a different hang")
     # a known bug's culprit, met by the user's program: named, and its finding
     classes, _ = freeze_without()
-    v = decide(FREEZE, Ktap(), 0, REPRO, classes, [], {})
+    v = decide(Findings(FREEZE, REPRO, classes=classes))
     assert v.verdict == "VULNERABLE" and v.signature == "hrtimer_cancel_self_deadlock"
     bpf = reproducers.load("bpf-ringbuf")
-    v = decide(FREEZE, Ktap(), 0, bpf, classes, [], {}, own_bug="bpf-ringbuf")
+    v = decide(Findings(FREEZE, bpf, classes=classes, own_bug="bpf-ringbuf"))
     assert v.verdict == "INCONCLUSIVE" and "different hang" in v.summary
 
 
@@ -158,8 +159,7 @@ def test_a_sleeping_task_is_a_hung_task_titled_from_its_kernel_stack():
     assert a.sleeping_at == 5.0
     hang = sleeping.SleepingHang(a.sleeping)
     assert hang.title == "INFO: task hung in anon_pipe_write"
-    v = decide(Outcome("sleeping", "task pipe_sleeper:57 in D state for 10s", 0), Ktap(), 0, REPRO, None, [], {},
-               hang=hang)
+    v = decide(Findings(Outcome("sleeping", "task pipe_sleeper:57 in D state for 10s", 0), REPRO, hang=hang))
     assert v.verdict == "VULNERABLE" and v.title == "INFO: task hung in anon_pipe_write"
 
 
@@ -193,8 +193,8 @@ def test_a_deadlock_cycle_in_a_users_stuck_program_is_its_finding_and_another_re
     a = Analysis([], [], waits=[Wait(7, 8, 0x10, "mutex"), Wait(8, 7, 0x20, "mutex")])
     a.cycles = [a.waits]
     stuck = Outcome("stuck", "progress count stuck at 0 for 30s", 0)
-    v = decide(stuck, Ktap(), 0, REPRO, None, [], {}, process=(a, ""))
+    v = decide(Findings(stuck, REPRO, process=ProcessReading(a, "")))
     assert v.verdict == "VULNERABLE" and v.title == "user-space deadlock: 2 threads, mutex -> mutex"
     assert "deadlock: LWP 7 <-> LWP 8" in v.summary
-    v = decide(stuck, Ktap(), 0, REPRO, None, [], {}, process=(a, ""), own_bug="other_refresh")
+    v = decide(Findings(stuck, REPRO, process=ProcessReading(a, ""), own_bug="other_refresh"))
     assert v.verdict == "INCONCLUSIVE" and "different hang" in v.summary

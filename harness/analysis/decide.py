@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: GPL-2.0
+"""One verdict from what an attempt found (findings.py): a hang by its kind's
+judge (hang_kinds.py), every other ending here. The verdicts' meanings are in
+verdict.py."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from harness.analysis import hang_kinds, hang_verdicts
+from harness.analysis.findings import Findings
+from harness.analysis.ktap import Ktap
+from harness.analysis.outcome import OutcomeKind
+from harness.analysis.retry import Retry
+from harness.analysis.verdict import Verdict, VerdictKind
+
+
+def decide(f: Findings) -> Verdict:
+    way = hang_kinds.way_for(f.outcome.kind, f.repro)
+    if way is not None:
+        return way.judge(f)
+    return ENDINGS.get(f.outcome.kind, completed)(f)
+
+
+def _emulator_fault(f: Findings) -> Verdict:
+    return Verdict(VerdictKind.ERROR, f"emulator fault: {f.report_reason or f.outcome.detail} ({f.outcome.detail})",
+                   retry=Retry.EMULATOR_FAULT)
+
+
+def _crash(f: Findings) -> Verdict:
+    kind, detail = f.outcome.kind, f.outcome.detail
+    if detail.startswith("Attempted to kill init"):
+        return Verdict(VerdictKind.ERROR, f"the guest agent died: {detail}")
+    return Verdict(VerdictKind.CRASHED, f"kernel {kind}: {detail}", summary=f"kernel {kind}: {detail}",
+                   confidence="high", title=detail)
+
+
+def _error(prefix: str = "", suffix: str = "") -> Callable[[Findings], Verdict]:
+    return lambda f: Verdict(VerdictKind.ERROR, f"{prefix}{f.outcome.detail}{suffix}")
+
+
+ENDINGS: dict[OutcomeKind, Callable[[Findings], Verdict]] = {
+    OutcomeKind.INFRA: _emulator_fault,
+    OutcomeKind.BOOT_FAILURE: _error("boot failure: "),
+    OutcomeKind.AGENT_ERROR: _error("the guest agent could not run: "),
+    OutcomeKind.PANIC: _crash,
+    OutcomeKind.OOPS: _crash,
+    OutcomeKind.QEMU_EXIT: _error(),
+    OutcomeKind.QEMU_STOPPED: _error(),
+    OutcomeKind.TIMEOUT: _error(suffix=" without a verdict"),
+    OutcomeKind.INTERRUPTED: _error(),
+}
+
+
+def program_failure(ktap: Ktap, tail: int = 12) -> Verdict | None:
+    """A program that knows nothing of kstall failed on its own: the agent's
+    result says it exited non-zero, or the program's own TAP has a failed test.
+    FAILED, with the end of its output; never a hang."""
+    final = ktap.results[-1]
+    own = [r for r in ktap.results[:-1] if not r["ok"] and r["directive"] not in ("SKIP", "TODO")]
+    if final["ok"] and not own:
+        return None
+    why = final["reason"] if not final["ok"] else f"its test {own[0]['number']} {own[0]['name']} failed"
+    output = [line for line in ktap.lines if not line.startswith(("# result ", "KTAP version", "1.."))][-tail:]
+    return Verdict(VerdictKind.FAILED, f"the program failed on its own, with no hang: {why}"
+                   + ("; its last output:\n  " + "\n  ".join(output) if output else ""),
+                   summary=f"the program failed: {why}")
+
+
+def completed(f: Findings) -> Verdict:
+    """The reproducer ran to its end (or the watch saw no hang): its result,
+    its measurements, and whether it ran the path often enough."""
+    ktap, repro, count, pmiss = f.ktap, f.repro, f.count, f.pmiss
+    result = ktap.results[-1] if ktap.results else None
+    if result is None and not ktap.lines:  # it never ran: the agent's doing, or the channel's; retried
+        return Verdict(VerdictKind.ERROR, f"the reproducer printed nothing ({f.outcome.detail})", retry=Retry.SILENT)
+    if result is None:
+        return Verdict(VerdictKind.ERROR, f"reproducer reported no KTAP result ({f.outcome.detail})")
+    if result["directive"] == "SKIP":
+        return Verdict(VerdictKind.INCONCLUSIVE, f"reproducer skipped: {result['reason']}")
+    if repro.generic and (failed := program_failure(ktap)):
+        return failed
+    if not result["ok"]:
+        return Verdict(VerdictKind.INCONCLUSIVE, f"reproducer failed: {result['reason'] or f.outcome.detail}")
+    if f.stalled:
+        return hang_verdicts.measured_stall(f)
+    if f.suspect:
+        return hang_verdicts.host_noise(f)
+    if count < repro.min_count:
+        what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
+        return Verdict(VerdictKind.INCONCLUSIVE, f"path {what}")
+    log10 = pmiss.get("p_miss_log10")
+    if log10 is not None and log10 > math.log10(f.pmiss_target):
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{count} {repro.count_name} without a hang, but {pmiss['text']} is "
+                       f"above the target {f.pmiss_target:g} (the run ended before it got there: --duration?)",
+                       p_miss=pmiss)
+    return Verdict(VerdictKind.NOT_REPRODUCED,
+                   f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
+                   summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
+                   confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss)

@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What one attempt found: the one piece of evidence decide.py judges."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.analysis import classify, cpu_state, sleeping, thread_hang
+from harness.analysis.ktap import Ktap
+from harness.analysis.outcome import Outcome
+from harness.base.reproducers import Reproducer
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """A stuck process's threads as read from its core (or why they could not be)."""
+    analysis: thread_hang.Analysis | None
+    error: str = ""
+
+
+@dataclass
+class Findings:
+    outcome: Outcome
+    repro: Reproducer
+    ktap: Ktap = field(default_factory=Ktap)
+    count: int = 0                      # passes over the path, as the reproducer counted them
+    # the reproducer's name when it has signatures of its own ("" when it has
+    # none, and any hang it makes is its finding)
+    own_bug: str = ""
+    pmiss: dict = field(default_factory=dict)  # pmiss.p_miss()
+    pmiss_target: float = 1.0
+    classes: list[classify.CpuClass] = field(default_factory=list)  # every vCPU, classified
+    debug_errors: list[str] = field(default_factory=list)  # why vCPUs could not be read
+    report_reason: str = ""             # an emulator fault's console report, when one ended the run
+    stall: dict | None = None           # latency.evidence(), for a reproducer that measures latencies
+    process: ProcessReading | None = None  # a stuck process's threads, when they were dumped
+    # a hang no culprit signature named: the CPUs' states, or a task asleep in D state
+    hang: cpu_state.Hang | sleeping.SleepingHang | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return self.stall is not None and bool(self.stall["stalled"])
+
+    @property
+    def suspect(self) -> bool:
+        """A stall the host's delay could explain (latency.py)."""
+        return self.stall is not None and bool(self.stall.get("suspect"))

@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The retry policy, in one place: which verdicts another attempt may
+overturn, and how many attempts each may have.
+
+A verdict carries a Retry cause when what it rests on may be the emulator's,
+the host's or kstall's own doing rather than the kernel's. verify runs
+attempts until one carries none, within --attempts (and the extra tries
+below); the files of every attempt are kept."""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Retry(StrEnum):
+    """Why a verdict may not be the kernel's."""
+    EMULATOR_FAULT = "emulator fault"   # TCG's text-patching int3, recognised on the console or the CPUs
+    HOST_DELAY = "host delay"           # a latency the host's own delay of a vCPU could explain
+    CUT_SHORT = "cut short"             # a stall run ended before its counters had what a verdict needs
+    SILENT = "silent"                   # the reproducer printed nothing: the agent's or the channel's doing
+    SNAPSHOT = "snapshot"               # a guest restored from a snapshot did not come up: the snapshot's fault
+
+
+# one try more than --attempts for a verdict that the host's delay decides:
+# on a busy 2-core host a stall meets the delay again about 1 time in 30
+EXTRA_TRIES = {Retry.HOST_DELAY: 1, Retry.CUT_SHORT: 1}
+
+
+def another_attempt(cause: Retry | None, done: int, attempts: int) -> bool:
+    """Whether attempt done+1 runs, after attempt done ended with cause
+    (attempts: --attempts; 0 or 1 means no extra try beyond it)."""
+    if cause is None:
+        return False
+    extra = EXTRA_TRIES.get(cause, 0) if attempts > 1 else 0
+    return done < attempts + extra
