@@ -10,7 +10,7 @@
                                      of who waits for whom, as JSON
 
 Each vCPU is a GDB thread of QEMU's gdbstub ("CPU#n [state]"). Stacks are
-walked by harness/analysis/stackwalk.py from the raw bytes, which are kept in the
+walked by the guest architecture's unwinder (harness/analysis/unwind.py) from the raw bytes, which are kept in the
 dump so the host can re-walk them; when GDB has a vmlinux with DWARF loaded
 (`file vmlinux`), GDB's own unwinder adds the real frames, inlined ones
 included (csd_lock_wait inside smp_call_function_many_cond).
@@ -28,8 +28,9 @@ import gdb  # type: ignore[import-not-found]
 # the stack walker and symbolizer are the host's too (harness/analysis/)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness.analysis import kernel_waits, stackwalk  # noqa: E402
+from harness.analysis import kernel_waits, unwind  # noqa: E402
 from harness.analysis.kallsyms import Kallsyms  # noqa: E402
+from harness.base import arch  # noqa: E402
 
 _state: dict = {"syms": None, "layout": {}}
 
@@ -85,34 +86,36 @@ def _has_dwarf() -> bool:
 def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
     t.switch()
     frame = gdb.selected_frame()
-    regs = {r: _u64(frame.read_register(r)) for r in stackwalk.REGISTERS}
+    inf = gdb.selected_inferior()
+    a = arch.by_gdb(inf.architecture().name())
+    walker = unwind.for_arch(a)
+    regs = {r: _u64(frame.read_register(r)) for r in a.registers}
     details = _thread_details(t)
     m = re.search(r"CPU#(\d+)(?:\s*\[(\w+)\s*\])?", details)
     cpu = {"cpu": int(m.group(1)) if m else t.num - 1, "thread": t.num,
-           "state": (m.group(2) if m and m.group(2) else "unknown"),
+           "state": (m.group(2) if m and m.group(2) else "unknown"), "arch": a.name,
            "regs": {k: f"{v:#x}" for k, v in regs.items()}}
     syms = _state["syms"]
-    user = (regs["cs"] & 3) == 3
-    inf = gdb.selected_inferior()
-    regions = [] if user else stackwalk.stack_regions(lambda a, n: _read(inf, a, n), regs["rsp"], max_bytes, syms)
+    user = a.in_user_mode(regs)
+    regions = [] if user else walker.stack_regions(lambda at, n: _read(inf, at, n), regs[a.sp], max_bytes, syms)
     code: dict[int, bytes] = {}
     if syms is not None:
-        for addr in stackwalk.candidates(regions, syms):
-            b = _read(inf, addr - stackwalk.CODE_BEFORE, stackwalk.CODE_BEFORE)
+        for addr in walker.candidates(regions, syms):
+            b = _read(inf, addr - walker.CODE_BEFORE, walker.CODE_BEFORE)
             if b is not None:
                 code[addr] = b
     cpu["regions"] = [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions]
     # what registers point at: the lock a CPU spins on is among them
-    cpu["words"] = {} if user else kernel_waits.register_words(lambda a, n: _read(inf, a, n), regs)
+    cpu["words"] = {} if user else kernel_waits.register_words(lambda at, n: _read(inf, at, n), regs, a)
     cpu["code"] = {f"{a:#x}": b.hex() for a, b in code.items()}
     if _has_dwarf() and not user:
         cpu["frames"] = _dwarf_frames()
         cpu["unwinder"] = "dwarf"
     elif syms is not None and not user:
-        cpu["frames"] = [f.to_json() for f in stackwalk.walk(regs["rip"], regions, code, syms)]
+        cpu["frames"] = [f.to_json() for f in walker.walk(regs[a.pc], regions, code, syms)]
         cpu["unwinder"] = "stack-scan"
     else:
-        cpu["frames"] = [{"addr": f"{regs['rip']:#x}", "text": f"{regs['rip']:#x}", "function": "",
+        cpu["frames"] = [{"addr": f"{regs[a.pc]:#x}", "text": f"{regs[a.pc]:#x}", "function": "",
                           "reliable": True, "slot": None, "inlined": False}]
         cpu["unwinder"] = "none"
     return cpu

@@ -4,7 +4,7 @@ with `source`, with the program and its core loaded).
 
     kstall-threads            the thread list: GDB number, LWP, name
     kstall-thread N           thread N's frames (function, pc, signal frames)
-                              and its syscall registers (orig_rax, rdi)
+                              and its syscall registers (the number's and the arguments')
     kstall-lock-word ADDR     the three ints at a futex word: a pthread_mutex_t
                               starts with __lock, __count, __owner
 
@@ -16,11 +16,21 @@ only that thread.
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import gdb  # type: ignore[import-not-found]
 
+# the architecture table is the host's (harness/base/arches.toml)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from harness.base import arch  # noqa: E402
+
 MAX_FRAMES = 64
-SIGINFO_IN_RT_SIGFRAME = 304  # x86-64: the kernel's ucontext precedes the siginfo
+
+
+def _arch() -> arch.Arch:
+    return arch.by_gdb(gdb.selected_inferior().architecture().name())
 
 
 def _emit(doc: dict) -> None:
@@ -37,11 +47,13 @@ def _reg(frame: "gdb.Frame", name: str) -> int | None:
 def _signal_of(frame: "gdb.Frame") -> int | None:
     """si_signo of the signal a SIGTRAMP frame delivered: at its stack
     pointer is the rest of the kernel's rt_sigframe (ucontext, then siginfo)."""
-    sp = _reg(frame, "rsp")
+    a = _arch()
+    sp = _reg(frame, a.sp)
     if sp is None:
         return None
     try:
-        signo = int.from_bytes(bytes(gdb.selected_inferior().read_memory(sp + SIGINFO_IN_RT_SIGFRAME, 4)), "little")
+        at = sp + a.syscall["sigframe_siginfo"]
+        signo = int.from_bytes(bytes(gdb.selected_inferior().read_memory(at, 4)), "little")
     except (gdb.error, gdb.MemoryError):
         return None
     return signo if 0 < signo < 65 else None
@@ -89,8 +101,10 @@ class Thread(gdb.Command):
             return
         t.switch()
         top = gdb.newest_frame()
-        _emit({"num": num, "lwp": t.ptid[1], "name": t.name,
-               "regs": {r: _reg(top, r) for r in ("orig_rax", "rdi", "rsi", "rip", "rsp")},
+        a = _arch()
+        names = (a.syscall["nr"], *a.syscall["args"][:2], a.pc, a.sp)
+        _emit({"num": num, "lwp": t.ptid[1], "name": t.name, "arch": a.name,
+               "regs": {r: _reg(top, r) for r in names},
                "frames": _frames()})
 
 

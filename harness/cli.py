@@ -183,7 +183,7 @@ def cmd_kernels(a: argparse.Namespace) -> int:
     if not a.available:
         rows = [(k, c) for k, c in rows if c]
     if not a.all_flavours:
-        rows = [(k, c) for k, c in rows if k.flavour == "amd64"]
+        rows = [(k, c) for k, c in rows if k.flavour == debian.DEFAULT_FLAVOUR]
     if a.json:
         print(json.dumps([{"spec": f"debian:{k.upstream}", "canonical": k.canonical, "package": k.package,
                            "image_package": k.image_package, "version": k.version, "suite": k.suite,

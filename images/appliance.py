@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.base import kvm_decisions, paths, procs
+from harness.base import arch, kvm_decisions, paths, procs
 from images import cached, debian, modules
 from images.download import download
 from images.kernel import Progress, SpecError
@@ -33,9 +33,10 @@ EXTRACT_TIMEOUT = 900
 
 def _kernel_dir(progress: Progress | None) -> tuple[Path, str]:
     archive = debian.Archive()
-    ks = [k for k in archive.kernels(progress) if k.upstream.startswith(APPLIANCE_LINE) and k.flavour == "amd64"]
+    flavour = arch.host().debian  # the appliance runs on the host
+    ks = [k for k in archive.kernels(progress) if k.upstream.startswith(APPLIANCE_LINE) and k.flavour == flavour]
     if not ks:
-        raise SpecError(f"no Debian {APPLIANCE_LINE}x amd64 kernel in the suites for libguestfs's appliance")
+        raise SpecError(f"no Debian {APPLIANCE_LINE}x {flavour} kernel in the suites for libguestfs's appliance")
     k = max(ks, key=lambda k: (debian.version_key(k.upstream), debian.version_key(k.abi)))
     d = paths.cache_dir() / "appliance" / k.release
 

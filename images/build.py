@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base import paths, procs
+from harness.base import arch, paths, procs
 from images import cached, symcache
 from images.kernel import Kernel, Progress, SpecError, sha256_file
 
@@ -146,7 +146,7 @@ def _make(args: list[str], src: Path, out: Path, log, env: dict, deadline: float
     t0 = time.monotonic()
     log.write(f"$ make {' '.join(args)}\n")
     log.flush()
-    proc = subprocess.Popen(["make", "-C", str(src), f"O={out}", "ARCH=x86_64", *args], stdout=log,
+    proc = subprocess.Popen(["make", "-C", str(src), f"O={out}", f"ARCH={arch.host().kbuild['arch']}", *args], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=procs.die_with_parent)
     try:
@@ -274,20 +274,20 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
             missing = config_mismatches(out / ".config", fragments)
             if missing and progress:
                 progress(f"{what}: fragment options not in the final .config: {'; '.join(missing)}")
-            targets = ["bzImage"] + (["vmlinux"] if opts.debuginfo else [])
+            targets = [arch.host().kbuild["target"]] + (["vmlinux"] if opts.debuginfo else [])
             _make([f"-j{jobs}", "CC=ccache gcc", *targets], src, out, log, env, deadline, what, progress)
         seconds = round(time.monotonic() - t0, 1)
         release = (out / "include" / "config" / "kernel.release").read_text().strip()
 
         def fill(tmp: Path) -> Kernel:
-            for name, target in (("arch/x86/boot/bzImage", "bzImage"), (".config", "config"),
+            for name, target in ((arch.host().kbuild["image"], "bzImage"), (".config", "config"),
                                  ("System.map", "System.map"), ("build.log", "build.log")) + \
                     ((("vmlinux", "vmlinux"),) if opts.debuginfo else ()):
                 shutil.copy2(out / name, tmp / target)
             return Kernel(spec=spec, canonical=f"build:{tree}@{ident}", vmlinuz=dest / "bzImage",
                           sha256=sha256_file(tmp / "bzImage"), release=release,
                           upstream=release.split("-")[0].split("+")[0], config=dest / "config",
-                          vmlinux=dest / "vmlinux" if opts.debuginfo else None,
+                          vmlinux=dest / "vmlinux" if opts.debuginfo else None, arch=arch.host().name,
                           origin={"tree": str(tree), "rev": rev, "commit": sha or ident,
                                   "label": f"build-{tree.name}-{ident}", "fragments": [str(f) for f in fragments],
                                   "config_mismatches": missing, "build_s": seconds, "jobs": jobs})

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness.base import paths
+from harness.base import arch, paths
 from harness.base.paths import write_atomic
 from images import modules
 from images.kernel import Kernel, sha256_file
@@ -47,7 +47,7 @@ def load_meta(d: Path, spec: str) -> Kernel:
         origin["initrd"] = str(here(origin["initrd"]))
     return Kernel(spec=spec, canonical=meta["canonical"], vmlinuz=here(meta["vmlinuz"]), sha256=meta["sha256"],
                   release=meta.get("release"), upstream=meta.get("upstream"), origin=origin,
-                  modules=meta.get("modules", {}), **opt)
+                  modules=meta.get("modules", {}), arch=meta.get("arch") or arch.DEFAULT, **opt)
 
 
 def damage(d: Path) -> str | None:

@@ -30,16 +30,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from harness.base import paths, procs
+from harness.base import arch, paths, procs
 from images import cached, packages
 from images.download import download as fetch_file, why_failed
 from images.kernel import Kernel, Progress, SpecError
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
-_NAME = re.compile(r"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?amd64)$")
+# Debian's names of the architectures kstall knows (harness/base/arches.toml), and the default's
+DEBIAN_ARCHES = tuple(arch.get(n).debian for n in arch.names())
+DEFAULT_FLAVOUR = arch.get().debian
+_ARCHES = "|".join(re.escape(a) for a in DEBIAN_ARCHES)
+_NAME = re.compile(rf"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?(?:{_ARCHES}))$")
 # bookworm's stock kernel: linux-image-6.1.0-56-amd64, upstream version in Version
-_OLD_NAME = re.compile(r"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?amd64)$")
+_OLD_NAME = re.compile(rf"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?(?:{_ARCHES}))$")
 # apt-get update's warning for a suite it could not reach (it still exits 0)
 FETCH_FAILED = re.compile(r"^W: Failed to fetch (\S+)\s+(.*)$", re.M)
 
@@ -89,7 +93,7 @@ class Archive:
                 "-o", f"Dir::Cache={self.root / 'cache'}",
                 "-o", "Dir::State::status=/dev/null",
                 "-o", "Debug::NoLocking=1",
-                "-o", "APT::Architecture=amd64", "-o", "APT::Architectures=amd64",
+                "-o", f"APT::Architecture={DEFAULT_FLAVOUR}", "-o", f"APT::Architectures={','.join(DEBIAN_ARCHES)}",
                 "-o", "Acquire::Languages=none", "-o", "Acquire::Retries=3"]
 
     @contextmanager
@@ -231,19 +235,22 @@ class Archive:
 def parse_query(text: str) -> tuple[str | None, str | None, str]:
     """'6.16.12' | '6.16.12+deb13' | '6.16.12-rt' | '6.16.12+deb13-cloud-amd64' |
     '6.1.0-56' | '6.1.0-56-cloud' -> (upstream or None, abi or None, flavour)."""
-    old = re.fullmatch(r"(\d+\.\d+\.\d+-\d+)(?:-((?:\w+-)?amd64|\w+))?", text)
+    old = re.fullmatch(rf"(\d+\.\d+\.\d+-\d+)(?:-((?:\w+-)?(?:{_ARCHES})|\w+))?", text)
     if old:
-        flavour = old.group(2) or "amd64"
-        return None, old.group(1), flavour if flavour.endswith("amd64") else flavour + "-amd64"
-    m = re.fullmatch(r"(\d+\.\d+(?:\.\d+)?)(\+deb\d+(?:\.\d+)?)?(?:-((?:\w+-)?amd64|\w+))?", text)
+        return None, old.group(1), _flavour(old.group(2))
+    m = re.fullmatch(rf"(\d+\.\d+(?:\.\d+)?)(\+deb\d+(?:\.\d+)?)?(?:-((?:\w+-)?(?:{_ARCHES})|\w+))?", text)
     if not m:
         raise SpecError(f"debian:{text}: expected debian:VERSION such as debian:6.16.12, "
                         "debian:6.12.94+deb12, debian:6.16.12-rt or debian:6.1.0-56")
-    flavour = m.group(3) or "amd64"
-    if not flavour.endswith("amd64"):
-        flavour += "-amd64"
     abi = m.group(1) + m.group(2) if m.group(2) else None
-    return m.group(1), abi, flavour
+    return m.group(1), abi, _flavour(m.group(3))
+
+
+def _flavour(given: str | None) -> str:
+    """'rt' -> 'rt-amd64': a flavour without an architecture is the default architecture's."""
+    if not given:
+        return DEFAULT_FLAVOUR
+    return given if given.endswith(DEBIAN_ARCHES) else f"{given}-{DEFAULT_FLAVOUR}"
 
 
 def nearest(kernels: list[DebKernel], upstream: str, n: int = 3) -> list[str]:

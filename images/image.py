@@ -19,7 +19,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from harness.base import paths, untrusted
+from harness.base import arch, paths, untrusted
 from images import appliance, boot_image, cached
 from images.kernel import Kernel, Progress, SpecError, sha256_file
 from images.packages import upstream_of
@@ -76,7 +76,7 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     if not path.is_file():
         raise SpecError(f"{spec}: no such file {path}")
     if wanted and untrusted.release(wanted) is None:  # it names the cache directory
-        raise SpecError(f"{spec}: {wanted!r} is not a kernel release (such as 6.16.12+deb13-amd64)")
+        raise SpecError(f"{spec}: {wanted!r} is not a kernel release (such as 6.16.12+deb13-{arch.get().debian})")
     fmt, chain = image_chain(path, trust_backing)
     ident = identity(chain)
     d = paths.cache_dir() / "kernels" / "image" / f"{ident[:20]}-{wanted or 'default'}"

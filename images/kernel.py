@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from harness.base import arch as arches
+
 Progress = Callable[[str], None]
 
 
@@ -32,6 +34,7 @@ class Kernel:
     modules: dict[str, list[str]] = field(default_factory=dict)
     modules_dir: Path | None = None
     changelog: Path | None = None  # the package's changelog.gz, when it has one (images/changelog.py)
+    arch: str = arches.DEFAULT  # its architecture (harness/base/arches.toml)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -50,12 +53,15 @@ class Kernel:
         return None
 
     def machine(self) -> str:
-        """The machine it needs (harness/guest/machines.toml): q35 lists the
-        CPUs in ACPI tables only, so a kernel built without ACPI (build:, for a
-        quicker build) boots on pc, whose firmware also lists them in MP
-        tables (CONFIG_X86_MPPARSE)."""
-        return "pc" if self.config_value("CONFIG_ACPI") is None and self.config_value("CONFIG_X86_MPPARSE") == "y" \
-            else "q35"
+        """The machine it needs: the first of its architecture's machines
+        whose `when` its config meets (harness/base/arches.toml), else the
+        architecture's default."""
+        a = arches.get(self.arch)
+        for name, m in a.table["machine"].items():
+            when = m.get("when")
+            if when and all((self.config_value(k) or "") == v for k, v in when.items()):
+                return name
+        return a.default_machine
 
 
 def sha256_file(path: Path) -> str:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from harness.base import paths
+from harness.base import arch, paths
 from harness.base.reproducers import Reproducer
 
 SIGNATURE_DIR = paths.data_file("harness", "analysis", "signatures")
@@ -132,7 +132,7 @@ def matches(sig: Signature, cpu: dict) -> bool:
 
 
 def in_user_mode(cpu: dict) -> bool:
-    return (int(cpu.get("regs", {}).get("cs", "0x10"), 16) & 3) == 3
+    return arch.of_dump(cpu).in_user_mode(cpu.get("regs", {}))
 
 
 def classify_cpu(cpu: dict, sigs: list[Signature]) -> Signature:
@@ -207,14 +207,15 @@ def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClas
         counts = Counter(sig.name for sig, _ in seq)
         by_name = {sig.name: sig for sig, _ in seq}
         best = max(by_name.values(), key=lambda s: (counts[s.name], s.priority))
-        pcs = {base_name(c.get("frames", [{}])[0].get("function", "")) or c["regs"]["rip"] for _, c in seq}
+        pcs = {base_name(c.get("frames", [{}])[0].get("function", "")) or arch.of_dump(c).pc_of(c["regs"])
+               for _, c in seq}
         last = [c for sig, c in seq if sig.name == best.name][-1]
         frames = last.get("frames", [])
         out.append(CpuClass(cpu=n, signature=best, samples=len(seq), seen=dict(counts),
                             # a known class in every sample is a spin even if the loop
                             # spans functions; an unknown one must also stay put
                             stuck=len(seq) > 1 and len(counts) == 1 and (best is not UNKNOWN or len(pcs) == 1),
-                            pc=frames[0].get("text", "") if frames else last["regs"]["rip"],
+                            pc=frames[0].get("text", "") if frames else arch.of_dump(last).pc_of(last["regs"]),
                             frames=frames, state=last.get("state", "")))
     return out
 

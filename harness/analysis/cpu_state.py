@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from harness.analysis import classify
 from harness.analysis.classify import Role, base_name
 from harness.analysis.kernel_waits import LockNames, Variables, Waits, register_lock
-from harness.base import paths
+from harness.base import arch, paths
 
 STATES_FILE = paths.data_file("harness", "analysis", "cpu-states.toml")
-IF_FLAG = 1 << 9  # RFLAGS.IF: maskable interrupts enabled
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ def state_of(cpu: dict, rules: Rules, sample: int = -1) -> CpuState:
         return CpuState(n, "user", "in user mode", False, False, False, "")
     frames = cpu.get("frames", [])
     names = _names(frames)
-    irqs_off = not int(cpu.get("regs", {}).get("eflags", hex(IF_FLAG)), 16) & IF_FLAG
+    irqs_off = arch.of_dump(cpu).irqs_off(cpu.get("regs", {}))
     nmi = any(name in rules.nmi for name in names)
     reliable = [name for f, name in zip(frames, names) if f.get("reliable", True)] or names
     function = next((name for name in reliable if rules.meaningful(name)), names[0] if names else "")

@@ -24,6 +24,7 @@ from harness.analysis import btf
 from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
 from harness.analysis.stackwalk import KERNEL_HALF
 from harness.base import paths
+from harness.base.arch import Arch
 from images import symcache
 
 SPEC_FILE = paths.data_file("harness", "analysis", "kernel-waits.toml")
@@ -212,12 +213,13 @@ class LockNames:
         return ""
 
 
-def register_words(mem: Reader, regs: dict[str, int]) -> dict[str, str]:
+def register_words(mem: Reader, regs: dict[str, int], a: Arch) -> dict[str, str]:
     """The 32-bit word each register that holds a kernel address points at:
-    a CPU spinning on a queued spinlock keeps the lock's address in one."""
+    a CPU spinning on a queued spinlock keeps the lock's address in one (the
+    pc, stack and frame pointers never do)."""
     out: dict[str, str] = {}
     for name, value in regs.items():
-        if value >= KERNEL_HALF and value % 4 == 0 and name not in ("rip", "rsp", "rbp"):
+        if value >= KERNEL_HALF and value % 4 == 0 and name not in (a.pc, a.sp, a.fp):
             word = _word(mem, value, 4)
             if word is not None:
                 out[name] = f"{word:#x}"

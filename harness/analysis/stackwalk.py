@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Heuristic x86-64 kernel stack walking for kernels without frame pointers.
+"""Heuristic x86-64 kernel stack walking (the "call-sites" unwinder of
+harness/analysis/unwind.py) for kernels without frame pointers.
 
 Distro kernels unwind with ORC and carry no frame pointers, and kstall has no
 ORC tables on the host, so it reads the stack the way the kernel's own
@@ -25,10 +26,6 @@ PAGE = 4096
 KERNEL_HALF = 0xFF00000000000000
 
 CODE_BEFORE = 7  # longest call form checked: REX ff 9x disp32
-# the registers a dump keeps of each vCPU: all the general-purpose ones, since
-# a lock's or a request's address may be in any of them
-REGISTERS = ("rip", "rsp", "rbp", "eflags", "cs", "rax", "rbx", "rcx", "rdx", "rsi", "rdi",
-             "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15")
 _INDIRECT_TARGET_PREFIXES = ("__x86_indirect_thunk_", "__x86_indirect_call_thunk_",
                              "__x86_indirect_its_thunk_", "__SCT__", "__static_call")
 

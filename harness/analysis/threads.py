@@ -11,10 +11,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base import procs
+from harness.base import arch, procs
 from harness.base.untrusted import hexnum, num
 
-SYS_FUTEX = 202  # x86-64
 
 
 @dataclass
@@ -26,10 +25,11 @@ class ProcThread:
     syscall: int | None = None  # None: running, or not readable
     args: tuple[int, ...] = ()
     kstack: list[str] = field(default_factory=list)
+    arch: str = arch.DEFAULT  # the guest's: what its system call numbers mean
 
     @property
     def futex(self) -> int | None:
-        return self.args[0] if self.syscall == SYS_FUTEX and self.args else None
+        return self.args[0] if self.syscall == arch.get(self.arch).syscall["futex"] and self.args else None
 
     def to_json(self) -> dict:
         return {"tid": self.tid, "comm": self.comm, "state": self.state, "syscall": self.syscall,
@@ -96,26 +96,31 @@ class Dump:
     errors: list[str] = field(default_factory=list)
     lock_words: dict[int, dict] = field(default_factory=dict)
     gdb_starts: int = 0
+    arch: str = arch.DEFAULT
 
     def to_json(self) -> dict:
         return {"exe": self.exe, "core": self.core, "threads": self.threads, "errors": self.errors,
-                "lock_words": {f"{a:#x}": w for a, w in self.lock_words.items()}, "gdb_starts": self.gdb_starts}
+                "lock_words": {f"{a:#x}": w for a, w in self.lock_words.items()}, "gdb_starts": self.gdb_starts,
+                "arch": self.arch}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Dump":
         return cls(doc["exe"], doc["core"], doc["threads"], doc.get("errors", []),
-                   {int(a, 16): w for a, w in doc.get("lock_words", {}).items()}, doc.get("gdb_starts", 0))
+                   {int(a, 16): w for a, w in doc.get("lock_words", {}).items()}, doc.get("gdb_starts", 0),
+                   doc.get("arch") or arch.DEFAULT)
 
 
 def futex_words(d: Dump, proc: dict[int, ProcThread]) -> dict[int, int]:
     """LWP -> the futex word it waits on: from /proc when there is one, else
-    from the core (a thread in the futex syscall has orig_rax 202, rdi = word)."""
+    from the core (a thread in the futex syscall: its number and first argument)."""
     out = {}
+    sc = arch.get(d.arch).syscall
     for t in d.threads:
         p = proc.get(t["lwp"])
         regs = t.get("regs") or {}
+        word = regs.get(sc["args"][0])
         if p is not None and p.futex is not None:
             out[t["lwp"]] = p.futex
-        elif regs.get("orig_rax") == SYS_FUTEX and regs.get("rdi"):
-            out[t["lwp"]] = regs["rdi"]
+        elif regs.get(sc["nr"]) == sc["futex"] and word:
+            out[t["lwp"]] = word
     return out

@@ -9,16 +9,22 @@ import pexpect
 
 from harness.base import procs
 
-GDB = os.environ.get("KSTALL_GDB", "gdb")
 
 
 class DebugError(RuntimeError):
     pass
 
 
-def spawn_gdb(args: list[str], log, timeout: float) -> pexpect.spawn:
-    """GDB under pexpect, quiet and unpaged, logging what it prints; it dies
-    with kstall. The caller closes it (child.close(force=True))."""
+def gdb_binary(default: str = "gdb") -> str:
+    """The debugger: the guest architecture's (default), or KSTALL_GDB."""
+    return os.environ.get("KSTALL_GDB") or default
+
+
+def spawn_gdb(args: list[str], log, timeout: float, gdb: str = "gdb") -> pexpect.spawn:
+    """GDB (gdb: the architecture's debugger) under pexpect, quiet and
+    unpaged, logging what it prints; it dies with kstall. The caller closes it
+    (child.close(force=True))."""
+    GDB = gdb_binary(gdb)
     base = ["-nx", "-q", "-ex", "set pagination off", "-ex", "set confirm off", "-ex", "set width 0",
             "-ex", "set style enabled off"]
     try:

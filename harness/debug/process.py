@@ -29,7 +29,7 @@ import pexpect
 
 from harness.analysis.threads import Dump, ProcThread, futex_words
 from harness.base import paths, procs
-from harness.debug.gdb import GDB, DebugError, spawn_gdb
+from harness.debug.gdb import DebugError, gdb_binary, spawn_gdb
 
 SCRIPT = paths.REPO / "gdbscripts" / "kstall_threads.py"
 PROMPT = "(kstall-gdb) "
@@ -46,10 +46,10 @@ CommandHook = Callable[[str, pexpect.spawn], None]
 
 
 class _Gdb:
-    def __init__(self, exe: Path, core: Path, log, timeout: float) -> None:
+    def __init__(self, exe: Path, core: Path, log, timeout: float, gdb: str) -> None:
         try:
             self.child = spawn_gdb(["-iex", f"set prompt {PROMPT}", "-ex", f"source {SCRIPT}",
-                                          str(exe), str(core)], log, timeout)
+                                    str(exe), str(core)], log, timeout, gdb)
         except DebugError as e:
             raise DumpError(str(e)) from None
         self.timeout = timeout
@@ -88,9 +88,10 @@ class _Gdb:
 
 
 def dump_core(core: Path, exe: Path, log_path: Path, proc: dict[int, ProcThread] | None = None,
-              timeout: float = 10.0, hook: CommandHook | None = None) -> Dump:
+              timeout: float = 10.0, hook: CommandHook | None = None, gdb_name: str = "gdb") -> Dump:
     """Every thread of core, each with its own bounded GDB command; then the
-    futex words the threads wait on (from proc or the core), read as locks."""
+    futex words the threads wait on (from proc or the core), read as locks.
+    gdb_name: the debugger for the core's architecture."""
     d = Dump(str(exe), str(core))
     with open(log_path, "a") as log:
         gdb: _Gdb | None = None
@@ -99,7 +100,7 @@ def dump_core(core: Path, exe: Path, log_path: Path, proc: dict[int, ProcThread]
             nonlocal gdb
             if gdb is None:
                 d.gdb_starts += 1
-                gdb = _Gdb(exe, core, log, timeout)
+                gdb = _Gdb(exe, core, log, timeout, gdb_name)
             return gdb
 
         def ask(command: str) -> dict | None:
@@ -120,6 +121,7 @@ def dump_core(core: Path, exe: Path, log_path: Path, proc: dict[int, ProcThread]
                 got = ask(f"kstall-thread {t['num']}")
                 d.threads.append(got if got and "frames" in got else
                                  {**t, "frames": [], "error": d.errors[-1] if d.errors else "no frames"})
+            d.arch = next((t["arch"] for t in d.threads if t.get("arch")), d.arch)  # what its registers mean
             for addr in sorted(set(futex_words(d, proc or {}).values())):
                 w = ask(f"kstall-lock-word {addr:#x}")
                 if w and "error" not in w:
@@ -139,7 +141,7 @@ def capture_live(pid: int, core: Path, timeout: float = 30.0) -> None:
     was = (procs.stat_fields(f"/proc/{pid}/stat") or ["?"])[0]
     core.unlink(missing_ok=True)  # a core left from before is not this one
     try:
-        p = procs.run_bounded([GDB, "-nx", "-q", "-batch", "-p", str(pid), "-ex", f"gcore {core}"], timeout)
+        p = procs.run_bounded([gdb_binary(), "-nx", "-q", "-batch", "-p", str(pid), "-ex", f"gcore {core}"], timeout)
     except Exception as e:  # noqa: BLE001 - TimeoutExpired and OSError alike: say what failed
         raise DumpError(f"gcore of process {pid} failed: {e}") from None
     finally:  # gdb's detach resumes a process that was stopped, and one it was killed on stays stopped

@@ -22,7 +22,8 @@ import pexpect
 from harness.base import paths, rundir
 from harness.guest.qmp import QMP, QMPError
 
-from harness.analysis import kernel_waits, stackwalk
+from harness.analysis import kernel_waits, unwind
+from harness.base.arch import Arch
 from harness.analysis.kallsyms import Kallsyms
 from harness.debug.gdb import DebugError, spawn_gdb
 
@@ -39,24 +40,34 @@ class Samples:
     resumed: bool = False  # the guest was left running afterwards
 
 
+@dataclass(frozen=True)
+class Target:
+    """The kernel whose vCPUs are read: its architecture, its symbols
+    captured from the guest, a vmlinux with DWARF when there is one, and where
+    it keeps who waits for whom (harness/analysis/kernel_waits.py)."""
+    arch: Arch
+    symbols: Path | None = None
+    vmlinux: Path | None = None
+    layout: Path | None = None
+
+
 class GdbSession:
     """One interactive GDB for the guest, started with its symbols; attach()
     connects it (which stops the guest). close() always reaps it."""
 
-    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None,
-                 timeout: float = 20.0, load: bool = True, layout: Path | None = None) -> None:
+    def __init__(self, log_path: Path, target: Target, timeout: float = 20.0, load: bool = True) -> None:
         self.timeout = timeout
-        args = ["-ex", "set architecture i386:x86-64"]
-        if vmlinux:
-            args += ["-ex", f"file {vmlinux}"]
+        args = ["-ex", f"set architecture {target.arch.gdb_arch}"]
+        if target.vmlinux:
+            args += ["-ex", f"file {target.vmlinux}"]
         args += ["-ex", f"source {GDB_SCRIPT}"]
         self.log = open(log_path, "a")
         try:
-            self.child = spawn_gdb(args, self.log, timeout)
+            self.child = spawn_gdb(args, self.log, timeout, target.arch.gdb)
         except DebugError:
             self.log.close()
             raise
-        self.symbols, self.layout = symbols, layout
+        self.symbols, self.layout = target.symbols, target.layout
         if load:
             self.load()
 
@@ -130,12 +141,11 @@ class Prepared:
     so that its start (fork, GDB, symbols: about 0.6 s) is not on the path
     from a detected hang to its verdict."""
 
-    def __init__(self, log_path: Path, symbols: Path | None, vmlinux: Path | None,
-                 layout: Path | None = None) -> None:
+    def __init__(self, log_path: Path, target: Target) -> None:
         self.session: GdbSession | None = None
         self.error = ""
         try:
-            self.starting: GdbSession | None = GdbSession(log_path, symbols, vmlinux, load=False, layout=layout)
+            self.starting: GdbSession | None = GdbSession(log_path, target, load=False)
         except DebugError as e:
             self.starting, self.error = None, str(e)
         self.thread = threading.Thread(target=self._load, name="gdb-prepare", daemon=True)
@@ -162,15 +172,14 @@ class Prepared:
             session.close(resume=True)
 
 
-def sample_with_gdb(gdb_socket: Path, out_dir: Path, symbols: Path | None, vmlinux: Path | None,
-                    count: int, interval: float, resume: bool, prepared: Prepared | None = None,
-                    layout: Path | None = None) -> list[dict]:
+def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int, interval: float, resume: bool,
+                    prepared: Prepared | None = None) -> list[dict]:
     if prepared is not None:
         session = prepared.take()
         if session is None:  # not a second start: a GDB that could not start once will not now
             raise DebugError(prepared.error or "gdb did not start in time")
     else:
-        session = GdbSession(out_dir / "gdb.log", symbols, vmlinux, layout=layout)
+        session = GdbSession(out_dir / "gdb.log", target)
     dumps = []
     try:
         session.attach(gdb_socket)
@@ -185,7 +194,7 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, symbols: Path | None, vmlin
 
 # -- QMP fallback --------------------------------------------------------------
 
-_REG = re.compile(r"\b(R[A-D]X|R[SD]I|R[SB]P|R\d\d?|RIP|RFL|CS)\s*=\s*([0-9a-f]+)", re.I)
+_REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)  # HMP's 'info registers': NAME=hex
 
 
 def _hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
@@ -201,33 +210,32 @@ def _hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
     return bytes(data[:n]) if data else None
 
 
-def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
+def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, a: Arch,
                     stack_bytes: int = 8192, layout: dict | None = None) -> dict:
     t0 = time.monotonic()
     cpus = []
+    walker = unwind.for_arch(a)
     states = {c["cpu-index"]: c for c in qmp.cmd("query-cpus-fast")}
     for n in sorted(states):
         text = qmp.hmp("info registers", cpu=n)
-        regs = {k.lower(): int(v, 16) for k, v in _REG.findall(text)}
-        if "rfl" in regs:
-            regs["eflags"] = regs.pop("rfl")
-        regs = {k: v for k, v in regs.items() if k in stackwalk.REGISTERS}
-        rip, rsp = regs.get("rip", 0), regs.get("rsp", 0)
-        user = (regs.get("cs", 0x10) & 3) == 3
+        named = {a.qmp_registers.get(k.lower(), k.lower()): int(v, 16) for k, v in _REG.findall(text)}
+        regs = {k: named[k] for k in a.registers if k in named}
+        pc, sp = regs.get(a.pc, 0), regs.get(a.sp, 0)
+        user = a.in_user_mode(regs)
         regions = []
-        if not user and rsp:
-            regions = [r for r in stackwalk.stack_regions(lambda a, k: _hmp_bytes(qmp, n, a, k), rsp,
-                                                          stack_bytes - (rsp & 7), syms) if r[1]]
+        if not user and sp:
+            regions = [r for r in walker.stack_regions(lambda at, k: _hmp_bytes(qmp, n, at, k), sp,
+                                                       stack_bytes - (sp & 7), syms) if r[1]]
         code = {}
         if syms is not None:
-            for a in stackwalk.candidates(regions, syms):
-                b = _hmp_bytes(qmp, n, a - 8, 8)
+            for at in walker.candidates(regions, syms):
+                b = _hmp_bytes(qmp, n, at - 8, 8)
                 if b:
-                    code[a] = b[1:]
-        words = {} if user else kernel_waits.register_words(lambda a, k: _hmp_bytes(qmp, n, a, k), regs)
-        frames = ([f.to_json() for f in stackwalk.walk(rip, regions, code, syms)] if syms and not user else
-                  [{"addr": f"{rip:#x}", "text": f"{rip:#x}", "function": "", "reliable": True, "slot": None}])
-        cpus.append({"cpu": n, "thread": n + 1, "state": "unknown",
+                    code[at] = b[8 - walker.CODE_BEFORE:]
+        words = {} if user else kernel_waits.register_words(lambda at, k: _hmp_bytes(qmp, n, at, k), regs, a)
+        frames = ([f.to_json() for f in walker.walk(pc, regions, code, syms)] if syms and not user else
+                  [{"addr": f"{pc:#x}", "text": f"{pc:#x}", "function": "", "reliable": True, "slot": None}])
+        cpus.append({"cpu": n, "thread": n + 1, "state": "unknown", "arch": a.name,
                      "regs": {k: f"{v:#x}" for k, v in regs.items()},
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
@@ -242,9 +250,8 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int,
 MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop runs
 
 
-def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmlinux: Path | None = None,
-           count: int = 3, interval: float = 0.2, resume: bool = False, prepared: Prepared | None = None,
-           layout: Path | None = None) -> Samples:
+def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int = 3, interval: float = 0.2,
+           resume: bool = False, prepared: Prepared | None = None) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
     With resume the guest keeps running afterwards (a possible false alarm).
     A prepared GDB is used when it started; either way it is taken."""
@@ -261,13 +268,12 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
         result.seconds = round(time.monotonic() - t0, 2)
         return result
     try:
-        result.dumps = sample_with_gdb(gdb_socket, out_dir, symbols, vmlinux, count, interval, resume, prepared,
-                                       layout)
+        result.dumps = sample_with_gdb(gdb_socket, out_dir, target, count, interval, resume, prepared)
         result.method = "gdb"
     except DebugError as e:
         result.errors.append(f"gdb: {e}")
-        syms = Kallsyms.load(symbols) if symbols and symbols.exists() else None
-        lay = json.loads(layout.read_text()) if layout and layout.exists() else None
+        syms = Kallsyms.load(target.symbols) if target.symbols and target.symbols.exists() else None
+        lay = json.loads(target.layout.read_text()) if target.layout and target.layout.exists() else None
         try:
             qmp.cmd("stop", timeout=MAIN_LOOP_TIMEOUT)  # a GDB that hung may have met a QEMU that did
             for i in range(count):
@@ -275,7 +281,7 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, symbols: Path | None, vmli
                     qmp.cmd("cont")
                     time.sleep(interval)
                     qmp.cmd("stop")
-                result.dumps.append(sample_with_qmp(qmp, out_dir, syms, i, layout=lay))
+                result.dumps.append(sample_with_qmp(qmp, out_dir, syms, i, target.arch, layout=lay))
             result.method = "qmp"
             if resume:
                 qmp.cmd("cont")

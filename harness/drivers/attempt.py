@@ -25,6 +25,7 @@ from harness.analysis.hang_kinds import Reading, way_for
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict
+from harness.base import arch as arches
 from harness.base import paths, reproducers
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
@@ -99,7 +100,7 @@ def make_plan(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, acce
     cpus = opts.cpus or repro.default_cpus
     m = machine.for_kernel(kernel)
     cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
-                   cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=m.name,
+                   cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=m.name, arch=m.arch,
                    extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command))
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
@@ -148,8 +149,11 @@ class _Run:
     def prepare_debugger(self) -> None:
         """A kernel hang may be coming: start GDB now, off the path to the verdict."""
         if self.prepared is None and self.repro.hang == HangIn.KERNEL and self.syms_path is not None:
-            self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.syms_path,
-                                           self.kernel.vmlinux or self.opts.vmlinux, self.layout())
+            self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.debug_target())
+
+    def debug_target(self) -> debug.Target:
+        return debug.Target(arches.get(self.kernel.arch), self.syms_path, self.kernel.vmlinux or self.opts.vmlinux,
+                            self.layout())
 
     def layout(self) -> Path | None:
         """Where this kernel keeps who waits for whom (worked out once per kernel)."""
@@ -193,10 +197,8 @@ class _Run:
         since = self.note_hang(w, outcome, "reading every vCPU with gdb")
         t = time.monotonic()
         prepared, self.prepared = self.prepared, None
-        self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.syms_path,
-                                    self.kernel.vmlinux or self.opts.vmlinux, self.opts.samples,
-                                    self.opts.sample_interval, resume=True, prepared=prepared,
-                                    layout=self.layout())
+        self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.debug_target(), self.opts.samples,
+                                    self.opts.sample_interval, resume=True, prepared=prepared)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
@@ -241,7 +243,7 @@ class _Run:
         t = time.monotonic()
         try:
             dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.agent.proc_threads,
-                                     hook=self.opts.on_thread_command)
+                                     hook=self.opts.on_thread_command, gdb_name=arches.get(self.kernel.arch).gdb)
         except process.DumpError as e:
             self.process_error = str(e)
             return

@@ -23,7 +23,7 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
     m = machine.for_kernel(kernel)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
         leftovers.mark(Path(logs))  # a killed kstall's is swept by the next
-        cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind,
+        cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, log_dir=Path(logs), cpus=1, accel=kind, arch=m.arch,
                        machine=m.name, cmdline=m.kernel_cmdline("kstall.repro=none", "kstall.syms=1"))
         with VM(cfg) as vm:
             echo(f"booting {kernel.canonical} to capture /proc/kallsyms")

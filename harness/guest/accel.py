@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.analysis.outcome import OutcomeKind
-from harness.base import paths
+from harness.base import arch, paths
 from harness.base.kvm_decisions import HOST, decisions
 from harness.guest import machine
 from harness.guest.vm import VM, VMConfig, VMError, kvm_available
@@ -52,11 +52,15 @@ def probe_config(kernel: Kernel, initrd: Path, log_dir: Path) -> VMConfig:
     """The probe guest: the run's kernel on the run's machine, one vCPU, no reproducer."""
     m = machine.for_kernel(kernel)
     return VMConfig(kernel=m.boot_file(kernel), initrd=initrd, log_dir=log_dir, cpus=1, accel="kvm", machine=m.name,
-                    cmdline=m.kernel_cmdline("kstall.repro=none"))
+                    arch=m.arch, cmdline=m.kernel_cmdline("kstall.repro=none"))
 
 
 def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], None]) -> str:
     if requested == "tcg":
+        return "tcg"
+    if kernel.arch != arch.host().name:  # KVM runs guests of the host's own architecture only
+        if requested == "kvm":
+            raise VMError(f"--accel kvm: a {kernel.arch} kernel on a {arch.host().name} host runs under TCG only")
         return "tcg"
     ok, why = kvm_available()
     if not ok:

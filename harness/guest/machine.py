@@ -1,29 +1,27 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The machine a guest boots on, from harness/guest/machines.toml: the QEMU
-binary, an accelerator's arguments, and per machine type the boot file, the
-SMP layout, the console and the base kernel command line. The one table a
-new accelerator or machine goes in."""
+"""The machine a guest boots on, from its architecture's table
+(harness/base/arches.toml): the QEMU binary, an accelerator's arguments, and
+per machine type the boot file, the SMP layout, the console and the base
+kernel command line."""
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import arch as arches
 from images import pvh
 from images.kernel import Kernel
 
-ARCH = "x86_64"
-with open(paths.data_file("harness", "guest", "machines.toml"), "rb") as _f:
-    _TABLE = tomllib.load(_f)[ARCH]
 
-QEMU = os.environ.get("KSTALL_QEMU", _TABLE["qemu"])
+def qemu(arch: str = arches.DEFAULT) -> str:
+    """The QEMU binary for arch's guests (KSTALL_QEMU overrides it)."""
+    return os.environ.get("KSTALL_QEMU") or arches.get(arch).qemu
 
 
-def accel_args(kind: str) -> list[str]:
+def accel_args(kind: str, arch: str = arches.DEFAULT) -> list[str]:
     """QEMU's arguments for an accelerator ("tcg", "kvm")."""
-    return list(_TABLE["accel"][kind])
+    return list(arches.get(arch).table["accel"][kind])
 
 
 @dataclass(frozen=True)
@@ -34,6 +32,7 @@ class Machine:
     console: str      # the kernel's console device (QEMU's serial port)
     cmdline: tuple[str, ...]  # kernel command line every guest gets
     detectors: tuple[str, ...] = ()  # how the kernel's hang detectors are set
+    arch: str = arches.DEFAULT
 
     def smp_arg(self, cpus: int) -> str:
         return self.smp.format(cpus=cpus)
@@ -46,10 +45,12 @@ class Machine:
         return pvh.boot_file(kernel.vmlinuz, kernel.sha256) if self.boot == "pvh" else kernel.vmlinuz
 
 
-def get(name: str) -> Machine:
-    m = _TABLE["machine"][name]
-    return Machine(name, m["boot"], m["smp"], m["console"], tuple(m["cmdline"]), tuple(_TABLE.get("detectors", ())))
+def get(name: str, arch: str = arches.DEFAULT) -> Machine:
+    table = arches.get(arch).table
+    m = table["machine"][name]
+    return Machine(name, m["boot"], m["smp"], m["console"], tuple(m["cmdline"]), tuple(table.get("detectors", ())),
+                   arch)
 
 
 def for_kernel(kernel: Kernel) -> Machine:
-    return get(kernel.machine())
+    return get(kernel.machine(), kernel.arch)

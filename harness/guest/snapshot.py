@@ -41,7 +41,8 @@ from pathlib import Path
 
 from harness.base import paths
 from harness.guest.qmp import QMPError
-from harness.guest.vm import QEMU, VM
+from harness.guest import machine
+from harness.guest.vm import VM
 
 # bump when what the guest does before its gate changes in a way the key does not see
 FORMAT = 2
@@ -59,8 +60,9 @@ def directory() -> Path:
     return paths.cache_dir() / "snapshots"
 
 
-def _qemu_identity() -> list:
-    exe = shutil.which(QEMU) or QEMU
+def _qemu_identity(arch: str) -> list:
+    qemu = machine.qemu(arch)
+    exe = shutil.which(qemu) or qemu
     try:
         st = os.stat(exe)
     except OSError:
@@ -220,7 +222,7 @@ def copy_sparse(src: int, dest: Path, chunk: int = 1 << 20) -> tuple[int, int]:
 
 
 def for_vm(vm: VM, kernel_sha: str) -> Snapshot:
-    doc = [FORMAT, kernel_sha, vm.shape(), _qemu_identity()]
+    doc = [FORMAT, kernel_sha, vm.shape(), _qemu_identity(vm.cfg.arch)]
     return Snapshot(hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32])
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import leftovers, procs
+from harness.base import arch as arches
 from harness.guest import hostfs, machine
 from harness.guest.qmp import QMP, QMPError
 
@@ -34,7 +35,8 @@ class VMConfig:
     cpus: int = 2
     memory_mb: int = 1024
     accel: str = "tcg"  # "tcg" or "kvm"
-    machine: str = "q35"  # harness/guest/machines.toml; images.kernel.Kernel.machine() names a kernel's
+    machine: str = "q35"  # its architecture's table (harness/base/arches.toml); Kernel.machine() names a kernel's
+    arch: str = arches.DEFAULT
     extra_args: list[str] = field(default_factory=list)
     # a saved VM state (harness/guest/snapshot.py) to load instead of booting: the
     # devices, and the guest RAM as a file QEMU maps private (copy on write)
@@ -56,9 +58,6 @@ def kvm_available() -> tuple[bool, str]:
         return False, f"/dev/kvm: {e.strerror}"
     os.close(fd)
     return True, "/dev/kvm opens"
-
-
-QEMU = machine.QEMU
 
 
 class VMError(RuntimeError):
@@ -121,10 +120,11 @@ class VM:
         c = self.cfg
         logs = c.log_dir
         return [
-            QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
+            machine.qemu(c.arch), "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
             # vCPU threads named "CPU n/TCG": their host scheduling delay is read (harness/guest/hostwait.py)
             "-name", "kstall,debug-threads=on",
-            "-machine", c.machine, *machine.accel_args(c.accel), "-smp", machine.get(c.machine).smp_arg(c.cpus),
+            "-machine", c.machine, *machine.accel_args(c.accel, c.arch),
+            "-smp", machine.get(c.machine, c.arch).smp_arg(c.cpus),
             "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
             # appended to: a restored guest's log starts with the boot its snapshot saw
@@ -193,7 +193,8 @@ class VM:
                     start_new_session=True, preexec_fn=procs.die_with_parent,
                     pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
             except FileNotFoundError:
-                raise VMError(f"{QEMU} not found: run `make deps` (Debian package qemu-system-x86)")
+                a = arches.get(self.cfg.arch)
+                raise VMError(f"{machine.qemu(a.name)} not found: run `make deps` (Debian package {a.qemu_package})")
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())

@@ -38,7 +38,7 @@ def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_pat
     kernels = [resolve(f"debian:{v}") for v in ("7.3.4", "6.17.8")]
     initrd = initramfs.build()
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))  # no decision made yet
-    monkeypatch.setattr("harness.guest.vm.QEMU", _kvm_that_runs_nothing(tmp_path))
+    monkeypatch.setenv("KSTALL_QEMU", _kvm_that_runs_nothing(tmp_path))
     monkeypatch.setattr(accel, "kvm_available", lambda: (True, "/dev/kvm opens (stand-in)"))
     said: list[str] = []
     t0 = time.monotonic()

@@ -38,7 +38,7 @@ def flavour_of(old: str, new: str) -> str:
 
 def suffix(flavour: str) -> str:
     """What a version takes to name this flavour in a debian: spec ("-rt")."""
-    return "" if flavour == "amd64" else "-" + flavour.removesuffix("-amd64")
+    return "" if flavour == debian.DEFAULT_FLAVOUR else "-" + flavour.removesuffix("-" + debian.DEFAULT_FLAVOUR)
 
 
 def upstream_of(version: str) -> str:

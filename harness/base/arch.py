@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The architectures kstall runs guests of, from harness/base/arches.toml:
+the one place an architecture's facts live (names, QEMU, GDB, registers,
+the interrupt-state bit, the unwinder, the NMI source, the image format).
+Code asks the Arch of a kernel or a dump; it never tests for one by name."""
+from __future__ import annotations
+
+import platform
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+
+from harness.base import paths
+
+TABLE_FILE = paths.data_file("harness", "base", "arches.toml")
+
+
+@dataclass(frozen=True)
+class RegisterBit:
+    register: str
+    mask: int
+    equals: int | None = None  # None: any bit of mask set
+
+    def holds(self, regs: dict[str, str | int]) -> bool | None:
+        """Whether the bit holds in regs (hex strings or ints); None when the register is missing."""
+        v = regs.get(self.register)
+        if v is None:
+            return None
+        value = (int(v, 16) if isinstance(v, str) else v) & self.mask
+        return value == self.equals if self.equals is not None else bool(value)
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str               # uname -m: x86_64
+    debian: str             # amd64
+    kcidb: str
+    qemu: str
+    qemu_package: str
+    gdb: str
+    gdb_arch: str
+    image: str
+    unwinder: str
+    nmi: str
+    snapshot: bool
+    default_machine: str
+    registers: tuple[str, ...]
+    pc: str
+    sp: str
+    fp: str
+    user_bit: RegisterBit
+    irqs_on_bit: RegisterBit
+    qmp_registers: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    table: dict = field(default_factory=dict, hash=False, compare=False, repr=False)  # the whole row
+
+    def in_user_mode(self, regs: dict) -> bool:
+        return bool(self.user_bit.holds(regs))
+
+    def irqs_off(self, regs: dict) -> bool:
+        """Interrupts masked; a dump without the flags register says on."""
+        on = self.irqs_on_bit.holds(regs)
+        return on is False
+
+    def pc_of(self, regs: dict) -> str:
+        return str(regs.get(self.pc, "0x0"))
+
+    @property
+    def kbuild(self) -> dict:
+        """arch (make's ARCH=), target (the image's make target), image (where it comes out)."""
+        return self.table["kbuild"]
+
+    @property
+    def syscall(self) -> dict:
+        """nr, args: the registers of a thread's system call; futex: futex(2)'s number;
+        sigframe_siginfo: the siginfo's offset in the kernel's signal frame."""
+        return self.table["syscall"]
+
+
+def _bit(doc: dict) -> RegisterBit:
+    return RegisterBit(doc["register"], int(doc["mask"]), doc.get("equals"))
+
+
+@cache
+def _table() -> dict:
+    with open(TABLE_FILE, "rb") as f:
+        return tomllib.load(f)
+
+
+def names() -> list[str]:
+    return list(_table())
+
+
+# dumps and kernels recorded before they named their architecture are of the first one
+DEFAULT = names()[0]
+
+
+@cache
+def get(name: str = DEFAULT) -> Arch:
+    try:
+        d = _table()[name]
+    except KeyError:
+        raise KeyError(f"unknown architecture {name!r}: kstall knows {', '.join(names())}") from None
+    return Arch(name=name, debian=d["debian"], kcidb=d["kcidb"], qemu=d["qemu"], qemu_package=d["qemu_package"],
+                gdb=d["gdb"], gdb_arch=d["gdb_arch"], image=d["image"], unwinder=d["unwinder"], nmi=d["nmi"],
+                snapshot=bool(d["snapshot"]), default_machine=d["default_machine"],
+                registers=tuple(d["registers"]), pc=d["pc"], sp=d["sp"],
+                fp=d["fp"], user_bit=_bit(d["user_mode"]), irqs_on_bit=_bit(d["irqs_on"]),
+                qmp_registers=dict(d.get("qmp_registers", {})), table=d)
+
+
+def host() -> Arch:
+    """The host's own architecture (what KVM can run, what the libguestfs appliance boots)."""
+    return get(platform.machine())
+
+
+def of_dump(cpu: dict) -> Arch:
+    """The architecture a CPU dump (or a sample holding CPUs) was taken on."""
+    return get(cpu.get("arch") or DEFAULT)
+
+
+def by_debian(name: str) -> Arch:
+    for n in names():
+        if get(n).debian == name:
+            return get(n)
+    raise KeyError(f"no architecture kstall knows is Debian's {name!r}")
+
+
+def by_gdb(gdb_arch: str) -> Arch:
+    for n in names():
+        if get(n).gdb_arch == gdb_arch:
+            return get(n)
+    raise KeyError(f"no architecture kstall knows is GDB's {gdb_arch!r}")

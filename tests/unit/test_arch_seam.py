@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The architecture seam: every architecture's facts come from one table
+(harness/base/arches.toml); the code outside it never names one."""
+import ast
+import re
+from pathlib import Path
+
+from harness.analysis import classify, cpu_state, unwind
+from harness.base import arch
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = re.compile(r"\b(x86[_-]64|x86|amd64|aarch64|arm64|i386|riscv64)\b", re.I)
+# the walkers the table names are an architecture's own code
+OWN = {Path(m.__file__).resolve() for m in unwind.UNWINDERS.values()}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def test_no_code_outside_the_table_names_an_architecture():
+    found = []
+    for pkg in ("harness", "images", "gdbscripts"):
+        for f in sorted((REPO / pkg).rglob("*.py")):
+            if f.resolve() in OWN:
+                continue
+            tree = ast.parse(f.read_text())
+            docs = _docstrings(tree)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                    if NAMES.search(node.value) and not node.value.startswith(("--", "usage")):
+                        found.append(f"{f.relative_to(REPO)}:{node.lineno}: {node.value[:60]!r}")
+    assert found == [], "\n".join(found)
+
+
+def test_the_x86_64_row_answers_what_the_code_used_to_know():
+    a = arch.get("x86_64")
+    assert a.debian == "amd64" and a.gdb_arch == "i386:x86-64" and (a.pc, a.sp, a.fp) == ("rip", "rsp", "rbp")
+    assert a.in_user_mode({"cs": "0x33"}) and not a.in_user_mode({"cs": "0x10"})
+    assert a.irqs_off({"eflags": "0x46"}) and not a.irqs_off({"eflags": "0x246"}) and not a.irqs_off({})
+    assert a.syscall["futex"] == 202 and unwind.for_arch(a).CODE_BEFORE == 7
+    assert arch.by_gdb("i386:x86-64") is a and arch.by_debian("amd64") is a
+
+
+def test_a_dump_says_its_architecture_and_an_old_one_is_the_first_rows():
+    cpu = {"cpu": 0, "regs": {"cs": "0x33", "rip": "0x401000"}}
+    assert classify.in_user_mode(cpu) and classify.in_user_mode(cpu | {"arch": "x86_64"})
+    rules = cpu_state.Rules.load()
+    assert cpu_state.state_of(cpu, rules).state == "user"
