@@ -524,7 +524,8 @@ def _bisect_parsers(sub) -> None:
                          epilog="example: kstall bisect debian --old 6.12.107 --new 6.16.12 perf-refresh")
     bd.add_argument("reproducer", nargs="?", help=repro_help())
     bd.add_argument("repro_args", nargs="*", help="reproducer arguments (after --)")
-    add_bisect_options(bd, "a Debian upstream version such as 6.12.107 or 6.16.12; a -rt suffix on both ends (6.19.14-rt) bisects that flavour")
+    add_bisect_options(bd, "a Debian upstream version such as 6.12.107 or 6.16.12; a -rt suffix on both ends "
+                           "(6.19.14-rt) bisects that flavour")
     bd.add_argument("--no-prefetch", action="store_true", help="download each kernel only when its step starts")
     add_vm_options(bd)
     bd.set_defaults(func=cmd_bisect_debian)
@@ -570,7 +571,8 @@ def _threads_parser(sub) -> None:
                         description="Dump every thread of a live process (through gdb's gcore; the process "
                         "is left as it was) or of a core file, one bounded gdb command per thread. Prints "
                         "the thread table, the threads grouped by the futex word they wait on, the owner "
-                        "of each word, deadlock cycles (mutex owners, pthread_join) and the hang class. Exit: 1 a hang signature matched or a deadlock cycle was found, 0 none, 4 error.")
+                        "of each word, deadlock cycles (mutex owners, pthread_join) and the hang class. Exit: 1 a "
+                        "hang signature matched or a deadlock cycle was found, 0 none, 4 error.")
     th.add_argument("target", metavar="PID|core:FILE")
     th.add_argument("--exe", type=Path, help="the program (with symbols); default for a PID: /proc/PID/exe")
     th.add_argument("--keep-core", type=Path, metavar="PATH", help="for a PID: write the core here and keep it")

@@ -69,7 +69,8 @@ def layer_file(identity: str, src: Path) -> Path:
     """Keyed by the image's content, its path (the layer names it as its
     backing file) and the guest binaries."""
     where = hashlib.sha256(str(src).encode()).hexdigest()[:8]
-    return paths.cache_dir() / "kernels" / "image" / f"{identity[:20]}-layer-{where}-{_guest_key(paths.guest_dir())}.qcow2"
+    name = f"{identity[:20]}-layer-{where}-{_guest_key(paths.guest_dir())}.qcow2"
+    return paths.cache_dir() / "kernels" / "image" / name
 
 
 def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,

@@ -146,7 +146,8 @@ def _make(args: list[str], src: Path, out: Path, log, env: dict, deadline: float
     t0 = time.monotonic()
     log.write(f"$ make {' '.join(args)}\n")
     log.flush()
-    proc = subprocess.Popen(["make", "-C", str(src), f"O={out}", f"ARCH={arch.host().kbuild['arch']}", *args], stdout=log,
+    proc = subprocess.Popen(["make", "-C", str(src), f"O={out}", f"ARCH={arch.host().kbuild['arch']}", *args],
+                            stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=procs.die_with_parent)
     try:

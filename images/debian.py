@@ -41,7 +41,8 @@ LISTS_MAX_AGE = 6 * 3600
 DEBIAN_ARCHES = tuple(arch.get(n).debian for n in arch.names())
 DEFAULT_FLAVOUR = arch.get().debian
 _ARCHES = "|".join(re.escape(a) for a in DEBIAN_ARCHES)
-_NAME = re.compile(rf"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)-((?:\w+-)?(?:{_ARCHES}))$")
+_NAME = re.compile(rf"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)"
+                   rf"-((?:\w+-)?(?:{_ARCHES}))$")
 # bookworm's stock kernel: linux-image-6.1.0-56-amd64, upstream version in Version
 _OLD_NAME = re.compile(rf"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?(?:{_ARCHES}))$")
 # apt-get update's warning for a suite it could not reach (it still exits 0)

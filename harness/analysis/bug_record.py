@@ -222,7 +222,8 @@ class ExpectedChange:
 
     def to_json(self) -> dict:
         return {"last_old": self.last_old, "first_new": self.first_new, "crosses_line": self.crosses_line,
-                "reasons": self.reasons, "old_reasons": self.old_reasons, "statuses": dict(self.statuses), "text": self.text()}
+                "reasons": self.reasons, "old_reasons": self.old_reasons, "statuses": dict(self.statuses),
+                "text": self.text()}
 
 
 def expected_change(rec: BugRecord, versions: list[str]) -> ExpectedChange:

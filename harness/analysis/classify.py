@@ -60,7 +60,8 @@ class Signature:
         return cls(name=doc["name"], title=doc["title"], role=Role(doc["role"]), priority=int(doc.get("priority", 0)),
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
                    within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
-                   and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)), states=frozenset(m.get("states", ())),
+                   and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)),
+                   states=frozenset(m.get("states", ())),
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""))
 
 

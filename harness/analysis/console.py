@@ -27,7 +27,9 @@ _CALLER = re.compile(r"^\[\s*[TC]\d+\]\s?")  # CONFIG_PRINTK_CALLER's [T123] / [
 _FUNC = r"(?P<func>[A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)*(?P<unreliable>\?\s*)?" + _FUNC + r"(?:\s+\[[\w-]+\])?\s*$")
 _KERNEL_RIP = re.compile(r"^\s*RIP: 0010:(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
-TRACE_LINES = 240  # how far into a report its function is looked for (an RCU stall with its registers and two stacks runs to ~180)
+# how far into a report its function is looked for (an RCU stall with its
+# registers and two stacks runs to ~180)
+TRACE_LINES = 240
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "fail
 # "missing": a cell of the matrix that no merged shard ran; "disagrees": a
 # verdict other than the one the record predicts
 FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing", "disagrees")
-STATUS_TEXT = {"pass": "pass", "disagrees": "DISAGREES WITH THE RECORD", "regression": "REGRESSION", "unexpected-pass": "UNEXPECTED PASS",
-               "mismatch": "MISMATCH", "error": "ERROR", "missing": "MISSING", "xfail": "xfail", "xpass": "XPASS", "skip": "skip",
+STATUS_TEXT = {"pass": "pass", "disagrees": "DISAGREES WITH THE RECORD", "regression": "REGRESSION",
+               "unexpected-pass": "UNEXPECTED PASS",
+               "mismatch": "MISMATCH", "error": "ERROR", "missing": "MISSING", "xfail": "xfail", "xpass": "XPASS",
+               "skip": "skip",
                "not-run": "not run"}
 
 

@@ -92,10 +92,12 @@ class RunRecord:
         doc = {"schema": SCHEMA, "id": self.id, "command": self.command, "started": self.started,
                "finished": self.finished, "wall_s": self.wall_s, "verdict": v.verdict, "exit_code": v.exit_code,
                "line": v.line(), "reason": v.reason, "summary": v.summary, "confidence": v.confidence,
-               "signature": v.signature, "title": v.title, "kernel": self.kernel, "reproducer": self.reproducer, "vm": self.vm,
+               "signature": v.signature, "title": v.title, "kernel": self.kernel, "reproducer": self.reproducer,
+               "vm": self.vm,
                "outcome": {"kind": self.outcome.kind, "detail": self.outcome.detail},
                "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "process": self.process,
-               "prediction": self.prediction, "guest": self.guest, "symbols": self.symbols, "timings": self.timings, "attempts": self.attempts,
+               "prediction": self.prediction, "guest": self.guest, "symbols": self.symbols, "timings": self.timings,
+               "attempts": self.attempts,
                "files": self.files}
         if self.results_dir is not None:
             doc["results_dir"] = self.results_dir

@@ -69,7 +69,8 @@ def load_signatures(directory: Path = SIGNATURE_DIR) -> list[ThreadSignature]:
         like = doc.get("match", {}).get("like")
         if like is not None:
             if like not in docs or "like" in docs[like].get("match", {}):
-                raise ValueError(f"thread signature {doc.get('name')}: like = {like!r} names no signature with a match of its own")
+                raise ValueError(f"thread signature {doc.get('name')}: like = {like!r} names no signature with a "
+                                 "match of its own")
             doc = doc | {"match": docs[like]["match"] | {k: v for k, v in doc["match"].items() if k != "like"}}
         out.append(ThreadSignature.from_toml(doc))
     return sorted(out, key=lambda s: s.shape != "self")
@@ -228,7 +229,8 @@ class Analysis:
         rows = [f"{'LWP':>7}  {'NAME':<15} {'ST':<2} {'WAITS ON':<20} STACK (innermost first)"]
         joins = {w.lwp: w.other for w in self.waits if w.kind == "join"}
         for t in self.threads:
-            waits = f"join LWP {joins[t.lwp]}" if t.lwp in joins else f"futex {t.futex:#x}" if t.futex is not None else "-"
+            waits = f"join LWP {joins[t.lwp]}" if t.lwp in joins else \
+                f"futex {t.futex:#x}" if t.futex is not None else "-"
             rows.append(f"{t.lwp:>7}  {t.name[:15]:<15} {t.state[:2]:<2} {waits:<20} {t.line()}")
         rows.append("")
         for g in self.groups:

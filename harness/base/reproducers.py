@@ -296,7 +296,8 @@ def _reproducer(name: str, d: dict, source: str = "", program: str = "", command
             max_seconds=float(d["max_seconds"]), stuck_after_s=float(d["stuck_after_s"]),
             default_cpus=int(d["default_cpus"]), default_args=tuple(str(a) for a in d.get("default_args", ())),
             nmi_rate=float(d.get("nmi", {}).get("rate", 0)), stall=StallSpec.from_doc(d.get("stall", {})),
-            needs=KernelNeeds.from_doc(name, d), hang=HangIn(d.get("hang", HangIn.KERNEL)), source=source, program=program,
+            needs=KernelNeeds.from_doc(name, d), hang=HangIn(d.get("hang", HangIn.KERNEL)),
+            source=source, program=program,
             command=command, cwd=cwd,
             signatures=d.get("signatures", ""), calibration=d.get("calibration", ""),
             sleep_after_s=float(d.get("sleep_after_s", 0)), record=dict(d.get("record", {})))

@@ -21,7 +21,8 @@ td.cell:focus,td.cell.open{outline:3px solid #333}
 .verdict-vulnerable{background:#f8c9c4}.verdict-crashed{background:#f4a99f}
 .verdict-not_reproduced{background:#cdebc5}.verdict-inconclusive{background:#f6e7b0}
 .verdict-error{background:#ddd}.verdict-none{background:#fff;color:#888}
-.status-regression,.status-unexpected-pass,.status-mismatch,.status-disagrees,.status-error{box-shadow:inset 0 0 0 3px #b00}
+.status-regression,.status-unexpected-pass,.status-mismatch,.status-disagrees,
+.status-error{box-shadow:inset 0 0 0 3px #b00}
 .badge{font-weight:bold}.failing{color:#b00;font-weight:bold}
 article.detail{border:1px solid #bbb;padding:.5em 1em;margin:1em 0;max-width:70em}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:12px}
@@ -133,8 +134,9 @@ def render(doc: dict) -> str:
             f'<meta name="viewport" content="width=device-width,initial-scale=1">'
             f'<title>{e(views.headline(doc))}</title><style>{_CSS}</style></head><body>'
             f'<h1>{e(views.headline(doc))}</h1>'
-            f'<p class="meta">run {e(doc["id"])}, {e(doc["started"])} to {e(doc["finished"])}; host {doc["host"]["cores"]} '
-            f'cores, {doc["host"]["jobs"]} jobs. Click a cell for its backtraces (per CPU, or per thread for a process hang) and console.</p>'
+            f'<p class="meta">run {e(doc["id"])}, {e(doc["started"])} to {e(doc["finished"])}; '
+            f'host {doc["host"]["cores"]} cores, {doc["host"]["jobs"]} jobs. Click a cell for its backtraces '
+            '(per CPU, or per thread for a process hang) and console.</p>'
             + (f"<ul>{failing}</ul>" if failing else "")
             + '<table class="grid" id="grid"><thead><tr><th>kernel</th>'
             + "".join(f"<th>{e(r)}</th>" for r in doc["reproducers"])

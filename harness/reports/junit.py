@@ -37,7 +37,8 @@ def render(doc: dict) -> str:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=f"{st}: {c['reason'] or c.get('xfail') or ''}")
             out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(filter(None, [c["line"], c["reason"], views.predicted(c), f"results: {c['run_dir']}" if c["run_dir"]
+            out.text = "\n".join(filter(None, [c["line"], c["reason"], views.predicted(c),
+                                               f"results: {c['run_dir']}" if c["run_dir"]
                                                else None]))
             counts["time"] += c["seconds"]
         for k in ("tests", "failures", "errors", "skipped"):

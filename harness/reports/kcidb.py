@@ -76,7 +76,8 @@ def _kernel_objects(cell: dict) -> tuple[dict, dict]:
     if re.fullmatch(r"[0-9a-f]{40}", origin.get("commit", "")):
         checkout["git_commit_hash"] = origin["commit"]
     build = {"id": _id("build", spec), "checkout_id": checkout["id"],
-             "origin": ORIGIN, "architecture": arch.get(cell.get("arch") or arch.DEFAULT).kcidb, "comment": cell.get("kernel_canonical") or spec,
+             "origin": ORIGIN, "architecture": arch.get(cell.get("arch") or arch.DEFAULT).kcidb,
+             "comment": cell.get("kernel_canonical") or spec,
              "valid": bool(cell.get("kernel_sha256")),
              "misc": {"spec": spec, "canonical": cell.get("kernel_canonical"), "sha256": cell.get("kernel_sha256")}}
     return checkout, build

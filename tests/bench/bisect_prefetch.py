@@ -65,7 +65,8 @@ def main() -> None:
     for mode, xs in per_step.items():
         print(f"{mode:12} median {statistics.median(xs):.1f}s per step  ({', '.join(f'{x:.1f}' for x in xs)}; "
               f"steps {steps[mode]})")
-    print(f"ratio prefetch / no-prefetch: {statistics.median(per_step['prefetch']) / statistics.median(per_step['no-prefetch']):.2f}")
+    ratio = statistics.median(per_step['prefetch']) / statistics.median(per_step['no-prefetch'])
+    print(f"ratio prefetch / no-prefetch: {ratio:.2f}")
 
 
 if __name__ == "__main__":

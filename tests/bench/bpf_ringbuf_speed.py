@@ -47,13 +47,14 @@ def main() -> None:
                   f"(min {min(walls):.1f}, max {max(walls):.1f})")
             for d in docs:
                 ev = d["evidence"]
-                retried = (" [retried after: " + "; ".join(f"{x['verdict']} {x['reason'][:90]}" for x in d["attempts"][:-1])
-                           + "]") if len(d["attempts"]) > 1 else ""
+                earlier = "; ".join(f"{x['verdict']} {x['reason'][:90]}" for x in d["attempts"][:-1])
+                retried = f" [retried after: {earlier}]" if len(d["attempts"]) > 1 else ""
                 if d["verdict"] == "VULNERABLE":
                     print(f"    {d['line']}  ({ev['count']} NMI-context reserves){retried}")
                 else:
                     pm = (ev.get("p_miss") or {}).get("text", "")
-                    lat = {k: round(v["max_ns"] / 1e6, 2) for k, v in (ev.get("latency") or {}).get("paths", {}).items()}
+                    paths = (ev.get("latency") or {}).get("paths", {})
+                    lat = {k: round(v["max_ns"] / 1e6, 2) for k, v in paths.items()}
                     print(f"    {d['verdict']}: {ev['count']} NMI-context reserves, {pm}, max ms {lat}{retried}")
     print("all runs agree with the expected verdicts" if agree else "SOME RUNS DISAGREE")
 

@@ -181,7 +181,8 @@ def test_verify_as_an_ordinary_user_with_a_fresh_cache():
     try:
         top.chmod(0o755)
         repo = top / "repo"
-        files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+        files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout
         for f in files.splitlines():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / f, repo / f)

@@ -139,7 +139,8 @@ def test_threads_on_a_live_stuck_process_leaves_it_as_it_was(tmp_path):
         def waits() -> dict[str, str]:
             """the workers' syscall (nr and futex word) and state; the main
             thread is not stuck (it sleeps and prints)"""
-            return {t.name: " ".join((t / "syscall").read_text().split()[:2]) + " " + (t / "stat").read_text().split()[2]
+            return {t.name: " ".join((t / "syscall").read_text().split()[:2]) + " " +
+                    (t / "stat").read_text().split()[2]
                     for t in Path(f"/proc/{proc.pid}/task").iterdir() if t.name != str(proc.pid)}
         before = waits()
         assert len(before) == 4 and all(w.startswith("202 ") for w in before.values()), before

@@ -20,7 +20,8 @@ BPF_TIMER = BugRecord("CVE-2024-42239", "bpf: Fail bpf_timer_cancel when callbac
                                              "5.15:b00628b1c7d5:6.10:d4523831f07a"], "test"))
 # CVE-2025-37747.dyad: the culprit backported to 6.1.103 with no fix there
 SIGTRAP = BugRecord("CVE-2025-37747", "perf: Fix hang while freeing sigtrap event", "",
-                    BugRecord.parse_lines(["6.11:3a5465418f5f:6.12.24:fa1827fa968c", "6.11:3a5465418f5f:6.15:56799bc03565",
+                    BugRecord.parse_lines(["6.11:3a5465418f5f:6.12.24:fa1827fa968c",
+                                           "6.11:3a5465418f5f:6.15:56799bc03565",
                                            "6.1.103:ed2c202dac55:0:0", "6.6.44:104e258a0040:0:0"], "test"))
 
 

@@ -109,7 +109,8 @@ def test_report_kinds_without_a_recording_here():
             ("stall", "spinlock", "BUG: spinlock lockup suspected in corrupted"),
         "[  7.0] INFO: task kworker/u8:2:55 blocked for more than 122 seconds.":
             ("stall", "hung-task", "INFO: task hung in corrupted"),
-        "[  7.0] rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 1-... } 21 jiffies s: 77 root: 0x2/.":
+        "[  7.0] rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 1-... } 21 jiffies s: 77 "
+        "root: 0x2/.":
             ("stall", "rcu-stall", "INFO: rcu detected stall in corrupted"),
     }
     for line, want in cases.items():

@@ -132,7 +132,8 @@ def test_a_stuck_count_is_suspected_once_before_it_is_declared():
     """on_suspect (which gets GDB ready) fires once, part way to the limit."""
     pairs, guest, vm = _socket_vm()
     seen = []
-    w = Watch(vm, Limits(freeze_after=30, stuck_after=0.5), patterns=[], on_suspect=lambda: seen.append(time.monotonic()))
+    w = Watch(vm, Limits(freeze_after=30, stuck_after=0.5), patterns=[],
+              on_suspect=lambda: seen.append(time.monotonic()))
     guest.sendall(b"KSTALL hello uname=6.16.12 cpus=2 init=init\nHB 0 1000000 0\n# progress count=0 elapsed_ms=1\n")
     w._pump(0.2)
     started = w.agent.count_changed_at

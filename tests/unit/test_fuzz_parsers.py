@@ -213,7 +213,8 @@ def test_btf_and_the_kernel_layout_survive_a_hostile_blob(real_btf):
     header lengths and type ids changed) gives a layout with parts missing,
     never an exception, and in bounded time."""
     rng = random.Random(f"{SEED}-btf")
-    symbols = "ffffffff8283bfc0 D __per_cpu_offset\nffffffff83c6db00 d cfd_data\nffffffff83c6dbc0 D rqspinlock_held_locks\n"
+    symbols = ("ffffffff8283bfc0 D __per_cpu_offset\nffffffff83c6db00 d cfd_data\n"
+               "ffffffff83c6dbc0 D rqspinlock_held_locks\n")
 
     def mutated(_: int) -> bytes:
         b = bytearray(real_btf)

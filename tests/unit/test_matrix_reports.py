@@ -40,7 +40,8 @@ def test_default_matrix_covers_the_issue_kernels():
     ('[[reproducer]]\nname="nope"\n[[kernel]]\nspec="debian:6.16.12"\n', "unknown reproducer"),
     ('[[reproducer]]\nname="perf-refresh"\n[[kernel]]\nspec="debian:6.16.12"\nexpect={perf-refresh="broken"}\n',
      "expect must be"),
-    ('[[reproducer]]\nname="perf-refresh"\n[[kernel]]\nspec="debian:6.16.12"\nskip={other="x"}\n', "not a [[reproducer]]"),
+    ('[[reproducer]]\nname="perf-refresh"\n[[kernel]]\nspec="debian:6.16.12"\nskip={other="x"}\n',
+     "not a [[reproducer]]"),
 ])
 def test_bad_matrix_files_are_rejected_clearly(tmp_path, text, error):
     p = tmp_path / "m.toml"

@@ -58,7 +58,8 @@ def done(lines, count):
     k = Ktap()
     for l in lines:
         k.feed(l)
-    return decide(Findings(Outcome("done", "reproducer exited with code 0", 0), REPRO, ktap=k, count=count, pmiss={"text": "P(miss) < 1e-12", "p_miss_log10": -100}))
+    return decide(Findings(Outcome("done", "reproducer exited with code 0", 0), REPRO, ktap=k, count=count,
+                           pmiss={"text": "P(miss) < 1e-12", "p_miss_log10": -100}))
 
 
 def test_verdicts_for_completed_runs():
@@ -73,11 +74,13 @@ def test_verdicts_for_completed_runs():
 
 def test_emulator_faults_boot_failures_and_crashes():
     k = Ktap()
-    infra = decide(Findings(Outcome("infra", "Oops: int3", 0), REPRO, ktap=k, count=5, report_reason="text patching race"))
+    infra = decide(Findings(Outcome("infra", "Oops: int3", 0), REPRO, ktap=k, count=5,
+                            report_reason="text patching race"))
     assert infra.verdict == "ERROR" and infra.retryable and "text patching" in infra.reason
     boot = decide(Findings(Outcome("boot-failure", "no guest agent within 120s of boot", 0), REPRO, ktap=k))
     assert boot.verdict == "ERROR" and boot.exit_code == EXIT_CODES["ERROR"]
-    crash = decide(Findings(Outcome("oops", "kernel NULL pointer dereference, address: 0000000000000000", 0), REPRO, ktap=k, count=5))
+    crash = decide(Findings(Outcome("oops", "kernel NULL pointer dereference, address: 0000000000000000", 0), REPRO,
+                            ktap=k, count=5))
     assert crash.verdict == "CRASHED" and "NULL pointer" in crash.summary
     init = decide(Findings(Outcome("panic", "Attempted to kill init! exitcode=0x0000000b", 0), REPRO, ktap=k))
     assert init.verdict == "ERROR"
@@ -115,6 +118,7 @@ def test_a_run_short_of_its_p_miss_target_is_inconclusive_not_clean():
         k.feed(line)
     reached = {"text": "P(miss) 2.1e-07", "p_miss_log10": -6.7}
     ok = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached, pmiss_target=1e-6))
-    short = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached, pmiss_target=1e-9))
+    short = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached,
+                            pmiss_target=1e-9))
     assert ok.verdict == "NOT_REPRODUCED" and short.verdict == "INCONCLUSIVE" and short.exit_code == 3
     assert "P(miss) 2.1e-07 is above the target 1e-09" in short.reason and short.p_miss == reached

@@ -132,7 +132,8 @@ def test_one_slow_nmi_reserve_is_not_the_bug_and_its_run_is_tried_again():
     stalled, suspect = latency.evaluate(data(1), SPEC, host_wait=lambda path, ms: 105.8)
     assert stalled == suspect == []
     stall = {"stalled": [], "suspect": []}
-    v = decide(Findings(Outcome("stall", "the reproducer measured 1 reserve(s) past its stall threshold", 0), REPRO, count=250, stall=stall))
+    v = decide(Findings(Outcome("stall", "the reproducer measured 1 reserve(s) past its stall threshold", 0), REPRO,
+                        count=250, stall=stall))
     assert v.verdict == "INCONCLUSIVE" and v.retryable
     stalled, _ = latency.evaluate(data(2), SPEC, host_wait=lambda path, ms: 105.8)
     assert [s["path"] for s in stalled] == ["nmi"]

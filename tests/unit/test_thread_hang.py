@@ -145,7 +145,8 @@ def test_proc_formats():
     assert threads.parse_syscall("-1 0x7ffe 0x41c8b6") == (None, ())
     assert threads.parse_kstack("[<0>] futex_do_wait+0x38/0x70\n[<0>] __futex_wait+0x91/0x100\n") == \
         ["futex_do_wait+0x38/0x70", "__futex_wait+0x91/0x100"]
-    t = threads.from_agent_line("KSTALL thread tid=7 comm=worker-0 state=S syscall=202,0x4bf800,0x80 kstack=a+0x1/0x2,b")
+    t = threads.from_agent_line("KSTALL thread tid=7 comm=worker-0 state=S syscall=202,0x4bf800,0x80 "
+                                "kstack=a+0x1/0x2,b")
     assert (t.tid, t.comm, t.state, t.futex, t.kstack) == (7, "worker-0", "S", 0x4BF800, ["a+0x1/0x2", "b"])
     assert threads.from_agent_line("KSTALL thread tid=x") is None
 
