@@ -131,10 +131,10 @@ def build_options_from(a: argparse.Namespace):
 # -- the commands ----------------------------------------------------------------
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from harness.drivers import verify
+    from harness.drivers import case as cases, verify
     from harness.guest.vm import VMError
     try:
-        repro = verify.reproducer(a.reproducer, echo_stderr)
+        repro = cases.load(a.reproducer, echo_stderr)
     except (reproducers.ReproducerError, BuildError) as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
@@ -310,8 +310,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_debian(a: argparse.Namespace) -> int:
-    from harness.analysis import bug_record
-    from harness.drivers import verify
+    from harness.drivers import case as cases
     from harness.drivers.bisect import debian as bisect_debian
     from harness.drivers.bisect.search import REPRODUCES
     from harness.drivers.bisect.steps import StepPolicy
@@ -327,7 +326,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
             echo_stderr("error: --old, --new and REPRODUCER are needed (or --resume DIR)")
             return EXIT_USAGE
         a.reproducer = reproducers.canonical_spec(a.reproducer)
-        repro = verify.reproducer(a.reproducer, echo_stderr)
+        repro = cases.load(a.reproducer, echo_stderr)
         bisect_debian.candidates(a.old, a.new)
     except (LookupError, FileNotFoundError, BuildError) as e:
         echo_stderr(f"error: {e.args[0] if isinstance(e, KeyError) else e}")
@@ -335,7 +334,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
-    policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
+    policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss, loaded=repro)
     if resumed:
         bad = next((s for s in resumed.values() if s.state == REPRODUCES and s.runs), None)
         if bad and (Path(bad.runs[-1]) / "run.json").exists():
@@ -345,7 +344,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
     policy.opts.results_root = opts_root
     try:
         doc = bisect_debian.run(a.old, a.new, policy, out, echo_stderr, prefetch=not a.no_prefetch,
-                                resumed=resumed, argv=sys.argv, record=bug_record.of(repro.record, repro.name))
+                                resumed=resumed, argv=sys.argv, record=repro.record)
     finally:
         path = out.finalize()
         echo_stderr(f"bisection state and step runs: {path} (resume with --resume {path})")
@@ -358,7 +357,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_git(a: argparse.Namespace) -> int:
-    from harness.drivers import verify
+    from harness.drivers import case as cases
     from harness.drivers.bisect import git as bisect_git
     from harness.drivers.bisect.steps import StepPolicy
     resumed = None
@@ -371,7 +370,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
             echo_stderr("error: TREE, --old, --new and REPRODUCER are needed (or --resume DIR)")
             return EXIT_USAGE
         a.reproducer = reproducers.canonical_spec(a.reproducer)
-        repro = verify.reproducer(a.reproducer, echo_stderr)
+        repro = cases.load(a.reproducer, echo_stderr)
         bisect_git.check_tree(a.tree.resolve(), a.old, a.new)
         build = build_options_from(a)
         build.config_files()
@@ -381,7 +380,7 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
-    policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss)
+    policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss, loaded=repro)
     out = rundir.RunDir(f"bisect-git-{a.tree.resolve().name}-{a.old[:12]}-{a.new[:12]}-{repro.name}", a.results)
     policy.opts.results_root = out.work / "runs"
     try:
@@ -401,11 +400,11 @@ def cmd_bisect_git(a: argparse.Namespace) -> int:
 
 
 def cmd_bisect_step(a: argparse.Namespace) -> int:
-    from harness.drivers import verify
+    from harness.drivers import case as cases
     from harness.drivers.bisect import git as bisect_git
     try:
         a.reproducer = reproducers.canonical_spec(a.reproducer)
-        verify.reproducer(a.reproducer, echo_stderr)
+        cases.load(a.reproducer, echo_stderr)
         return bisect_git.bisect_step(a.tree.resolve(), a.reproducer, options_from(a), build_options_from(a),
                                       a.state.resolve() if a.state else None, a.old_state, a.step_pmiss,
                                       echo_stderr)

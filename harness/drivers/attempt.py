@@ -30,6 +30,7 @@ from harness.base import paths, reproducers
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
 from harness.debug import process, vcpus as debug
+from harness.drivers.case import Case
 from harness.drivers.options import Options
 from harness.guest import hostfs, machine, snapshot
 from harness.guest.cores import Gate
@@ -37,8 +38,8 @@ from harness.guest.hostwait import HostWait
 from harness.guest.nmi import NmiInjector
 from harness.guest.vm import VM, VMConfig, VMError
 from harness.guest.watch import Limits, Watch
-from images import boot_image, symcache
-from images.kernel import Kernel, SpecError
+from images import symcache
+from images.kernel import SpecError
 
 Echo = Callable[[str], None]
 # a latency the reproducer measured ended at most this long before the progress line that showed it
@@ -91,16 +92,15 @@ class Plan:
     limits: Limits
 
 
-def make_plan(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str, initrd: Path,
-              out_dir: Path, disk: boot_image.BootDisk | None, cal: pmiss.Calibration | None,
-              want_syms: bool) -> Plan:
-    target = opts.count or max(repro.min_count, pmiss.count_for(cal, opts.pmiss_target))
+def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
+    repro, disk = c.repro.spec, c.disk
+    target = opts.count or max(repro.min_count, pmiss.count_for(c.calibration, opts.pmiss_target))
     duration = opts.duration or repro.max_seconds
     extra = " ".join(a for a in (disk.cmdline if disk else "", opts.cmdline_extra) if a)
-    cpus = opts.cpus or repro.default_cpus
-    m = machine.for_kernel(kernel)
-    cfg = VMConfig(kernel=m.boot_file(kernel), initrd=initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
-                   cpus=cpus, memory_mb=opts.memory_mb, accel=accel_kind, machine=m.name, arch=m.arch,
+    cpus = c.cpus
+    m = machine.for_kernel(c.kernel)
+    cfg = VMConfig(kernel=m.boot_file(c.kernel), initrd=c.initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
+                   cpus=cpus, memory_mb=opts.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
                    extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command))
     limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
@@ -131,12 +131,12 @@ def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, d
 class _Run:
     """The mutable parts of one attempt, so that its steps can be small."""
 
-    def __init__(self, kernel: Kernel, repro: reproducers.Reproducer, opts: Options, out_dir: Path,
-                 echo: Echo) -> None:
-        self.kernel, self.repro, self.opts, self.out_dir, self.echo = kernel, repro, opts, out_dir, echo
-        self.syms_path = symcache.cached(kernel.sha256)
+    def __init__(self, c: Case, opts: Options, out_dir: Path, echo: Echo) -> None:
+        self.case, self.kernel, self.repro = c, c.kernel, c.repro.spec
+        self.opts, self.out_dir, self.echo = opts, out_dir, echo
+        self.syms_path = symcache.cached(c.kernel.sha256)
         self.classes: list[classify.CpuClass] = []
-        self.sigs, self.own_bug = classify.signatures_for(repro)
+        self.sigs, self.own_bug = list(c.repro.signatures), c.repro.own_bug
         self.hang: cpu_state.Hang | sleeping.SleepingHang | None = None
         self.samples: debug.Samples | None = None
         self.timings: dict = {}
@@ -256,12 +256,10 @@ class _Run:
         (self.out_dir / "threads.txt").write_text(self.process.table())
 
 
-def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, accel_kind: str,
-                initrd: Path, out_dir: Path, echo: Echo, number: int = 1,
-                disk: boot_image.BootDisk | None = None) -> Attempt:
-    cal = pmiss.load(repro.name, opts.repro_args, opts.cpus or repro.default_cpus, accel_kind, repro.calibration_dir)
-    r = _Run(kernel, repro, opts, out_dir, echo)
-    plan = make_plan(kernel, repro, opts, accel_kind, initrd, out_dir, disk, cal, r.syms_path is None)
+def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int = 1) -> Attempt:
+    kernel, repro, disk = c.kernel, c.repro.spec, c.disk
+    r = _Run(c, opts, out_dir, echo)
+    plan = make_plan(c, opts, out_dir, r.syms_path is None)
     t0 = time.monotonic()
     gate = Gate(opts.budget, plan.cpus, opts.cancel) if opts.budget else None  # waits for a boot core
     # an image's disk changes as it boots, and a vhost-user device (the host's
@@ -297,7 +295,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
                 snapshot.prune()
             except snapshot.SnapshotError as e:
                 echo(f"could not save a snapshot ({e}): later runs boot cold")
-        echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {accel_kind.upper()}), "
+        echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {c.accel.upper()}), "
              f"{repro.name} until {plan.target} {repro.count_name} or {plan.duration:.0f}s")
         def hook() -> None:
             r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
@@ -314,7 +312,7 @@ def run_attempt(kernel: Kernel, repro: reproducers.Reproducer, opts: Options, ac
     if snap:
         snap_doc = {"key": snap.key, "restored": restored is not None} | (
             {"saved_s": saved["save_s"], "bytes": saved["bytes"] + saved["ram_bytes"]} if saved else {})
-    a = conclude(r, w, plan, cal, outcome, t0, nmi.summary() if nmi.started_at else None)
+    a = conclude(r, w, plan, outcome, t0, nmi.summary() if nmi.started_at else None)
     a.interrupted, a.snapshot = raise_later, snap_doc
     if restored is not None and outcome.kind == OutcomeKind.BOOT_FAILURE:  # the snapshot's fault: the next boots
         snap.discard()
@@ -390,7 +388,7 @@ READERS: dict[Reading, Callable[[_Run, VM, Watch, Outcome], None]] = {
 }
 
 
-def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outcome: Outcome, t0: float,
+def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
              nmi: dict | None) -> Attempt:
     """The attempt's timings, its stall measurement (and chart), its verdict."""
     watch_doc = w.summary() | {"nmi": nmi}
@@ -411,9 +409,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, cal: pmiss.Calibration | None, outco
             if chart:
                 (r.out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.console.reports if rep.kind == "infra"), "")
-    pm = pmiss.p_miss(cal, w.agent.count, repro.count_name,
-                      pmiss.unknown_because(repro.name, r.opts.repro_args, plan.cpus, plan.vm.accel,
-                                            repro.calibration_dir))
+    pm = pmiss.p_miss(r.case.calibration, w.agent.count, repro.count_name, r.case.pmiss_unknown)
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.pmiss_target, r.classes,
                         r.samples.errors if r.samples else [], report_reason, stall,
                         ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang))

@@ -14,8 +14,7 @@ from typing import Callable
 
 from harness.analysis import pmiss
 from harness.analysis.verdict import VerdictKind
-from harness.base import reproducers
-from harness.drivers import verify
+from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 
 
@@ -40,8 +39,9 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     """count verify runs; 0 when any hung, 3 when none did."""
     runs = []
     canonical = kernel
+    loaded = cases.load(reproducer, echo)
     for i in range(count):
-        rec = verify.verify(kernel, reproducer, opts, echo).record
+        rec = verify.verify(kernel, loaded, opts, echo).record
         canonical = rec.kernel["canonical"]
         runs.append({"verdict": rec.verdict.verdict, "count": rec.passes_before_hang,
                      "seconds": rec.timings.get("hang_after_s") or rec.timings.get("repro_s") or 0, "id": rec.id})
@@ -50,7 +50,7 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     hangs = [r for r in runs if r["verdict"] == VerdictKind.VULNERABLE]
     print(f"{len(hangs)}/{len(runs)} runs hung")
     if write_file:
-        repro = reproducers.resolve(reproducer)
+        repro = loaded.spec
         path = repro.calibration_dir / f"{repro.name}.toml"
         write(path, repro.name, canonical, rec.vm["cpus"], opts.repro_args, rec.vm["accel"], runs, sys.argv[1:])
         cal = pmiss.load(repro.name, opts.repro_args, rec.vm["cpus"], rec.vm["accel"], repro.calibration_dir)

@@ -23,7 +23,7 @@ from harness.analysis import record
 from harness.analysis.expect import FAILING, Cell, CellResult, judge_cell
 from harness.analysis.verdict import VerdictKind
 from harness.base import procs, rundir as results
-from harness.drivers import verify
+from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
 from images.kernel import SpecError
@@ -43,6 +43,8 @@ class Runner:
         self.echo = echo
         self.base = base
         self.lock = threading.Lock()
+        self.loaded: dict[str, cases.Loaded] = {}  # each reproducer read once, for all its cells
+        self.load_lock = threading.Lock()  # not self.lock: loading may echo
         self.done = 0
         self.results: dict[int, CellResult] = {}
 
@@ -60,6 +62,12 @@ class Runner:
             if not c.skip and c.kernel not in futures:
                 futures[c.kernel] = pool.submit(resolve, c.kernel, True, self._say)
         return futures
+
+    def _load(self, spec: str, echo: Callable[[str], None]) -> cases.Loaded:
+        with self.load_lock:
+            if spec not in self.loaded:
+                self.loaded[spec] = cases.load(spec, echo)
+            return self.loaded[spec]
 
     def _run_cell(self, idx: int, cell: Cell, kernels: dict[str, concurrent.futures.Future]) -> CellResult:
         if cell.skip:
@@ -79,7 +87,7 @@ class Runner:
             if self.verbose:
                 self._say(f"{cell.id}: {msg}")
         try:
-            res = verify.verify(cell.kernel, cell.spec or cell.reproducer, opts, echo)
+            res = verify.verify(cell.kernel, self._load(cell.spec or cell.reproducer, echo), opts, echo)
         except SpecError as e:
             return _error(cell, str(e), time.monotonic() - t0, waited)
         return CellResult(cell, judge_cell(cell, res.verdict.verdict, res.record.prediction), res.record, res.run_dir,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.base import leftovers
 from harness.drivers import preflight
-from harness.drivers.verify import ensure_guest
+from harness.drivers.case import ensure_guest
 from harness.guest import accel, machine
 from harness.guest.vm import VM, VMConfig
 from harness.guest.watch import Limits, Watch

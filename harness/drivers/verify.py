@@ -9,8 +9,6 @@ text-patching oops) is retried; every attempt's files are kept.
 """
 from __future__ import annotations
 
-import dataclasses
-import subprocess
 import sys
 import time
 import traceback
@@ -18,24 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import bug_record, classify
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.record import Evidence, RunRecord
 from harness.analysis.retry import another_attempt
 from harness.analysis.verdict import Verdict, VerdictKind
-from harness.base import paths, procs, reproducers, rundir
+from harness.base import procs, rundir
 from harness.base.procs import Interrupted
-from harness.drivers import explain, preflight
+from harness.drivers import case as cases, explain
 from harness.drivers.attempt import Attempt, run_attempt
+from harness.drivers.case import Case, Loaded
 from harness.drivers.options import Options
-from harness.guest import accel
 from harness.guest.cores import Cancelled
 from harness.guest.vm import VMError
 from harness.reports import views
-from images import boot_image, initramfs, programs, symcache
-from images.build import BuildOptions
-from images.kernel import Kernel, SpecError
-from images.schemes import resolve
+from images import symcache
+from images.kernel import SpecError
 
 Echo = Callable[[str], None]
 
@@ -55,82 +50,21 @@ class Result:
         return self.record.to_json()
 
 
-def ensure_guest(echo: Echo) -> None:
-    """Build the guest binaries if they are missing or stale (cheap when not)."""
-    p = subprocess.run(["make", "-q", "-C", str(paths.REPO), "guest"], capture_output=True)
-    if p.returncode == 0:
-        return
-    echo("building guest binaries (make guest)")
-    p = subprocess.run(["make", "-C", str(paths.REPO), "guest"], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SpecError(f"`make guest` failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-
-
-@dataclass
-class Prepared:
-    """What a verify run boots: the kernel, what the preflight found, the
-    initramfs, the accelerator, and with --boot-image the image's disk."""
-    kernel: Kernel
-    check: preflight.Check
-    initrd: Path
-    accel: str
-    disk: boot_image.BootDisk | None = None
-
-
-def prepare(spec: str, repro: reproducers.Reproducer, opts: Options, echo: Echo) -> Prepared:
-    ensure_guest(echo)  # before resolve: a first --boot-image installs the guest binaries into the image's layer
-    kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(opts.build or BuildOptions(),
-                                                                            reproducer=repro.name),
-                     boot_image=opts.boot_image, trust_backing=opts.trust_backing)
-    check = preflight.check(kernel, repro)
-    if check.modules:
-        echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
-    initrd = initramfs.build(modules=check.modules, extra=programs.files(repro))
-    if check.missing:  # nothing will boot
-        return Prepared(kernel, check, initrd, "none")
-    p = Prepared(kernel, check, initrd, accel.choose(opts.accel, kernel, initrd, echo))
-    if opts.boot_image:
-        p.disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
-        p.initrd = p.disk.initrd
-    return p
-
-
-def reproducer(spec: str, echo: Echo) -> reproducers.Reproducer:
-    """The reproducer a spec names, its program built: ReproducerError or
-    programs.BuildError (usage errors) before anything boots."""
-    repro = reproducers.resolve(spec)
-    try:
-        classify.signatures_for(repro)  # a user's signatures that do not load: said now, not after the boot
-        bug_record.of(repro.record, repro.name)  # and a bad [record]
-    except ValueError as e:
-        raise reproducers.ReproducerError(f"reproducer {repro.name}: {e}") from None
-    if repro.source:
-        ensure_guest(echo)  # kselftest.h, which a user's C file may include
-        t = time.monotonic()
-        repro = programs.build(repro)
-        if time.monotonic() - t > 0.1:  # not cached
-            echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
-    return repro
-
-
-def verify(spec: str, repro: str | reproducers.Reproducer, opts: Options, echo: Echo) -> Result:
-    """repro: a reproducer spec (reproducers.resolve), or one resolved by reproducer()."""
-    if isinstance(repro, str):
-        repro = reproducer(repro, echo)
+def verify(spec: str, repro: str | Loaded, opts: Options, echo: Echo) -> Result:
+    """repro: a reproducer spec (reproducers.resolve), or one case.load() read."""
+    loaded = cases.load(repro, echo) if isinstance(repro, str) else repro
     t_start = time.time()
-    prep = prepare(spec, repro, opts, echo)
-    kernel = prep.kernel
-    record_of_bug = bug_record.of(repro.record, repro.name)
-    prediction = explain.predict(kernel, record_of_bug, echo) if record_of_bug else None
+    c = cases.resolve(spec, loaded, opts, echo)
+    prediction = explain.predict(c.kernel, loaded.record, echo) if loaded.record else None
     if prediction:
         echo(f"the record predicts: {prediction.text()} ({'; '.join(prediction.reasons)})")
-    run = rundir.RunDir(f"{kernel.origin.get('label') or kernel.canonical}-{repro.name}", opts.results_root)
-    attempts, interrupted, tb = run_attempts(prep, repro, opts, run, echo)
+    run = rundir.RunDir(f"{c.kernel.origin.get('label') or c.kernel.canonical}-{loaded.name}", opts.results_root)
+    attempts, interrupted, tb = run_attempts(c, opts, run, echo)
     n, final = attempts[-1]
     adir = run.work / f"attempt-{n}"
     if adir.exists():
         run.promote(adir)
-    record = make_record(run, spec, kernel, repro, opts, prep.accel, final, attempts, t_start)
+    record = make_record(run, spec, c, opts, final, attempts, t_start)
     record.prediction = prediction.to_json() if prediction else None
     with procs.signals_deferred():
         try:
@@ -154,7 +88,7 @@ def verify(spec: str, repro: str | reproducers.Reproducer, opts: Options, echo: 
     return Result(record, path)
 
 
-def run_attempts(prep: Prepared, repro: reproducers.Reproducer, opts: Options, run: rundir.RunDir,
+def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
                  echo: Echo) -> tuple[list[tuple[int, Attempt]], BaseException | None, str]:
     """Attempts until one is not spoilt by an emulator fault (up to
     opts.attempts); a failure before any guest ran is an attempt too, so the
@@ -168,12 +102,12 @@ def run_attempts(prep: Prepared, repro: reproducers.Reproducer, opts: Options, r
         attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
                                                     {}, [], None, {}, "", 0)))
     try:
-        if prep.check.missing:  # nothing to boot: the path cannot run on this kernel
-            failed(OutcomeKind.PREFLIGHT, prep.check.reason(), VerdictKind.INCONCLUSIVE)
+        if c.check.missing:  # nothing to boot: the path cannot run on this kernel
+            failed(OutcomeKind.PREFLIGHT, c.check.reason(), VerdictKind.INCONCLUSIVE)
         n = 0
-        while not prep.check.missing:
+        while not c.check.missing:
             n += 1
-            att = run_attempt(prep.kernel, repro, opts, prep.accel, prep.initrd, run.attempt(n), echo, n, prep.disk)
+            att = run_attempt(c, opts, run.attempt(n), echo, n)
             attempts.append((n, att))
             interrupted = att.interrupted
             if interrupted or not another_attempt(att.verdict.retry, n, opts.attempts):
@@ -193,8 +127,8 @@ def run_attempts(prep: Prepared, repro: reproducers.Reproducer, opts: Options, r
             failed(OutcomeKind.ERROR, f"internal error: {type(e).__name__}: {e}")
             tb = traceback.format_exc()
     finally:
-        if prep.disk:
-            prep.disk.remove()
+        if c.disk:
+            c.disk.remove()
     return attempts, interrupted, tb
 
 
@@ -221,16 +155,17 @@ def _process_doc(final: Attempt) -> dict | None:
     return {"error": final.process_error} if final.process_error else None
 
 
-def make_record(run: rundir.RunDir, spec: str, kernel: Kernel, repro: reproducers.Reproducer, opts: Options,
-                accel_kind: str, final: Attempt, attempts: list[tuple[int, Attempt]], t_start: float) -> RunRecord:
+def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: Attempt,
+                attempts: list[tuple[int, Attempt]], t_start: float) -> RunRecord:
     w = final.watch
+    kernel, repro = c.kernel, c.repro.spec
     return RunRecord(
         id=run.id, verdict=final.verdict, outcome=Outcome(final.outcome.kind, final.outcome.detail, final.outcome.at),
         kernel=kernel.to_json() | {"spec": spec},
         reproducer={"name": repro.name, "source": repro.source or None, "program": repro.program or None,
                     "command": repro.command or None, "args": opts.repro_args, "count_name": repro.count_name,
                     "min_count": repro.min_count, "count_target": final.count_target},
-        vm={"cpus": opts.cpus or repro.default_cpus, "memory_mb": opts.memory_mb, "accel": accel_kind,
+        vm={"cpus": c.cpus, "memory_mb": opts.memory_mb, "accel": c.accel, "arch": kernel.arch,
             "cmdline": final.cmdline, "go": final.go, "boot_image": opts.boot_image, "snapshot": final.snapshot},
         evidence=Evidence(count=w.get("count"), count_name=repro.count_name, stalls=final.stalls,
                           nmi_injection=w.get("nmi"), p_miss=final.verdict.p_miss or None,

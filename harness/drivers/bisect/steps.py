@@ -18,11 +18,11 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from harness.analysis import classify, pmiss
+from harness.analysis import pmiss
 from harness.analysis.record import RunRecord
 from harness.analysis.verdict import Verdict, VerdictKind
-from harness.base import reproducers
-from harness.drivers import verify
+from harness.base import arch
+from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
 
@@ -40,13 +40,14 @@ class StepPolicy:
     max_runs: int = 4
     cal: pmiss.Calibration | None = None
     bad_end_runs: list[dict] = field(default_factory=list)
+    loaded: cases.Loaded | None = None  # the reproducer, read once for every step
 
     def __post_init__(self) -> None:
-        repro = reproducers.resolve(self.reproducer)
+        if self.loaded is None:
+            self.loaded = cases.load(self.reproducer, lambda msg: None)
         if self.cal is None:  # the accelerator is not known before each run: any the calibration was made on
-            self.cal = pmiss.load(repro.name, self.opts.repro_args, self.opts.cpus or repro.default_cpus,
-                                  directory=repro.calibration_dir)
-        self.own_bug = classify.signatures_for(repro)[1]
+            self.cal = self.loaded.calibration_for(cases.key_for(self.loaded, self.opts, None, arch.DEFAULT))[0]
+        self.own_bug = self.loaded.own_bug
 
     def learn_from_bad_end(self, rec: RunRecord) -> None:
         """The bad end's own reproduction joins the calibration, and its hang
@@ -84,12 +85,13 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
     total = 0
     cal = policy.calibration()
     # enough passes for the per-step target, and never fewer than a verdict needs
-    count = max(reproducers.resolve(policy.reproducer).min_count, policy.opts.count or 0,
+    assert policy.loaded is not None
+    count = max(policy.loaded.spec.min_count, policy.opts.count or 0,
                 pmiss.count_for(cal, policy.pmiss_target))
     for n in range(1, policy.max_runs + 1):
         # the step judges P(miss) over all its runs: a run need not reach the target alone
         opts = dataclasses.replace(policy.opts, count=count, pmiss_target=1.0)
-        rec = verify.verify(spec, policy.reproducer, opts, echo).record
+        rec = verify.verify(spec, policy.loaded, opts, echo).record
         recs.append(rec)
         v = rec.verdict.verdict
         runs = [r.results_dir for r in recs if r.results_dir]

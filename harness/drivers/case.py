@@ -1,0 +1,138 @@
+# SPDX-License-Identifier: GPL-2.0
+"""One resolved case: a kernel spec, a reproducer spec and the options turned,
+in one step, into what every later stage reads (and never parses again):
+
+    reproducer spec ─► Loaded: its data file, signatures (its own and kstall's),
+                       bug record, calibration file, program built
+    kernel spec     ─► Kernel (with its architecture), the preflight check,
+                       the initramfs, the accelerator (a --boot-image disk)
+    options         ─► Key: what the run's P(miss) depends on, and the
+                       calibration that holds for it (or why none does)
+"""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.analysis import bug_record, classify, pmiss
+from harness.analysis.bug_record import BugRecord
+from harness.analysis.classify import Signature
+from harness.base import paths, reproducers
+from harness.base.reproducers import Reproducer
+from harness.drivers import preflight
+from harness.drivers.options import Options
+from harness.guest import accel
+from images import boot_image, initramfs, programs
+from images.build import BuildOptions
+from images.kernel import Kernel, SpecError
+from images.schemes import resolve as resolve_kernel
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A reproducer with every file its data file points to read once."""
+    spec: Reproducer
+    signatures: tuple[Signature, ...]  # its own first, then kstall's
+    # its name when some signatures are its own ("" when none are: any hang it makes is its finding)
+    own_bug: str
+    record: BugRecord | None           # [record]: the kernel bug's published record
+    calibration: pmiss.Calibration | None  # its calibration file, whatever run it holds for
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def calibration_for(self, key: "Key") -> tuple[pmiss.Calibration | None, str]:
+        """The calibration that holds for a run with key, or None and why none does."""
+        cal = self.calibration
+        if cal is None:
+            return None, "no calibration"
+        why = cal.mismatch(key.args, key.cpus, key.accel)
+        return (None, why) if why else (cal, "" if cal.hangs else "no calibration with hangs")
+
+
+@dataclass(frozen=True)
+class Key:
+    """What a run's hang rate, and so its P(miss), depends on."""
+    args: tuple[str, ...]  # the user's arguments on top of the reproducer's defaults
+    cpus: int
+    accel: str | None      # None: not chosen yet (a bisection's steps choose their own)
+    arch: str
+
+
+def ensure_guest(echo: Echo) -> None:
+    """Build the guest binaries if they are missing or stale (cheap when not)."""
+    p = subprocess.run(["make", "-q", "-C", str(paths.REPO), "guest"], capture_output=True)
+    if p.returncode == 0:
+        return
+    echo("building guest binaries (make guest)")
+    q = subprocess.run(["make", "-C", str(paths.REPO), "guest"], capture_output=True, text=True)
+    if q.returncode != 0:
+        raise SpecError(f"`make guest` failed:\n{q.stdout[-2000:]}{q.stderr[-2000:]}")
+
+
+def load(spec: str | Reproducer, echo: Echo) -> Loaded:
+    """The reproducer a spec names, every part of it read and its program
+    built: ReproducerError or programs.BuildError (usage errors) before
+    anything boots."""
+    repro = reproducers.resolve(spec) if isinstance(spec, str) else spec
+    try:
+        sigs, own_bug = classify.signatures_for(repro)
+        record = bug_record.of(repro.record, repro.name)
+    except ValueError as e:
+        raise reproducers.ReproducerError(f"reproducer {repro.name}: {e}") from None
+    if repro.source:
+        ensure_guest(echo)  # kselftest.h, which a user's C file may include
+        t = time.monotonic()
+        repro = programs.build(repro)
+        if time.monotonic() - t > 0.1:  # not cached
+            echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
+    return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_file(repro.name, repro.calibration_dir))
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: Kernel
+    repro: Loaded
+    check: preflight.Check      # what the kernel has of what the reproducer needs
+    initrd: Path
+    accel: str                  # "none" when nothing will boot (the preflight found options missing)
+    key: Key
+    calibration: pmiss.Calibration | None  # the one that holds for key
+    pmiss_unknown: str = ""     # why none does
+    disk: boot_image.BootDisk | None = None  # --boot-image: the image's own disk
+
+    @property
+    def cpus(self) -> int:
+        return self.key.cpus
+
+
+def key_for(repro: Loaded, opts: Options, accel_kind: str | None, arch: str) -> Key:
+    return Key(tuple(opts.repro_args), opts.cpus or repro.spec.default_cpus, accel_kind, arch)
+
+
+def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
+    """The case verify runs: the kernel fetched (or built), checked against
+    what the reproducer needs, its initramfs and accelerator."""
+    ensure_guest(echo)  # before the kernel: a first --boot-image installs the guest binaries into the image's layer
+    build_opts = dataclasses.replace(opts.build or BuildOptions(), reproducer=repro.name)
+    kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts, boot_image=opts.boot_image,
+                            trust_backing=opts.trust_backing)
+    check = preflight.check(kernel, repro.spec)
+    if check.modules:
+        echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
+    initrd = initramfs.build(modules=check.modules, extra=programs.files(repro.spec))
+    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel, initrd, echo)
+    disk = None
+    if opts.boot_image and not check.missing:
+        disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
+        initrd = disk.initrd
+    key = key_for(repro, opts, accel_kind, kernel.arch)
+    cal, unknown = repro.calibration_for(key)
+    return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk)
