@@ -11,7 +11,8 @@ KSELFTEST := $(BUILD)/kselftest
 # every snapshot, is keyed on their bytes, and a clone at a new path would boot
 # every kernel afresh
 NO_BUILD_PATH := -ffile-prefix-map=$(CURDIR)=.
-GUEST_CFLAGS := -std=gnu11 -O2 -g $(NO_BUILD_PATH) -Wall -Wextra -Werror -static -I$(KSELFTEST)
+include repro/cflags.mk
+GUEST_CFLAGS := $(GUEST_CFLAGS_ALL) $(GUEST_CFLAGS_OWN) $(NO_BUILD_PATH) -I$(KSELFTEST)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 # syzkaller's golden console-report corpus (its file format), for `make bench`
@@ -50,9 +51,9 @@ $(GUEST):
 KSELFTEST_H := $(KSELFTEST)/kselftest.h
 $(KSELFTEST_H): repro/selftest/kselftest.toml images/kselftest.py
 	$(PYTHON) -m images.kselftest headers $(KSELFTEST)
-REPRO_H := repro/repro.h $(KSELFTEST_H)
+REPRO_H := repro/repro.h $(KSELFTEST_H) repro/cflags.mk
 
-$(GUEST)/init: repro/agent.c | $(GUEST)
+$(GUEST)/init: repro/agent.c repro/cflags.mk | $(GUEST)
 	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/perf-refresh: repro/perf_refresh.c $(REPRO_H) | $(GUEST)

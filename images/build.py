@@ -8,7 +8,7 @@ tree's objects; without one the tree's work tree itself is the source, built
 with O= (the kernel then insists on a clean source tree).
 
 Configuration: `make tinyconfig`, then images/kconfig/base.config, the
-reproducer's images/kconfig/<reproducer>.config, the user's --config
+reproducer's options (its data file's [kernel] options and build), the user's --config
 fragments and, with --debuginfo, debuginfo.config; then olddefconfig. One
 object directory per tree and configuration keeps steps incremental, ccache
 (<cache>/ccache) covers the rest. A finished build is cached by commit and
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import arch, paths, procs
+from harness.base.needs import KernelNeeds
 from images import cached, symcache
 from images.kernel import Kernel, Progress, SpecError, sha256_file
 
@@ -42,7 +43,7 @@ class BuildError(SpecError):
 
 @dataclass
 class BuildOptions:
-    reproducer: str | None = None
+    needs: KernelNeeds | None = None  # the reproducer's, written as its fragment
     fragments: list[Path] = field(default_factory=list)   # the user's, after kstall's own
     debuginfo: bool = False
     jobs: int = 0               # 0: one more than the host cores
@@ -50,8 +51,11 @@ class BuildOptions:
 
     def config_files(self) -> list[Path]:
         files = [KCONFIG_DIR / "base.config"]
-        if self.reproducer and (KCONFIG_DIR / f"{self.reproducer}.config").is_file():
-            files.append(KCONFIG_DIR / f"{self.reproducer}.config")
+        if self.needs and (self.needs.options or self.needs.build):
+            text = self.needs.fragment()
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            files.append(paths.write_atomic(paths.cache_dir() / "kconfig" / digest / f"{self.needs.owner}.config",
+                                            text))
         for f in self.fragments:
             if not Path(f).is_file():
                 raise SpecError(f"config fragment {f} does not exist")

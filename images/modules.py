@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.base import reproducers, untrusted
-from harness.base.reproducers import KernelNeeds
+from harness.base import needs, untrusted
+from harness.base.needs import KernelNeeds
 from images.kernel import SpecError
 
 DECOMPRESS = {".xz": ["xz", "-dc"], ".zst": ["zstd", "-dcq"], ".gz": ["gzip", "-dc"]}
@@ -38,14 +38,14 @@ def module_name(path: str) -> str:
 
 def every_need() -> list[KernelNeeds]:
     """The agent's and every reproducer's: a kernel is prepared once for all."""
-    return [reproducers.agent_needs()] + [reproducers.load(n).needs for n in reproducers.names()]
+    return needs.every()
 
 
 def optional_needs() -> list[KernelNeeds]:
     """What only a host command (`run:`) needs: its modules are taken when a
     kernel's packages hold them, and a kernel without them is no error until
     a host command runs on it."""
-    return [reproducers.host_command_needs()]
+    return [needs.host_command()]
 
 
 def wanted(needs: Iterable[KernelNeeds], config_value: Callable[[str], str | None] | None,

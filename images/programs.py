@@ -10,18 +10,27 @@ the paths it asks for them, so it runs in kstall's bare initramfs.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 import subprocess
 from pathlib import Path
 
 from harness.base import paths
-from harness.base.reproducers import Reproducer
 from images import cached
 from images.kernel import SpecError
 
-CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-static", "-pthread"]
+CFLAGS_FILE = paths.data_file("repro", "cflags.mk")
+
+
+def cflags() -> list[str]:
+    """GUEST_CFLAGS_ALL from repro/cflags.mk: the flags the built-ins are built with too."""
+    for line in CFLAGS_FILE.read_text().splitlines():
+        name, sep, value = line.partition(":=")
+        if sep and name.strip() == "GUEST_CFLAGS_ALL":
+            return value.split()
+    raise BuildError(f"{CFLAGS_FILE} has no GUEST_CFLAGS_ALL")
+
+
 BUILD_TIMEOUT = 300
 
 
@@ -32,23 +41,6 @@ class BuildError(SpecError):
 def include_dirs() -> list[Path]:
     """What the built-ins build with: the kernel's kselftest.h (make guest) and repro/repro.h."""
     return [paths.guest_dir().parent / "kselftest", paths.data_file("repro")]
-
-
-def build(repro: Reproducer) -> Reproducer:
-    """The reproducer with its program on the host: a C file built (cached)."""
-    if not repro.source:
-        return repro
-    return dataclasses.replace(repro, program=str(build_c(Path(repro.source))))
-
-
-def files(repro: Reproducer) -> dict[str, bytes]:
-    """What a user's program adds to the initramfs (nothing for a built-in,
-    or a host command, which runs from the host's root)."""
-    if repro.builtin or repro.command:
-        return {}
-    if not repro.program:
-        repro = build(repro)
-    return guest_files(Path(repro.program), repro.binary)
 
 
 def _compiler_identity(cc: str) -> str:
@@ -67,19 +59,21 @@ def build_c(source: Path, cc: str = "gcc") -> Path:
     for header in sorted(f for d in include for f in d.glob("*.h")):
         h.update(header.read_bytes())
     h.update(_compiler_identity(cc).encode())
+    flags = cflags()
+    h.update(" ".join(flags).encode())
     d = paths.cache_dir() / "programs" / f"{source.stem[:40]}-{h.hexdigest()[:16]}"
     out = d / source.stem
 
     def make() -> None:
         try:
-            p = subprocess.run([cc, *CFLAGS, *(f"-I{d}" for d in include), "-o", str(out), str(source)],
+            p = subprocess.run([cc, *flags, *(f"-I{d}" for d in include), "-o", str(out), str(source)],
                                capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         except FileNotFoundError:
             raise BuildError(f"{cc} not found: run `make deps`") from None
         except subprocess.TimeoutExpired:
             raise BuildError(f"building {source} took longer than {BUILD_TIMEOUT}s") from None
         if p.returncode != 0:
-            raise BuildError(f"{source} does not build ({cc} {' '.join(CFLAGS)}):\n"
+            raise BuildError(f"{source} does not build ({cc} {' '.join(flags)}):\n"
                              f"{(p.stderr or p.stdout).strip()[-3000:]}")
         (d / "built").touch()
     cached.make_once(d, make, done="built")

@@ -27,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness.base import paths
+from harness.base.needs import AGENT, HOST_COMMAND, HOST_COMMAND_NEEDS, KernelNeeds
 
 REPRO_DIR = paths.data_file("repro")
 BUILTIN_CALIBRATION = REPRO_DIR / "calibration"
@@ -46,20 +47,6 @@ class ReproducerError(LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
-
-
-@dataclass(frozen=True)
-class KernelNeeds:
-    """Kernel config options something needs ([kernel] in its data file), and
-    the module behind each tristate one."""
-    owner: str
-    options: tuple[str, ...] = ()
-    modules: tuple[tuple[str, str], ...] = ()  # (option, module name)
-
-    @staticmethod
-    def from_doc(owner: str, doc: dict) -> "KernelNeeds":
-        k = doc.get("kernel", {})
-        return KernelNeeds(owner, tuple(k.get("options", ())), tuple(k.get("modules", {}).items()))
 
 
 @dataclass(frozen=True)
@@ -149,18 +136,6 @@ class Reproducer:
         return Path(self.calibration) if self.calibration else BUILTIN_CALIBRATION
 
 
-AGENT = "agent"  # repro/agent.toml: the guest agent's needs, not a reproducer
-
-
-def host_command_needs() -> KernelNeeds:
-    return KernelNeeds.from_doc(HOST_COMMAND, HOST_COMMAND_NEEDS)
-
-
-def agent_needs() -> KernelNeeds:
-    with open(REPRO_DIR / f"{AGENT}.toml", "rb") as f:
-        return KernelNeeds.from_doc(AGENT, tomllib.load(f))
-
-
 def names() -> list[str]:
     return sorted(p.stem for p in REPRO_DIR.glob("*.toml") if p.stem != AGENT)
 
@@ -172,12 +147,6 @@ def load(name: str) -> Reproducer:
         raise ReproducerError(f"unknown reproducer {name!r}: give one of {', '.join(names())}, a C file, "
                               "an executable, a reproducer's .toml or its directory")
     return from_file(path)
-
-
-HOST_COMMAND = "run:"
-# what a host command needs of the guest kernel: virtiofs (built in on Debian's 6.12 and later)
-HOST_COMMAND_NEEDS = {"kernel": {"options": ["VIRTIO_FS", "FUSE_FS"],
-                                  "modules": {"FUSE_FS": "fuse", "VIRTIO_FS": "virtiofs"}}}
 
 
 def looks_like_path(spec: str) -> bool:

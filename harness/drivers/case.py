@@ -90,10 +90,19 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
     if repro.source:
         ensure_guest(echo)  # kselftest.h, which a user's C file may include
         t = time.monotonic()
-        repro = programs.build(repro)
+        repro = dataclasses.replace(repro, program=str(programs.build_c(Path(repro.source))))
         if time.monotonic() - t > 0.1:  # not cached
             echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
     return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_file(repro.name, repro.calibration_dir))
+
+
+def guest_files(repro: Reproducer) -> dict[str, bytes]:
+    """What a user's program adds to the initramfs (nothing for a built-in,
+    or a host command, which runs from the host's root)."""
+    if repro.builtin or repro.command:
+        return {}
+    program = repro.program or str(programs.build_c(Path(repro.source)))
+    return programs.guest_files(Path(program), repro.binary)
 
 
 @dataclass(frozen=True)
@@ -121,13 +130,13 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     """The case verify runs: the kernel fetched (or built), checked against
     what the reproducer needs, its initramfs and accelerator."""
     ensure_guest(echo)  # before the kernel: a first --boot-image installs the guest binaries into the image's layer
-    build_opts = dataclasses.replace(opts.build or BuildOptions(), reproducer=repro.name)
+    build_opts = dataclasses.replace(opts.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts, boot_image=opts.boot_image,
                             trust_backing=opts.trust_backing)
     check = preflight.check(kernel, repro.spec)
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
-    initrd = initramfs.build(modules=check.modules, extra=programs.files(repro.spec))
+    initrd = initramfs.build(modules=check.modules, extra=guest_files(repro.spec))
     accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel, initrd, echo)
     disk = None
     if opts.boot_image and not check.missing:

@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base import reproducers
-from harness.base.reproducers import KernelNeeds, Reproducer
+from harness.base import needs as kernel_needs
+from harness.base.needs import KernelNeeds
+from harness.base.reproducers import Reproducer
 from images import modules
 from images.kernel import Kernel, SpecError
 
@@ -40,7 +41,7 @@ def _absent(kernel: Kernel, options: tuple[str, ...]) -> list[str]:
 
 
 def check(kernel: Kernel, repro: Reproducer | None) -> Check:
-    agent = reproducers.agent_needs()
+    agent = kernel_needs.agent()
     needs: list[KernelNeeds] = [agent] + ([repro.needs] if repro else [])
     out = Check(config_checked=kernel.config is not None and kernel.config.is_file())
     if out.config_checked:

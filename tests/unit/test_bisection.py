@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.base import reproducers
 from harness.drivers.bisect import git as bisect_git
 from harness import cli
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Bisection, Step, TooManyErrors
@@ -130,9 +131,11 @@ def test_bisect_git_hands_its_options_on_to_every_step():
 def test_fragments_base_then_reproducer_then_user_then_debuginfo(tmp_path):
     mine = tmp_path / "mine.config"
     mine.write_text("CONFIG_LOCKDEP=y\n")
-    files = kbuild.BuildOptions(reproducer="bpf-ringbuf", fragments=[mine], debuginfo=True).config_files()
+    ringbuf, refresh = reproducers.load("bpf-ringbuf").needs, reproducers.load("perf-refresh").needs
+    files = kbuild.BuildOptions(needs=ringbuf, fragments=[mine], debuginfo=True).config_files()
     assert [f.name for f in files] == ["base.config", "bpf-ringbuf.config", "mine.config", "debuginfo.config"]
-    assert kbuild.BuildOptions(reproducer="perf-refresh").key() != kbuild.BuildOptions(reproducer="bpf-ringbuf").key()
+    assert kbuild.BuildOptions(needs=refresh).key() != kbuild.BuildOptions(needs=ringbuf).key()
+    assert "CONFIG_BPF_JIT=y" in files[1].read_text() and "CONFIG_BPF_EVENTS=y" in files[1].read_text()
     with pytest.raises(SpecError, match="does not exist"):
         kbuild.BuildOptions(fragments=[tmp_path / "nope.config"]).config_files()
 

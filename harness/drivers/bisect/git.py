@@ -99,7 +99,7 @@ def test_commit(tree: Path, sha: str, policy: StepPolicy, build: kbuild.BuildOpt
     spec = f"build:{tree}@{sha}"
     t0 = time.monotonic()
     try:
-        kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(build, reproducer=policy.reproducer))
+        kernel = resolve(spec, progress=echo, build_options=dataclasses.replace(build, needs=policy.loaded.spec.needs))
     except kbuild.BuildError as e:
         echo(f"{label}: build failed, skipping: {str(e).splitlines()[0]}")
         took = round(time.monotonic() - t0, 1)
