@@ -49,8 +49,8 @@ $(GUEST):
 # the kernel's kselftest.h, from Debian's linux orig tarball (repro/selftest/kselftest.toml
 # pins the version and the hashes; the tarball is downloaded once into the cache)
 KSELFTEST_H := $(KSELFTEST)/kselftest.h
-$(KSELFTEST_H): repro/selftest/kselftest.toml images/kselftest.py
-	$(PYTHON) -m images.kselftest headers $(KSELFTEST)
+$(KSELFTEST_H): repro/selftest/kselftest.toml images/guest/kselftest.py
+	$(PYTHON) -m images.guest.kselftest headers $(KSELFTEST)
 REPRO_H := repro/repro.h $(KSELFTEST_H) repro/cflags.mk
 
 $(GUEST)/init: repro/agent.c repro/cflags.mk | $(GUEST)

@@ -14,9 +14,9 @@ from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
 from harness.base import leftovers, paths, procs, reproducers, rundir
 from harness.reports import formats, matrix_doc, text
-from images import schemes
-from images.kernel import SpecError
-from images.programs import BuildError
+from images.kernels import schemes
+from images.kernels.kernel import SpecError
+from images.guest.programs import BuildError
 
 # the drivers pull in the VM side (QEMU, pexpect); they are imported where
 # they are used, so that `kstall report` and `--help` run anywhere
@@ -124,7 +124,7 @@ def options_from(a: argparse.Namespace):
 def build_options_from(a: argparse.Namespace):
     if not hasattr(a, "debuginfo"):
         return None
-    from images.build import BuildOptions
+    from images.kernels.build import BuildOptions
     return BuildOptions(fragments=list(a.config), debuginfo=a.debuginfo, jobs=a.jobs, timeout=a.build_timeout)
 
 
@@ -174,7 +174,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
 
 
 def cmd_kernels(a: argparse.Namespace) -> int:
-    from images import debian
+    from images.kernels import debian
     try:
         rows = debian.available(progress=echo_stderr)
     except SpecError as e:
@@ -199,7 +199,7 @@ def cmd_kernels(a: argparse.Namespace) -> int:
 
 def cmd_symbols(a: argparse.Namespace) -> int:
     from harness.drivers import symbols
-    from images import symcache
+    from images.kernels import symcache
     try:
         kernel = schemes.resolve(a.kernel, progress=echo_stderr)
     except SpecError as e:

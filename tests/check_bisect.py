@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.base import paths  # noqa: E402
-from images import debian_source  # noqa: E402
+from images.kernels import debian_source  # noqa: E402
 
 UPSTREAM = "6.17.8"
 BROKEN = "int kstall_check_bisect_broken(void) { return kstall_no_such_symbol; }\n"

@@ -4,7 +4,7 @@
 under the kselftest runner in a guest.
 
 1. Debian's 6.17.8 source (tools/, scripts/, Makefile from the orig tarball,
-   images/kselftest.py) gets tools/testing/selftests/kstall/ from repro/
+   images/guest/kselftest.py) gets tools/testing/selftests/kstall/ from repro/
    (repro/selftest/Makefile on the selftests' lib.mk, settings, the sources).
 2. `make -C tools/testing/selftests TARGETS=kstall USERLDFLAGS=-static
    install` builds and installs it with run_kselftest.sh.
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.base import paths  # noqa: E402
-from images import kselftest  # noqa: E402
+from images.guest import kselftest  # noqa: E402
 
 SOURCES = ["repro/selftest/Makefile", "repro/selftest/settings", "repro/repro.h", "repro/perf_refresh.c",
            "repro/signal_malloc.c"]

@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base import paths  # noqa: E402
-from images import debian  # noqa: E402
-from images.download import download  # noqa: E402
+from images.kernels import debian  # noqa: E402
+from images.kernels.download import download  # noqa: E402
 
 COMPRESS = {"xz": ["xz", "--check=crc32", "--lzma2=dict=1MiB", "-q"], "zst": ["zstd", "-q", "--rm", "-T1"]}
 
@@ -201,7 +201,7 @@ def _ext4_gpt_qcow2(root: Path, raw: Path, out: Path) -> None:
     system on the host (virt-make-fs took 72 s more, in a TCG appliance);
     grub-probe needs the disk as a block device, which only the appliance
     gives here (no loop partitions), so virt-customize runs grub-mkconfig."""
-    from images import appliance
+    from images.kernels import appliance
     used = int(_run(["du", "-sxb", str(root)]).split()[0])
     fs_mib = used * 11 // 10 // MIB + 256
     with open(raw, "wb") as f:
@@ -248,7 +248,7 @@ def disk_image(version: str) -> Path:
 def no_kernel_image() -> Path:
     """The trixie root without a kernel on GPT + LVM + XFS (guestfish), for
     'an image with no kernel' and to read LVM and XFS."""
-    from images import appliance
+    from images.kernels import appliance
     out = assets_dir() / "images" / "trixie-nokernel-lvm-xfs.qcow2"
     if out.is_file():
         return out

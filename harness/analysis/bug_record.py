@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from images import changelog
+from images.kernels import changelog
 
 AFFECTED, FIXED, NOT_INTRODUCED, UNKNOWN = "affected", "fixed", "not introduced", "unknown"
 _CVE = re.compile(r"CVE-\d{4}-\d{4,}")

@@ -25,7 +25,7 @@ from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
 from harness.analysis.stackwalk import KERNEL_HALF
 from harness.base import paths
 from harness.base.arch import Arch
-from images import symcache
+from images.kernels import symcache
 
 SPEC_FILE = paths.data_file("harness", "analysis", "kernel-waits.toml")
 MAX_CPUS = 64  # one word of a cpumask

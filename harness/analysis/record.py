@@ -55,7 +55,7 @@ class RunRecord:
     id: str
     verdict: Verdict
     outcome: Outcome
-    kernel: dict                 # images.kernel.Kernel.to_json(), with the spec as the user wrote it
+    kernel: dict                 # images.kernels.kernel.Kernel.to_json(), with the spec as the user wrote it
     reproducer: dict             # name, args, count_name, min_count, count_target
     vm: dict                     # cpus, memory_mb, accel, cmdline, go, boot_image, snapshot
     evidence: Evidence = field(default_factory=Evidence)

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 """What something needs of a kernel ([kernel] in its data file): the options
 a kernel is checked for before it boots (harness/drivers/preflight.py), the
-module behind each tristate one (images/modules.py), and the options a kernel
-built for it must also have (images/build.py writes them as its kconfig
+module behind each tristate one (images/kernels/modules.py), and the options a kernel
+built for it must also have (images/kernels/build.py writes them as its kconfig
 fragment). Written once, in the data file; read here."""
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class KernelNeeds:
     owner: str
     options: tuple[str, ...] = ()
     modules: tuple[tuple[str, str], ...] = ()  # (option, module name)
-    build: tuple[str, ...] = ()  # options a kernel built for it also sets, though a distro kernel is not checked for them
+    # options a kernel built for it also sets, though a distro kernel is not checked for them
+    build: tuple[str, ...] = ()
 
     @staticmethod
     def from_doc(owner: str, doc: dict) -> "KernelNeeds":

@@ -108,7 +108,7 @@ class Reproducer:
     stall: StallSpec | None = None  # None: the reproducer measures no latencies
     needs: KernelNeeds = KernelNeeds("")
     hang: HangIn = HangIn.KERNEL
-    source: str = ""       # a C file kstall builds (images/programs.py), or ""
+    source: str = ""       # a C file kstall builds (images/guest/programs.py), or ""
     program: str = ""      # an executable on the host that goes into the guest as it is, or ""
     signatures: str = ""   # a directory of its own hang signatures, or ""
     calibration: str = ""  # where its calibration lives (built-ins: repro/calibration)

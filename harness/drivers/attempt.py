@@ -38,8 +38,8 @@ from harness.guest.hostwait import HostWait
 from harness.guest.nmi import NmiInjector
 from harness.guest.vm import VM, VMConfig, VMError
 from harness.guest.watch import Limits, Watch
-from images import symcache
-from images.kernel import SpecError
+from images.kernels import symcache
+from images.kernels.kernel import SpecError
 
 Echo = Callable[[str], None]
 # a latency the reproducer measured ended at most this long before the progress line that showed it

@@ -26,10 +26,10 @@ from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import Options
 from harness.guest import accel
-from images import boot_image, initramfs, programs
-from images.build import BuildOptions
-from images.kernel import Kernel, SpecError
-from images.schemes import resolve as resolve_kernel
+from images.guest import boot_image, initramfs, programs
+from images.kernels.build import BuildOptions
+from images.kernels.kernel import Kernel, SpecError
+from images.kernels.schemes import resolve as resolve_kernel
 
 Echo = Callable[[str], None]
 
@@ -131,7 +131,8 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     what the reproducer needs, its initramfs and accelerator."""
     ensure_guest(echo)  # before the kernel: a first --boot-image installs the guest binaries into the image's layer
     build_opts = dataclasses.replace(opts.build or BuildOptions(), needs=repro.spec.needs)
-    kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts, boot_image=opts.boot_image,
+    kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
+                            boot_layer=boot_image.make_layer if opts.boot_image else None,
                             trust_backing=opts.trust_backing)
     check = preflight.check(kernel, repro.spec)
     if check.modules:

@@ -10,8 +10,8 @@ from typing import Callable
 
 from harness.analysis import bug_record
 from harness.analysis.bug_record import BugRecord, Prediction
-from images import changelog, schemes
-from images.kernel import Kernel, SpecError
+from images.kernels import changelog, schemes
+from images.kernels.kernel import Kernel, SpecError
 
 Echo = Callable[[str], None]
 

@@ -26,8 +26,8 @@ from harness.base import procs, rundir as results
 from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
-from images.kernel import SpecError
-from images.schemes import resolve
+from images.kernels.kernel import SpecError
+from images.kernels.schemes import resolve
 
 
 class Runner:

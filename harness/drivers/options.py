@@ -11,7 +11,7 @@ from typing import Callable
 from harness.debug.process import CommandHook
 from harness.guest.cores import CoreBudget
 from harness.guest.vm import VM
-from images.build import BuildOptions
+from images.kernels.build import BuildOptions
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Options:
     budget: CoreBudget | None = None
     # set by another thread to end the run (reported as interrupted)
     cancel: threading.Event | None = None
-    # image: kernels: boot the image's own initrd and userspace (images/boot_image.py)
+    # image: kernels: boot the image's own initrd and userspace (images/guest/boot_image.py)
     boot_image: bool = False
     # image: kernels: backing files outside the image's directory are the user's own
     trust_backing: bool = False

@@ -8,7 +8,7 @@ checked against the kernel's config when kstall has one:
 - an option the reproducer needs is missing: its path cannot run, so the
   verdict is INCONCLUSIVE at once, naming the options;
 - an option that is a module (=m): its module and their dependencies (taken
-  when the kernel was fetched, images/modules.py) go into the initramfs, in
+  when the kernel was fetched, images/kernels/modules.py) go into the initramfs, in
   load order.
 Without a config (a bare file: kernel) nothing can be checked here; the agent
 still says on the console what it lacks.
@@ -21,8 +21,8 @@ from pathlib import Path
 from harness.base import needs as kernel_needs
 from harness.base.needs import KernelNeeds
 from harness.base.reproducers import Reproducer
-from images import modules
-from images.kernel import Kernel, SpecError
+from images.kernels import modules
+from images.kernels.kernel import Kernel, SpecError
 
 
 @dataclass

@@ -12,8 +12,9 @@ from harness.drivers.case import ensure_guest
 from harness.guest import accel, machine
 from harness.guest.vm import VM, VMConfig
 from harness.guest.watch import Limits, Watch
-from images import initramfs, symcache
-from images.kernel import Kernel
+from images.guest import initramfs
+from images.kernels import symcache
+from images.kernels.kernel import Kernel
 
 
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:

@@ -29,8 +29,8 @@ from harness.drivers.options import Options
 from harness.guest.cores import Cancelled
 from harness.guest.vm import VMError
 from harness.reports import views
-from images import symcache
-from images.kernel import SpecError
+from images.kernels import symcache
+from images.kernels.kernel import SpecError
 
 Echo = Callable[[str], None]
 

@@ -25,7 +25,7 @@ from harness.base.kvm_decisions import HOST, decisions
 from harness.guest import machine
 from harness.guest.vm import VM, VMConfig, VMError, kvm_available
 from harness.guest.watch import Limits, Watch
-from images.kernel import Kernel
+from images.kernels.kernel import Kernel
 
 PROBE_BOUND_S = float(os.environ.get("KSTALL_KVM_PROBE_S", "3"))
 

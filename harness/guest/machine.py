@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import arch as arches
-from images import pvh
-from images.kernel import Kernel
+from images.guest import pvh
+from images.kernels.kernel import Kernel
 
 
 def qemu(arch: str = arches.DEFAULT) -> str:

@@ -23,7 +23,7 @@ from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.vm import VM
-from images import symcache
+from images.kernels import symcache
 
 # a run is suspected of hanging (Watch.on_suspect) after this fraction of its freeze or stuck limit
 SUSPECT_AT = 0.4

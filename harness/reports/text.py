@@ -9,7 +9,7 @@ from harness.analysis.expect import STATUS_TEXT
 from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
 from harness.reports import views
-from images.kernel import Kernel
+from images.kernels.kernel import Kernel
 
 
 def run_text(rec: RunRecord) -> str:

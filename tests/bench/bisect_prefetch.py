@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from harness.drivers.bisect import debian as bisect_debian  # noqa: E402
-from images import debian  # noqa: E402
+from images.kernels import debian  # noqa: E402
 
 
 def drop_kernels(versions: list[str]) -> None:

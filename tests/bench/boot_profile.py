@@ -31,8 +31,8 @@ from harness.base import reproducers  # noqa: E402
 from harness.drivers.attempt import kernel_cmdline  # noqa: E402
 from harness.guest import machine as machines  # noqa: E402
 from harness.guest.vm import VM, VMConfig  # noqa: E402
-from images import initramfs  # noqa: E402
-from images.schemes import resolve  # noqa: E402
+from images.guest import initramfs  # noqa: E402
+from images.kernels.schemes import resolve  # noqa: E402
 
 QBOOT = "/usr/share/qemu/qboot.rom"
 # name -> (machine, extra QEMU arguments, extra kernel command line, PVH boot)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import distro_assets  # noqa: E402
 from harness.base import paths  # noqa: E402
-from images import image  # noqa: E402
+from images.kernels import image  # noqa: E402
 
 KSTALL = [str(REPO / "harness" / "kstall")]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from images import programs  # noqa: E402
+from images.guest import programs  # noqa: E402
 
 KSTALL = [sys.executable, str(REPO / "harness" / "kstall")]
 OTHER = REPO / "tests" / "programs" / "other_refresh.c"

@@ -31,7 +31,7 @@ def joined(paths: list[Path]) -> str:
 
 
 def sha256(path: Path) -> str:
-    from images.kernel import sha256_file
+    from images.kernels.kernel import sha256_file
     return sha256_file(path)
 
 
@@ -116,7 +116,7 @@ def test_image_with_a_fixed_kernel_is_not_reproduced(tmp_path):
 # -- preflight and the agent's own diagnosis ---------------------------------
 
 def test_kernel_without_bpf_syscall_is_inconclusive_before_booting(tmp_path):
-    from images.schemes import resolve
+    from images.kernels.schemes import resolve
     k = resolve("debian:6.16.12")
     d = tmp_path / "kernel"
     d.mkdir()
@@ -131,7 +131,7 @@ def test_kernel_without_bpf_syscall_is_inconclusive_before_booting(tmp_path):
 
 
 def test_modular_kernel_without_its_modules_gets_the_agents_diagnosis(tmp_path):
-    from images.schemes import resolve
+    from images.kernels.schemes import resolve
     bare = tmp_path / "vmlinuz-6.1"
     shutil.copy(resolve("debian:6.1.192").vmlinuz, bare)  # no config, no modules beside it
     rc, doc, err = verify_json(tmp_path / "r", f"file:{bare}", "perf-refresh")
@@ -177,7 +177,7 @@ def test_unknown_scheme_lists_the_new_ones():
 def test_module_that_fails_to_load_is_an_error_naming_it(tmp_path):
     """bookworm's 6.1 installed under a root (/boot and /lib/modules, as file:
     reads a machine's own kernel), with virtio_ring.ko damaged."""
-    from images.schemes import resolve
+    from images.kernels.schemes import resolve
     k = resolve("debian:6.1.192")
     root = tmp_path / "root"
     (root / "boot").mkdir(parents=True)

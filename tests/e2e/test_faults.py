@@ -261,7 +261,7 @@ def _stage_cache(tmp_path: Path, stage: str) -> Path:
     lists for the download, with the kernel but no symbols for their capture,
     a copy of the whole kernel entry otherwise."""
     from harness.base import paths
-    from images import symcache
+    from images.kernels import symcache
     cache = tmp_path / "cache"
     if stage == "index":
         return cache

@@ -17,8 +17,9 @@ import pytest
 
 from harness.guest import accel
 from harness.base import kvm_decisions, paths
-from images import appliance, initramfs
-from images.schemes import resolve
+from images.kernels import appliance
+from images.guest import initramfs
+from images.kernels.schemes import resolve
 
 pytestmark = pytest.mark.e2e
 

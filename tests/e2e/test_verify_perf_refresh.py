@@ -66,7 +66,7 @@ def test_unknown_version_fails_fast_with_the_nearest(tmp_path):
 
 
 def test_truncated_vmlinuz_is_a_boot_failure_never_vulnerable(tmp_path):
-    from images.schemes import resolve
+    from images.kernels.schemes import resolve
     good = resolve("debian:6.17.8").vmlinuz
     bad = tmp_path / "bzImage-truncated"
     bad.write_bytes(good.read_bytes()[:3_000_000])
@@ -78,10 +78,10 @@ def test_truncated_vmlinuz_is_a_boot_failure_never_vulnerable(tmp_path):
 def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     """Writes a real int3 into the guest's kernel text through the gdbstub on the
     first attempt: the oops is the one the TCG text-patching race produces."""
-    from images import symcache
+    from images.kernels import symcache
     from harness.drivers import verify
     from harness.drivers.options import Options
-    from images.schemes import resolve
+    from images.kernels.schemes import resolve
     from harness.analysis.kallsyms import Kallsyms
     kernel = resolve("debian:6.17.8")
     assert kstall("symbols", "debian:6.17.8").returncode == 0

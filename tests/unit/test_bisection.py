@@ -10,8 +10,8 @@ from harness.base import reproducers
 from harness.drivers.bisect import git as bisect_git
 from harness import cli
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Bisection, Step, TooManyErrors
-from images import build as kbuild
-from images.kernel import SpecError
+from images.kernels import build as kbuild
+from images.kernels.kernel import SpecError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "git-bisect"
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """The verdict predicted from a bug's published record and a package's
-changelog (harness/analysis/bug_record.py, images/changelog.py): the records
+changelog (harness/analysis/bug_record.py, images/kernels/changelog.py): the records
 are the kernel CVE team's, the changelog an excerpt of Debian 6.1.192-2's."""
 import gzip
 
@@ -10,7 +10,7 @@ from recorded import FIXTURES
 from harness.analysis import bug_record
 from harness.analysis.bug_record import AFFECTED, FIXED, NOT_INTRODUCED, UNKNOWN, BugRecord
 from harness.base import reproducers
-from images import changelog
+from images.kernels import changelog
 
 EXCERPT = FIXTURES / "changelogs" / "linux-image-6.1.0-56-amd64_6.1.192-2.excerpt"
 # CVE-2024-42239.dyad: bpf_timer callbacks cancelling each other; no fix on 6.1.y
@@ -148,8 +148,8 @@ def test_an_rpm_changelog_is_read_with_its_authors_left_out():
 def test_an_rpm_kernel_keeps_its_packages_changelog(tmp_path):
     import shutil
     import subprocess
-    from images import cached, rpm
-    from images.kernel import Kernel
+    from images.kernels import cached, rpm
+    from images.kernels.kernel import Kernel
     if not shutil.which("rpmbuild"):
         pytest.skip("rpmbuild is not installed")
     spec = tmp_path / "k.spec"
@@ -168,8 +168,8 @@ def test_an_rpm_kernel_keeps_its_packages_changelog(tmp_path):
 
 
 def test_a_debian_package_without_a_changelog_is_not_fetched_again_to_find_out(tmp_path, monkeypatch):
-    from images import cached, debian
-    from images.kernel import Kernel
+    from images.kernels import cached, debian
+    from images.kernels.kernel import Kernel
 
     def no_fetch(*args, **kwargs):
         raise AssertionError("fetched the package again")

@@ -25,8 +25,8 @@ from harness.analysis.ktap import Ktap
 from harness.base import reproducers, untrusted
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.watch import Limits, Watch
-from images import guestfs_child, modules
-from images.kernel import SpecError
+from images.kernels import guestfs_child, modules
+from images.kernels.kernel import SpecError
 
 N = int(os.environ.get("FUZZ_INPUTS", "10000"))
 SEED = 20261123

@@ -18,8 +18,9 @@ from types import SimpleNamespace
 import pytest
 
 from harness.base import paths
-from images import guestfs_child, initramfs, modules
-from images.kernel import SpecError
+from images.kernels import guestfs_child, modules
+from images.guest import initramfs
+from images.kernels.kernel import SpecError
 
 REPO = paths.REPO
 RELEASE = "6.16.12+kstall-amd64"
@@ -108,8 +109,8 @@ def hook(event, args):
                 bad.append([event, os.fsdecode(a)])
 sys.addaudithook(hook)
 sys.path.insert(0, sys.argv[2])
-from images.kernel import SpecError
-from images.schemes import resolve
+from images.kernels.kernel import SpecError
+from images.kernels.schemes import resolve
 errors = []
 for spec in sys.argv[3:]:
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "images", "gdbscripts")
 # bottom to top; a module may import its own floor and the floors below
-FLOORS = ("harness.base", "images", "harness.analysis", "harness.guest", "harness.debug", "harness.reports",
-          "harness.drivers", "harness", "gdbscripts")
+FLOORS = ("harness.base", "images.kernels", "images.guest", "images", "harness.analysis", "harness.guest",
+          "harness.debug", "harness.reports", "harness.drivers", "harness", "gdbscripts")
 
 
 def modules(root: Path = REPO, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -103,6 +103,12 @@ def test_every_name_of_an_import_is_an_edge():
 def test_every_import_goes_down_the_floors():
     up = [f"{m} -> {t}" for m, ts in edges(modules()).items() for t in ts if floor(t) > floor(m)]
     assert up == [], "imports from a lower floor into a higher one:\n" + "\n".join(sorted(up))
+
+
+def test_a_kernel_scheme_imports_nothing_of_what_goes_into_the_guest():
+    bad = [f"{m} -> {t}" for m, ts in edges(modules()).items() if m.startswith("images.kernels")
+           for t in ts if t.startswith("images.guest")]
+    assert bad == []
 
 
 def test_images_import_nothing_of_the_harness_but_its_base():

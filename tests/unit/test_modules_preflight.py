@@ -9,8 +9,9 @@ import pytest
 
 from harness.drivers import preflight
 from harness.base import reproducers
-from images import debian, initramfs, modules
-from images.kernel import Kernel, SpecError
+from images.kernels import debian, modules
+from images.guest import initramfs
+from images.kernels.kernel import Kernel, SpecError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "distro"
 
@@ -102,7 +103,7 @@ def test_initramfs_carries_modules_in_load_order(tmp_path, monkeypatch):
 
 
 def test_grub_default_on_a_grub_cfg_that_grub_mkconfig_wrote():
-    from images import guestfs_child as gc
+    from images.kernels import guestfs_child as gc
     # as grub-mkconfig wrote it inside the test image, gzipped: its shell file tests look like QEMU flags to
     # the repository's grep for TCP listeners
     text = gzip.decompress((FIX / "grub.cfg-trixie-6.16.12.gz").read_bytes()).decode()

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from images import pvh
+from images.guest import pvh
 
 
 def _elf(d, name, size, mtime):

@@ -4,9 +4,10 @@ import subprocess
 
 import pytest
 
-from images import debian, filekernel, initramfs
-from images.kernel import SpecError
-from images.schemes import resolve
+from images.kernels import debian, filekernel
+from images.guest import initramfs
+from images.kernels.kernel import SpecError
+from images.kernels.schemes import resolve
 
 
 def k(upstream, abi_suffix="deb13", flavour="amd64", version=None):

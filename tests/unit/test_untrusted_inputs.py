@@ -12,7 +12,7 @@ import pytest
 
 from harness.base import procs
 from harness.debug import process
-from images import pvh
+from images.guest import pvh
 
 
 def test_a_payload_that_decompresses_past_the_limit_is_no_kernel():

@@ -19,7 +19,7 @@ from harness.analysis.findings import Findings, ProcessReading
 from harness.base import paths, reproducers
 from harness.drivers.attempt import repro_arguments
 from harness.drivers.options import Options
-from images import programs
+from images.guest import programs
 
 PROGRAMS = paths.REPO / "tests" / "programs"
 

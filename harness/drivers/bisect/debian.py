@@ -21,9 +21,9 @@ from harness.base import paths, procs, rundir as results
 from harness.drivers import explain
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors
-from images import debian
-from images.kernel import SpecError
-from images.schemes import resolve
+from images.kernels import debian
+from images.kernels.kernel import SpecError
+from images.kernels.schemes import resolve
 
 SCHEMA = "kstall.bisect/1"
 

@@ -37,10 +37,10 @@ from harness.analysis.record import RunRecord
 from harness.base import paths, procs, rundir as results
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
-from images import build as kbuild
-from images.build import git
-from images.kernel import SpecError
-from images.schemes import resolve
+from images.kernels import build as kbuild
+from images.kernels.build import git
+from images.kernels.kernel import SpecError
+from images.kernels.schemes import resolve
 
 SCHEMA = "kstall.bisect/1"
 EXIT_OLD, EXIT_NEW, EXIT_SKIP, EXIT_ABORT = 0, 1, 125, 128

@@ -13,7 +13,7 @@ Packaging differs by version:
 - from 6.19 on it is a metapackage: the image sits in `linux-binary-<abi>-<flavour>`
   at usr/lib/modules/<abi>-<flavour>/vmlinuz, the config in `linux-base-…`, the
   modules in `linux-modules-…`.
-Packages are read by images/packages.py, which also takes the modules the guest
+Packages are read by images/kernels/packages.py, which also takes the modules the guest
 must load (virtio console and PCI are modules in 6.1); a package that is not
 needed (the modules, when they are built in) is not downloaded.
 """
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.base import arch, paths, procs
-from images import cached, packages
-from images.download import download as fetch_file, why_failed
-from images.kernel import Kernel, Progress, SpecError
+from images.kernels import cached, packages
+from images.kernels.download import download as fetch_file, why_failed
+from images.kernels.kernel import Kernel, Progress, SpecError
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600

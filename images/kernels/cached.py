@@ -21,8 +21,8 @@ from typing import Callable, Iterator
 
 from harness.base import arch, paths
 from harness.base.paths import write_atomic
-from images import modules
-from images.kernel import Kernel, sha256_file
+from images.kernels import modules
+from images.kernels.kernel import Kernel, sha256_file
 
 META = "kernel.json"
 

@@ -7,7 +7,7 @@ the two headers, once, into the cache; `selftests_tree` extracts the parts of
 the source tree an in-tree selftest build needs (tools/, scripts/, the
 top-level Makefile) for `make check-selftest`.
 
-    python3 -m images.kselftest headers DIR   copy the checked headers into DIR
+    python3 -m images.guest.kselftest headers DIR   copy the checked headers into DIR
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 from harness.base import paths
-from images.kernel import Progress, SpecError
+from images.kernels.kernel import Progress, SpecError
 
 PIN = paths.data_file("repro", "selftest", "kselftest.toml")
 TREE_PARTS = ("tools", "scripts", "Makefile")
@@ -42,7 +42,7 @@ def _mismatches(root: Path, hashes: dict[str, str]) -> list[str]:
 def _extract(members: list[str], dest: Path, progress: Progress | None) -> None:
     """members (paths below linux-<upstream>/) of the orig tarball into dest,
     via a temporary directory renamed into place: no half-extracted cache."""
-    from images import debian_source
+    from images.kernels import debian_source
     p = pin()
     tarball = debian_source.orig_tarball(p["upstream"], progress)
     top = f"linux-{p['upstream']}"

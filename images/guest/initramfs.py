@@ -84,7 +84,7 @@ def build(guest: Path | None = None, modules: list[Path] | tuple[Path, ...] = ()
     """Path of the initramfs for the current guest binaries, built if needed,
     with modules (NAME.ko, uncompressed) for the agent to load first, in order
     (the agent reads etc/kstall/modules, see repro/agent.c), and extra files
-    (a user's program and its libraries: images/programs.py)."""
+    (a user's program and its libraries: images/guest/programs.py)."""
     files = guest_files(guest) | (extra or {})
     for m in modules:
         files[f"lib/modules/kstall/{m.name}"] = m.read_bytes()

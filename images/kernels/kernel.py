@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """What kstall boots: a vmlinuz, its config, a content hash, the modules the
 guest needs. The schemes that make one from what a user names are in
-images/schemes.py."""
+images/kernels/schemes.py."""
 from __future__ import annotations
 
 import hashlib
@@ -29,11 +29,11 @@ class Kernel:
     config: Path | None = None
     vmlinux: Path | None = None  # with DWARF, when there is one
     origin: dict = field(default_factory=dict)
-    # modules the guest may need (images.modules): name -> load sequence
+    # modules the guest may need (images.kernels.modules): name -> load sequence
     # ([] when built in), the files as NAME.ko in modules_dir
     modules: dict[str, list[str]] = field(default_factory=dict)
     modules_dir: Path | None = None
-    changelog: Path | None = None  # the package's changelog.gz, when it has one (images/changelog.py)
+    changelog: Path | None = None  # the package's changelog.gz, when it has one (images/kernels/changelog.py)
     arch: str = arches.DEFAULT  # its architecture (harness/base/arches.toml)
 
     def to_json(self) -> dict:

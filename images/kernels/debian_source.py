@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from harness.base import paths
-from images import cached, debian
-from images.download import download
-from images.kernel import Progress, SpecError, sha256_file
+from images.kernels import cached, debian
+from images.kernels.download import download
+from images.kernels.kernel import Progress, SpecError, sha256_file
 
 
 class SourceArchive(debian.Archive):

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Kernel specs: what a user names ('debian:6.16.12', 'file:bzImage') turned
 into a bootable Kernel by its scheme's module. This table is the one place
-that lists the schemes; a new scheme is a module beside images/debian.py and
+that lists the schemes; a new scheme is a module beside images/kernels/debian.py and
 a line here (its syntax and help follow it into errors and --help).
 """
 from __future__ import annotations
@@ -10,19 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from images import build, deb, debian, filekernel, image, rpm
-from images.kernel import Kernel, Progress, SpecError
+from images.kernels import build, deb, debian, filekernel, image, rpm
+from images.kernels.kernel import Kernel, Progress, SpecError
 
 
 @dataclass(frozen=True)
 class Request:
     """How a spec is resolved: fetch (download, read or build it when it is
-    not cached), progress lines, the build: options, and whether an image:
-    kernel will be booted with its own userspace (--boot-image)."""
+    not cached), progress lines, the build: options, and for an image:
+    kernel booted with its own userspace (--boot-image), what makes the
+    image's boot layer (images/guest/boot_image.py) in the same launch."""
     fetch: bool = True
     progress: Progress | None = None
     build: build.BuildOptions | None = None
-    boot_image: bool = False
+    boot_layer: image.LayerMaker | None = None
     trust_backing: bool = False  # image: the backing files it names may be anywhere
 
 
@@ -37,7 +38,7 @@ class Scheme:
     syntax: str   # debian:VERSION
     help: str
     resolve: Callable[[str, str, Request], Kernel]  # (spec, text after the colon, request)
-    # the package's changelog (images/changelog.py), fetched if the scheme can
+    # the package's changelog (images/kernels/changelog.py), fetched if the scheme can
     changelog: Callable[[Kernel, Progress | None], Path | None] = lambda k, progress: k.changelog
 
     @property
@@ -53,7 +54,7 @@ SCHEMES = {s.name: s for s in (
     Scheme("rpm:PATH[,PATH...]", "Fedora/RHEL kernel package files",
            lambda spec, text, r: rpm.resolve(spec, text), rpm.changelog_of),
     Scheme("image:PATH[#RELEASE]", "the kernel a qcow2 or raw disk image boots",
-           lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_image, r.trust_backing)),
+           lambda spec, text, r: image.resolve(spec, text, r.fetch, r.progress, r.boot_layer, r.trust_backing)),
     Scheme("file:PATH", "a bzImage, or an installed /boot/vmlinuz-RELEASE with its modules",
            lambda spec, text, r: filekernel.resolve(spec, text)),
     Scheme("build:TREE[@REV]", "built from a kernel git tree, out of tree", _build),
@@ -72,16 +73,16 @@ def help_text() -> str:
 
 
 def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build_options=None,
-            boot_image: bool = False, trust_backing: bool = False) -> Kernel:
+            boot_layer: image.LayerMaker | None = None, trust_backing: bool = False) -> Kernel:
     """A bootable Kernel for spec; downloaded, read or built when fetch (and
-    cached after). build_options: images.build.BuildOptions for build: specs."""
+    cached after). build_options: images.kernels.build.BuildOptions for build: specs."""
     name, sep, text = spec.partition(":")
     if not sep or not text:
         raise SpecError(f"kernel spec {spec!r} has no scheme: use {syntax()}")
     scheme = SCHEMES.get(name)
     if scheme is None:
         raise SpecError(f"unknown kernel scheme {name!r} in {spec!r}: use {syntax()}")
-    return scheme.resolve(spec, text, Request(fetch, progress, build_options, boot_image, trust_backing))
+    return scheme.resolve(spec, text, Request(fetch, progress, build_options, boot_layer, trust_backing))
 
 
 def changelog(kernel: Kernel, progress: Progress | None = None) -> Path | None:

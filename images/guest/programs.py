@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 
 from harness.base import paths
-from images import cached
-from images.kernel import SpecError
+from images.kernels import cached
+from images.kernels.kernel import SpecError
 
 CFLAGS_FILE = paths.data_file("repro", "cflags.mk")
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import leftovers, paths
-from images import appliance
-from images.kernel import Kernel, Progress, SpecError
+from images.kernels import appliance
+from images.kernels.kernel import Kernel, Progress, SpecError
 
 UNIT = paths.data_file("images", "kstall-agent.service")
 # arguments of the image's boot entry that kstall sets itself

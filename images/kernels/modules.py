@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 
 from harness.base import needs, untrusted
 from harness.base.needs import KernelNeeds
-from images.kernel import SpecError
+from images.kernels.kernel import SpecError
 
 DECOMPRESS = {".xz": ["xz", "-dc"], ".zst": ["zstd", "-dcq"], ".gz": ["gzip", "-dc"]}
 METADATA = ("modules.dep", "modules.builtin", "modules.order")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """A bootable kernel out of distro package files: vmlinuz, config and the
-modules the guest needs (images/modules.py).
+modules the guest needs (images/kernels/modules.py).
 
 Packages are read by standard tools as tar streams: `dpkg-deb --fsys-tarfile`
 for a .deb, bsdtar for an .rpm (libarchive reads rpm payloads, whatever their
@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from harness.base import paths, procs, untrusted
-from images import cached, modules
-from images.kernel import Kernel, SpecError, sha256_file
+from images.kernels import cached, modules
+from images.kernels.kernel import Kernel, SpecError, sha256_file
 
 _VMLINUZ = re.compile(r"boot/vmlinuz-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinuz")
 _CONFIG = re.compile(r"boot/config-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/config")
-# the package's changelog, which lists the upstream stable commits it carries (images/changelog.py)
+# the package's changelog, which lists the upstream stable commits it carries (images/kernels/changelog.py)
 _CHANGELOG = re.compile(r"usr/share/doc/linux-[^/]+/changelog(?:\.Debian)?\.gz")
 _MODFILE = re.compile(r"(?:usr/)?lib/modules/(?P<r>[^/]+)/(?P<rel>(?:kernel|updates|extra)/\S+\.ko(?:\.xz|\.zst|\.gz)?"
                       r"|modules\.(?:dep|builtin|order))")
@@ -158,7 +158,7 @@ class Collector:
 
     def finish(self, what: str) -> None:
         """Check that a kernel was found and install the modules it needs
-        (self.plan: images.modules.install's)."""
+        (self.plan: images.kernels.modules.install's)."""
         try:
             if self.vmlinuz is None:
                 raise SpecError(f"{what} holds no kernel (no boot/vmlinuz-* or lib/modules/*/vmlinuz)")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """libguestfs for kstall: the kernel its appliance boots, the environment that
-points it there, and images/guestfs_child.py run in it, bounded.
+points it there, and images/kernels/guestfs_child.py run in it, bounded.
 
 Debian's libguestfs builds its appliance (supermin) around a kernel installed
 on the host; kstall's build machines have none, and a user's /boot kernels
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 from harness.base import arch, kvm_decisions, paths, procs
-from images import cached, debian, modules
-from images.download import download
-from images.kernel import Progress, SpecError
+from images.kernels import cached, debian, modules
+from images.kernels.download import download
+from images.kernels.kernel import Progress, SpecError
 
 APPLIANCE_LINE = "6.1."  # bookworm's stock kernel line
 CHILD = Path(__file__).with_name("guestfs_child.py")

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """libguestfs work for image: kernels, run in a child process so that kstall
-can bound it in time and kill it (images/image.py starts it):
+can bound it in time and kill it (images/kernels/image.py starts it):
 
   extract IMAGE FORMAT RELEASE DEST   inspect read-only, choose the kernel
                                       (RELEASE, else grub's default, else the
@@ -24,12 +24,12 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.base import untrusted  # noqa: E402
-from images import modules  # noqa: E402
-from images.debian import version_key  # noqa: E402
-from images.kernel import Kernel, SpecError  # noqa: E402
+from images.kernels import modules  # noqa: E402
+from images.kernels.debian import version_key  # noqa: E402
+from images.kernels.kernel import Kernel, SpecError  # noqa: E402
 
 INITRDS = ("/boot/initrd.img-{r}", "/boot/initramfs-{r}.img", "/boot/initrd-{r}")
 

@@ -4,14 +4,14 @@
 kernel-core (lib/modules/<release>/vmlinuz with its config beside it) plus
 kernel-modules (and -extra) when the guest needs a module from them; modules
 compressed as .ko.xz or .ko.zst are fine. bsdtar reads the payload through
-images/packages.py; the version comes from `rpm -qp`. Cached by content.
+images/kernels/packages.py; the version comes from `rpm -qp`. Cached by content.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from images import cached, packages
-from images.kernel import Kernel
+from images.kernels import cached, packages
+from images.kernels.kernel import Kernel
 from harness.base import paths
 
 
@@ -27,7 +27,7 @@ def resolve(spec: str, text: str) -> Kernel:
 
 def changelog_of(kernel: Kernel, progress=None) -> Path | None:
     """The %changelog of the rpm a kernel came from, kept with the kernel as
-    changelog.rpm (images/changelog.py reads it); None when none has one."""
+    changelog.rpm (images/kernels/changelog.py reads it); None when none has one."""
     if kernel.changelog and kernel.changelog.exists():
         return kernel.changelog
     d = kernel.vmlinuz.parent

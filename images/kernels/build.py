@@ -30,8 +30,8 @@ from pathlib import Path
 
 from harness.base import arch, paths, procs
 from harness.base.needs import KernelNeeds
-from images import cached, symcache
-from images.kernel import Kernel, Progress, SpecError, sha256_file
+from images.kernels import cached, symcache
+from images.kernels.kernel import Kernel, Progress, SpecError, sha256_file
 
 KCONFIG_DIR = paths.data_file("images", "kconfig")
 PROGRESS_EVERY = 15.0

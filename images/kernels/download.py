@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """One file over HTTP, checked against its size and SHA-256, with progress:
-the packages and tarballs Debian's apt names (images/debian.py gives the
+the packages and tarballs Debian's apt names (images/kernels/debian.py gives the
 addresses). A network or disk failure is a SpecError that says which."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from images.kernel import Progress, SpecError
+from images.kernels.kernel import Progress, SpecError
 
 
 def why_failed(e: BaseException) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.base import paths
-from images import modules
-from images.kernel import Kernel, SpecError, sha256_file
+from images.kernels import modules
+from images.kernels.kernel import Kernel, SpecError, sha256_file
 
 
 def bzimage_release(data: bytes) -> str | None:

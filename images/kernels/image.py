@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """image:PATH[#RELEASE] kernels: the kernel a VM or cloud disk image boots.
 
-libguestfs opens the image read-only (images/guestfs_child.py, in a child
+libguestfs opens the image read-only (images/kernels/guestfs_child.py, in a child
 process kstall can bound and kill) and finds the kernel: RELEASE when given,
 else the entry grub boots (grub.cfg's default, grubenv's saved_entry, BLS
 entries), else the newest in /boot. It copies that kernel, its config, its
@@ -18,11 +18,16 @@ import hashlib
 import json
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 from harness.base import arch, paths, untrusted
-from images import appliance, boot_image, cached
-from images.kernel import Kernel, Progress, SpecError, sha256_file
-from images.packages import upstream_of
+from images.kernels import appliance, cached
+from images.kernels.kernel import Kernel, Progress, SpecError, sha256_file
+from images.kernels.packages import upstream_of
+
+# (image, its format, its identity, progress, (release, where to extract)) -> what the child read;
+# images/guest/boot_image.py make_layer
+LayerMaker = Callable[[Path, str, str, Progress | None, tuple[str, Path]], dict]
 
 def image_chain(path: Path, trust_backing: bool = False) -> tuple[str, list[Path]]:
     """(format, the image and its backing files) from qemu-img. A backing
@@ -67,9 +72,9 @@ def identity(files: list[Path]) -> str:
 
 
 def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None,
-            boot_layer: bool = False, trust_backing: bool = False) -> Kernel:
+            boot_layer: LayerMaker | None = None, trust_backing: bool = False) -> Kernel:
     """boot_layer: --boot-image will follow; when the image has to be read,
-    also make its agent layer in the same libguestfs launch. trust_backing:
+    it makes the agent's layer and reads the kernel in one libguestfs launch. trust_backing:
     the image may name backing files outside its own directory."""
     path_text, _, wanted = text.partition("#")
     path = Path(path_text).expanduser().resolve()
@@ -90,11 +95,11 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
 
 
 def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, progress: Progress | None,
-             boot_layer: bool) -> Kernel:
+             boot_layer: LayerMaker | None) -> Kernel:
     if progress:
         progress(f"reading {path.name} with libguestfs (read-only)")
     if boot_layer:
-        info = boot_image.make_layer(path, fmt, ident, progress, extract=(wanted, d))
+        info = boot_layer(path, fmt, ident, progress, (wanted, d))
     else:
         info = appliance.run_child(["extract", str(path), fmt, wanted, str(d)], progress)
     vmlinuz = d / "vmlinuz"

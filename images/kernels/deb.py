@@ -4,14 +4,14 @@
 A linux-image .deb alone where it holds everything (Debian up to 6.18), or
 with the packages that hold the rest: Debian 6.19+'s linux-binary, linux-base
 and linux-modules, Ubuntu's linux-modules-*. Read by dpkg-deb through
-images/packages.py; cached by the files' content.
+images/kernels/packages.py; cached by the files' content.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from images import packages
-from images.kernel import Kernel
+from images.kernels import packages
+from images.kernels.kernel import Kernel
 
 
 def upstream_version(deb: Path) -> str | None:
