@@ -205,7 +205,7 @@ def cmd_symbols(a: argparse.Namespace) -> int:
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
-    path = symcache.cached(kernel.sha256)
+    path = symcache.cached(kernel.key)
     if path and not a.refresh:
         print(f"{path} (cached, {sum(1 for _ in open(path))} text symbols)")
         return 0
@@ -249,7 +249,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     from harness.drivers import matrix
     from harness.drivers.options import Options
     try:
-        m = expect.load(a.file)
+        m = matrix.load(a.file)
         shard = expect.parse_shard(a.shard) if a.shard else None
         cells = expect.select(m.cells, shard, a.only, a.exclude)
     except expect.MatrixError as e:

@@ -5,14 +5,12 @@ that expectation."""
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis import bug_record
 from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
-from harness.base import reproducers
 
 # "record": the verdict the bug's published record predicts (harness/analysis/bug_record.py)
 EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "failed", "any", "record")
@@ -78,26 +76,14 @@ class Matrix:
     cells: list[Cell]
 
 
-def load(path: Path) -> Matrix:
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise MatrixError(f"{path}: {e}") from None
+def parse(doc: dict, path: Path, known: set[str], specs: dict[str, str]) -> Matrix:
+    """A matrix file's document (read from path); known: the built-in
+    reproducers; specs: each reproducer of the user's own by name, as
+    verify takes it (its path, checked by the caller)."""
     repros = doc.get("reproducer", [])
     kernels = doc.get("kernel", [])
     if not repros or not kernels:
         raise MatrixError(f"{path}: needs at least one [[kernel]] and one [[reproducer]]")
-    known = set(reproducers.names())
-    specs = {}
-    for r in repros:  # a user's reproducer: path = its .toml, directory, C file or executable
-        if r.get("path"):
-            spec = str((path.parent / r["path"]).resolve())
-            try:
-                specs[r.get("name")] = reproducers.canonical_spec(spec)
-                reproducers.resolve(spec)
-            except reproducers.ReproducerError as e:
-                raise MatrixError(f"{path}: reproducer {r.get('name')!r}: {e}") from None
     default = doc.get("defaults", {}).get("expect", "any")
     cells = []
     for k in kernels:

@@ -13,7 +13,6 @@ memory says is not trusted: a value is a number or nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 import tomllib
 from dataclasses import dataclass, field
@@ -243,23 +242,9 @@ def register_lock(cpu: dict, locks: LockNames) -> str:
     return ""
 
 
-def cached_layout(kallsyms: Path) -> Path | None:
-    """The layout of the kernel these symbols were captured from, worked out
-    once and kept beside them (made again when kernel-waits.toml changes);
-    None when the capture has no variables or BTF beside it."""
-    out = symcache.beside(kallsyms, "layout.json")
-    key = hashlib.sha256(SPEC_FILE.read_bytes()).hexdigest()[:16]
-    try:
-        if json.loads(out.read_text()).get("spec") == key:
-            return out
-    except (OSError, ValueError):
-        pass
-    try:
-        blob = symcache.beside(kallsyms, "btf").read_bytes()
-        text = symcache.beside(kallsyms, "datasyms").read_text(errors="replace")
-    except OSError:
-        return None
-    return paths.write_atomic(out, json.dumps(layout(blob, text) | {"spec": key}))
+def spec_key() -> str:
+    """What a layout was worked out from besides the kernel: kernel-waits.toml."""
+    return hashlib.sha256(SPEC_FILE.read_bytes()).hexdigest()[:16]
 
 
 def _ints(values, base: int = 10) -> list[int]:

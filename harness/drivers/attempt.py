@@ -27,9 +27,11 @@ from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict
 from harness.base import arch as arches
 from harness.base import paths, reproducers
+from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
 from harness.debug import process, vcpus as debug
+from harness.drivers import layouts
 from harness.drivers.case import Case
 from harness.drivers.options import Options
 from harness.guest import hostfs, machine, snapshot
@@ -134,7 +136,7 @@ class _Run:
     def __init__(self, c: Case, opts: Options, out_dir: Path, echo: Echo) -> None:
         self.case, self.kernel, self.repro = c, c.kernel, c.repro.spec
         self.opts, self.out_dir, self.echo = opts, out_dir, echo
-        self.syms_path = symcache.cached(c.kernel.sha256)
+        self.syms_path = symcache.cached(c.kernel.key)
         self.classes: list[classify.CpuClass] = []
         self.sigs, self.own_bug = list(c.repro.signatures), c.repro.own_bug
         self.hang: cpu_state.Hang | sleeping.SleepingHang | None = None
@@ -157,7 +159,7 @@ class _Run:
 
     def layout(self) -> Path | None:
         """Where this kernel keeps who waits for whom (worked out once per kernel)."""
-        return kernel_waits.cached_layout(self.syms_path) if self.syms_path is not None else None
+        return layouts.cached(self.syms_path) if self.syms_path is not None else None
 
     def host_wait_during(self, w: Watch, outcome: Outcome):
         """host_wait(path, ms) for latency.evaluate: the most a vCPU thread
@@ -179,7 +181,7 @@ class _Run:
 
     def keep_symbols(self, w: Watch) -> None:
         if w.syms.complete(symcache.LAST_BLOB) and self.syms_path is None:
-            self.syms_path = symcache.store(self.kernel.sha256, w.syms.blobs)
+            self.syms_path = symcache.store(self.kernel.key, w.syms.blobs)
             done = w.syms.arrived[symcache.LAST_BLOB]
             took = done - w.agent.hello_at if w.agent.hello_at else 0
             info = w.agent.syms_info
@@ -265,7 +267,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     # an image's disk changes as it boots, and a vhost-user device (the host's
     # root for a host command) cannot be migrated: their guests always boot cold
     try:
-        vm, snap, restored = start_guest(plan.vm, kernel.sha256, opts.snapshot and disk is None and not plan.vm.host_fs,
+        vm, snap, restored = start_guest(plan.vm, kernel.key, opts.snapshot and disk is None and not plan.vm.host_fs,
                                          echo)
     except BaseException:
         if gate:
@@ -417,14 +419,14 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)
 
 
-def start_guest(cfg: VMConfig, kernel_sha: str, use_snapshot: bool,
+def start_guest(cfg: VMConfig, kernel: KernelKey, use_snapshot: bool,
                 echo: Echo) -> tuple[VM, snapshot.Snapshot | None, dict | None]:
     """QEMU started: restored from the kernel's snapshot when there is one, or
     booting cold (and a snapshot to save at the gate); a snapshot that does not
     load is removed. Returns the VM, its snapshot and, when restored, the
     agent's hello recorded with it."""
     vm = VM(cfg)
-    snap = snapshot.for_vm(vm, kernel_sha) if use_snapshot else None
+    snap = snapshot.for_vm(vm, kernel) if use_snapshot else None
     meta = snap.meta() if snap else None
     if meta is not None:
         warm = VM(dataclasses.replace(cfg, restore_from=snap.state, restore_ram=snap.ram))

@@ -17,17 +17,38 @@ import dataclasses
 import os
 import threading
 import time
+import tomllib
+from pathlib import Path
 from typing import Callable
 
-from harness.analysis import record
-from harness.analysis.expect import FAILING, Cell, CellResult, judge_cell
+from harness.analysis import expect, record
+from harness.analysis.expect import FAILING, Cell, CellResult, MatrixError, judge_cell
 from harness.analysis.verdict import VerdictKind
-from harness.base import procs, rundir as results
+from harness.base import procs, reproducers, rundir as results
 from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
 from images.kernels.kernel import SpecError
 from images.kernels.schemes import resolve
+
+
+def load(path: Path) -> expect.Matrix:
+    """A matrix file, its reproducers of the user's own checked (MatrixError)."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise MatrixError(f"{path}: {e}") from None
+    specs = {}
+    for r in doc.get("reproducer", []):  # a user's reproducer: path = its .toml, directory, C file or executable
+        if r.get("path"):
+            spec = str((path.parent / r["path"]).resolve())
+            try:
+                specs[r.get("name")] = reproducers.canonical_spec(spec)
+                reproducers.resolve(spec)
+            except reproducers.ReproducerError as e:
+                raise MatrixError(f"{path}: reproducer {r.get('name')!r}: {e}") from None
+    return expect.parse(doc, path, set(reproducers.names()), specs)
 
 
 class Runner:

@@ -37,7 +37,7 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
                 time.sleep(0.01)
     if not w.syms.complete(symcache.LAST_BLOB):
         raise RuntimeError(f"no symbols arrived ({out.kind}: {out.detail})")
-    path = symcache.store(kernel.sha256, w.syms.blobs)
+    path = symcache.store(kernel.key, w.syms.blobs)
     info = w.agent.syms_info
     return {"path": path, "lines": int(info.get("lines", 0)), "bytes": len(w.syms.blobs["KALLSYMS"]),
             "data_lines": int(info.get("data_lines", 0)), "btf_bytes": len(w.syms.blobs["BTF"]),

@@ -70,16 +70,16 @@ def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], N
         return "tcg"
     with decisions() as known:
         host = known.get(HOST)
-        if host is None or (host["works"] and kernel.sha256 not in known):
+        if host is None or (host["works"] and kernel.key.name not in known):
             what = "whether KVM runs guests on this host" if host is None else "KVM with this kernel"
             echo(f"probing {what} (a boot bounded by {PROBE_BOUND_S:g}s)")
             works, detail, seconds = probe(probe_config(kernel, initrd, paths.cache_dir() / "kvm-probe"))
-            known[kernel.sha256] = {"works": works, "detail": detail, "seconds": round(seconds, 1)}
+            known[kernel.key.name] = {"works": works, "detail": detail, "seconds": round(seconds, 1)}
             if host is None:
-                host = known[HOST] = known[kernel.sha256]
+                host = known[HOST] = known[kernel.key.name]
             if not works:
                 echo(f"{detail}: using TCG")
-        decided = known[HOST] if not host["works"] else known[kernel.sha256]
+        decided = known[HOST] if not host["works"] else known[kernel.key.name]
     if decided["works"]:
         return "kvm"
     if requested == "kvm":

@@ -42,7 +42,7 @@ class Machine:
 
     def boot_file(self, kernel: Kernel) -> Path:
         """QEMU's -kernel for kernel on this machine."""
-        return pvh.boot_file(kernel.vmlinuz, kernel.sha256) if self.boot == "pvh" else kernel.vmlinuz
+        return pvh.boot_file(kernel.vmlinuz, kernel.key) if self.boot == "pvh" else kernel.vmlinuz
 
 
 def get(name: str, arch: str = arches.DEFAULT) -> Machine:

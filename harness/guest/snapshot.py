@@ -39,7 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import kernel_cache, paths
+from harness.base.kernel_cache import KernelKey
 from harness.guest.qmp import QMPError
 from harness.guest import machine
 from harness.guest.vm import VM
@@ -57,7 +58,7 @@ class SnapshotError(RuntimeError):
 
 
 def directory() -> Path:
-    return paths.cache_dir() / "snapshots"
+    return kernel_cache.directory(kernel_cache.SNAPSHOTS)
 
 
 def _qemu_identity(arch: str) -> list:
@@ -221,8 +222,8 @@ def copy_sparse(src: int, dest: Path, chunk: int = 1 << 20) -> tuple[int, int]:
     return size, written
 
 
-def for_vm(vm: VM, kernel_sha: str) -> Snapshot:
-    doc = [FORMAT, kernel_sha, vm.shape(), _qemu_identity(vm.cfg.arch)]
+def for_vm(vm: VM, kernel: KernelKey) -> Snapshot:
+    doc = [FORMAT, kernel.name, vm.shape(), _qemu_identity(vm.cfg.arch)]
     return Snapshot(hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32])
 
 

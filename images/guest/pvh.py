@@ -20,7 +20,8 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from harness.base import paths, procs
+from harness.base import kernel_cache, procs
+from harness.base.kernel_cache import KernelKey
 
 PHYS32_ENTRY = 18  # XEN_ELFNOTE_PHYS32_ENTRY
 _PART = re.compile(r"\.(\d+)\.(?:\w+\.)?part$")  # SHA.elf.PID[.RANDOM].part: its writer's pid
@@ -98,10 +99,10 @@ def has_pvh_entry(elf: bytes) -> bool:
     return False
 
 
-def boot_file(vmlinuz: Path, sha256: str) -> Path:
+def boot_file(vmlinuz: Path, key: KernelKey) -> Path:
     """What to give QEMU's -kernel: the cached PVH ELF, else the bzImage."""
-    d = paths.cache_dir() / "pvh"
-    elf, no = d / f"{sha256}.elf", d / f"{sha256}.none"
+    d = kernel_cache.directory(kernel_cache.PVH)
+    elf, no = kernel_cache.path(kernel_cache.PVH, key, "elf"), kernel_cache.path(kernel_cache.PVH, key, "none")
     try:
         os.utime(elf)  # most recently booted: pruned last
         return elf

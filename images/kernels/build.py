@@ -246,8 +246,8 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
         # the work tree can change without its identity changing (untracked files): always make
         if (dest / "kernel.json").is_file() and sha is not None:
             k = cached.load_meta(dest, spec)
-            if not symcache.cached(k.sha256):
-                symcache.store_system_map(k.sha256, (dest / "System.map").read_bytes())
+            if not symcache.cached(k.key):
+                symcache.store_system_map(k.key, (dest / "System.map").read_bytes())
             k.origin["cached"] = True
             return k
         src = checkout(tree, sha, progress) if sha else tree
@@ -298,7 +298,7 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
                                   "config_mismatches": missing, "build_s": seconds, "jobs": jobs})
         k = cached.publish(dest, fill)
         # with nokaslr the link-time addresses are the running ones: no symbol capture boot
-        symcache.store_system_map(k.sha256, (dest / "System.map").read_bytes())
+        symcache.store_system_map(k.key, (dest / "System.map").read_bytes())
         if progress:
             progress(f"{what}: built {release} in {seconds:.0f}s")
         k.origin["cached"] = False

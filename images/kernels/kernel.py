@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.base import arch as arches
+from harness.base.kernel_cache import KernelKey
 
 Progress = Callable[[str], None]
 
@@ -41,6 +42,11 @@ class Kernel:
         for k in ("vmlinuz", "config", "vmlinux", "modules_dir", "changelog"):
             d[k] = str(d[k]) if d[k] else None
         return d
+
+    @property
+    def key(self) -> KernelKey:
+        """What its cached artefacts are kept under (harness/base/kernel_cache.py)."""
+        return KernelKey(self.sha256, self.arch)
 
     def config_value(self, option: str) -> str | None:
         """CONFIG_FOO's value in the kernel's config, if kstall has the config."""

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 KSTALL = [str(REPO / "harness" / "kstall")]
 sys.path.insert(0, str(REPO))
 
-from harness.analysis import expect  # noqa: E402
+from harness.drivers import matrix as matrix_file  # noqa: E402
 from harness.drivers import matrix  # noqa: E402
 
 
@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--matrix", default=str(REPO / "ci" / "matrix.toml"))
     a = ap.parse_args()
-    cells = [c for c in expect.load(Path(a.matrix)).cells if not c.skip]
+    cells = [c for c in matrix_file.load(Path(a.matrix)).cells if not c.skip]
     for k in sorted({c.kernel for c in cells}):
         subprocess.run([*KSTALL, "symbols", k], capture_output=True, check=True)
     sums, walls = [], []

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from harness.analysis import expect  # noqa: E402
+from harness.drivers import matrix as matrix_file  # noqa: E402
 from verify_speed import med  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def main() -> None:
     ap.add_argument("--kernel", action="append", help="only these kernels of the matrix (default: all)")
     a = ap.parse_args()
     wanted = a.reproducer or ["perf-refresh", "bpf-ringbuf"]
-    cells = [c for c in expect.load(REPO / "ci" / "matrix.toml").cells
+    cells = [c for c in matrix_file.load(REPO / "ci" / "matrix.toml").cells
              if c.reproducer in wanted and not c.skip and (not a.kernel or c.kernel in a.kernel)]
     bad = 0
     with tempfile.TemporaryDirectory() as res:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.base import procs
+from harness.base import arch, procs
+from harness.base.kernel_cache import KernelKey
 from helpers import (KSTALL, REPO, children_using, gdb_pids, interruptible, kstall_processes, verify_json,
                      verify_with_fault, wait_for)
 
@@ -271,7 +272,8 @@ def _stage_cache(tmp_path: Path, stage: str) -> Path:
             src = next((paths.cache_dir() / "kernels" / "debian").glob(f"{k}+*"))
             shutil.copytree(src, cache / "kernels" / "debian" / src.name, ignore=shutil.ignore_patterns("lock"))
             if stage in ("boot", "running", "sampling"):
-                syms = symcache.path_for(json.loads((src / "kernel.json").read_text())["sha256"])
+                meta = json.loads((src / "kernel.json").read_text())
+                syms = symcache.path_for(KernelKey(meta["sha256"], meta.get("arch") or arch.DEFAULT))
                 dest = cache / syms.relative_to(paths.cache_dir())
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(syms, dest)

@@ -85,7 +85,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     from harness.analysis.kallsyms import Kallsyms
     kernel = resolve("debian:6.17.8")
     assert kstall("symbols", "debian:6.17.8").returncode == 0
-    addr = Kallsyms.load(symcache.cached(kernel.sha256)).address("__x64_sys_ioctl")
+    addr = Kallsyms.load(symcache.cached(kernel.key)).address("__x64_sys_ioctl")
     injected = []
 
     def inject(vm, attempt):

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+from harness.base.kernel_cache import KernelKey
 from images.guest import pvh
 
 
@@ -42,5 +43,5 @@ def test_a_file_that_is_no_bzimage_boots_as_given_and_is_remembered(tmp_path, mo
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
     kernel = tmp_path / "vmlinuz"
     kernel.write_bytes(b"\0" * 4096)
-    assert pvh.boot_file(kernel, "ab" * 32) == kernel
-    assert (tmp_path / "cache" / "pvh" / f"{'ab' * 32}.none").is_file()
+    assert pvh.boot_file(kernel, KernelKey("ab" * 32, "x86_64")) == kernel
+    assert (tmp_path / "cache" / "pvh" / f"x86_64-{'ab' * 32}.none").is_file()

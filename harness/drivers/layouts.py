@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Where a kernel keeps who waits for whom (harness/analysis/kernel_waits.py
+lays it out from the kernel's BTF): worked out once per kernel and kept in
+its cache beside its symbols, made again when kernel-waits.toml changes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.analysis import kernel_waits
+from harness.base import paths
+from images.kernels import symcache
+
+
+def cached(kallsyms: Path) -> Path | None:
+    """The layout of the kernel these symbols were captured from; None when
+    the capture has no variables or BTF beside it."""
+    out = symcache.beside(kallsyms, "layout.json")
+    key = kernel_waits.spec_key()
+    try:
+        if json.loads(out.read_text()).get("spec") == key:
+            return out
+    except (OSError, ValueError):
+        pass
+    try:
+        blob = symcache.beside(kallsyms, "btf").read_bytes()
+        text = symcache.beside(kallsyms, "datasyms").read_text(errors="replace")
+    except OSError:
+        return None
+    return paths.write_atomic(out, json.dumps(kernel_waits.layout(blob, text) | {"spec": key}))
