@@ -60,7 +60,8 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
                    "more if --pmiss needs it)")
     r.add_argument("--pmiss", type=float, default=1e-6, help="target P(miss) for NOT_REPRODUCED (default 1e-6)")
     r.add_argument("--attempts", type=int, default=2, help="attempts when an emulator fault spoils a run (default 2)")
-    r.add_argument("--freeze-after", type=float, default=0.8, help="heartbeat silence that means a freeze (s)")
+    r.add_argument("--freeze-after", type=float, help="heartbeat silence that means a freeze (s); default: 0.3 s "
+                   "plus what the host held the guest back by meanwhile, at most 0.8 s")
     r.add_argument("--stuck-after", type=float, help="progress-count silence that means stuck CPUs (s)")
     r.add_argument("--samples", type=int, default=3, help="GDB samples of every vCPU (default 3)")
     r.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")

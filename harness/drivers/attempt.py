@@ -33,7 +33,7 @@ from harness.base.procs import Interrupted
 from harness.debug import process, vcpus as debug
 from harness.drivers import layouts
 from harness.drivers.case import Case
-from harness.drivers.options import Options
+from harness.drivers.options import FREEZE_CEILING, FREEZE_FLOOR, Options
 from harness.guest import hostfs, machine, snapshot
 from harness.guest.cores import Gate
 from harness.guest.hostwait import HostWait
@@ -104,7 +104,8 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     cfg = VMConfig(kernel=m.boot_file(c.kernel), initrd=c.initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
                    cpus=cpus, memory_mb=opts.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
                    extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command))
-    limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after,
+    limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after or FREEZE_CEILING,
+                    freeze_floor=None if opts.freeze_after else FREEZE_FLOOR,
                     stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "")
@@ -264,6 +265,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     plan = make_plan(c, opts, out_dir, r.syms_path is None)
     t0 = time.monotonic()
     gate = Gate(opts.budget, plan.cpus, opts.cancel) if opts.budget else None  # waits for a boot core
+    if gate is None:  # GDB loads the kernel's symbols while the guest is restored (a cell at a gate waits)
+        r.prepare_debugger()
     # an image's disk changes as it boots, and a vhost-user device (the host's
     # root for a host command) cannot be migrated: their guests always boot cold
     try:
@@ -272,6 +275,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     except BaseException:
         if gate:
             gate.close()
+        r.close_debugger()
         raise
     saved: dict = {}
     with vm, contextlib.ExitStack() as stack:
@@ -303,6 +307,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
             r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
             r.host_wait.start()
             stack.callback(r.host_wait.stop)
+            w.host_delay = r.host_wait.silence  # a silence the host made is no freeze
+            r.prepare_debugger()  # if not yet: GDB starts with the reproducer, ready when a hang comes
             if opts.on_repro_start:
                 opts.on_repro_start(vm, number)
         w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,

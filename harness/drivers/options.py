@@ -14,6 +14,13 @@ from harness.guest.vm import VM
 from images.kernels.build import BuildOptions
 
 
+# heartbeat silence that is a freeze, unless --freeze-after fixes it: this
+# floor (six heartbeats of 50 ms) plus what the host held the guest back by
+# meanwhile (harness/guest/hostwait.py), at most the ceiling
+FREEZE_FLOOR = 0.3
+FREEZE_CEILING = 0.8
+
+
 @dataclass
 class Options:
     cpus: int | None = None
@@ -24,8 +31,8 @@ class Options:
     pmiss_target: float = 1e-6
     repro_args: list[str] = field(default_factory=list)
     samples: int = 3
-    sample_interval: float = 0.2
-    freeze_after: float = 0.8
+    sample_interval: float = 0.1  # guest run between two samples: a CPU passing through moves on in it
+    freeze_after: float | None = None  # None: FREEZE_FLOOR adapted to the host, up to FREEZE_CEILING
     stuck_after: float | None = None
     boot_timeout: float = 120.0
     attempts: int = 2

@@ -8,10 +8,15 @@ the kernel's only when it stays past its threshold without the most the
 host can have added while it ran. The vCPU threads' run delay (schedstat:
 time runnable, not running) is sampled every 10 ms while the reproducer
 runs; between(t0, t1) is the most one thread's delay grew from t0 to t1, and
-worst(window) the most it grew within any window of that length.
+worst(window) the most it grew within any window of that length. QEMU's main
+thread, which carries the agent's heartbeats to the host, is sampled too:
+silence(t0, t1) is the most the host held back either, for a heartbeat
+silence that the host rather than the guest may have made.
 """
 from __future__ import annotations
 
+import bisect
+import math
 import threading
 import time
 from pathlib import Path
@@ -30,6 +35,9 @@ class HostWait:
             except OSError:
                 continue
         self.samples: list[list[tuple[float, float]]] = [[] for _ in self.files]  # (t ms, delay ms)
+        # QEMU's main loop: read by silence() only
+        self.main_file = Path(f"/proc/{pid}/task/{pid}/schedstat") if pid and self.files else None
+        self.main_samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -46,7 +54,8 @@ class HostWait:
     def _run(self) -> None:
         while not self._stop.wait(PERIOD_S):
             now = time.monotonic() * 1e3
-            for f, series in zip(self.files, self.samples):
+            files = zip([*self.files, self.main_file], [*self.samples, self.main_samples])
+            for f, series in ((f, s) for f, s in files if f is not None):
                 try:
                     series.append((now, int(f.read_text().split()[1]) / 1e6))
                 except (OSError, IndexError, ValueError):  # QEMU gone
@@ -58,13 +67,23 @@ class HostWait:
         """The most one vCPU thread waited for a host CPU from t0 to t1 (host
         monotonic seconds), to a sample period on either side; None when
         nothing was sampled then."""
+        return self._grew(self.samples, t0, t1)
+
+    def silence(self, t0: float, t1: float) -> float | None:
+        """The most a vCPU thread or QEMU's main loop waited for a host CPU
+        from t0 to t1 (ms); None when nothing was sampled then."""
+        return self._grew([*self.samples, self.main_samples], t0, t1)
+
+    @staticmethod
+    def _grew(samples: list[list[tuple[float, float]]], t0: float, t1: float) -> float | None:
         t0, t1 = t0 * 1e3 - PERIOD_S * 1e3, t1 * 1e3 + PERIOD_S * 1e3
         most = None
-        for series in self.samples:
-            inside = [d for t, d in series if t0 <= t <= t1]
-            before = [d for t, d in series if t < t0][-1:]
-            if inside:
-                grew = inside[-1] - (before or inside)[0]
+        for series in samples:
+            # the series is in time order: the window by bisection, not a scan (the watch asks often)
+            lo = bisect.bisect_left(series, (t0, -math.inf))
+            hi = bisect.bisect_right(series, (t1, math.inf))
+            if hi > lo:
+                grew = series[hi - 1][1] - series[max(lo - 1, 0)][1]
                 most = grew if most is None else max(most, grew)
         return None if most is None else round(most, 1)
 

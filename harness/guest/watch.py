@@ -16,6 +16,7 @@ import select
 import signal
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from harness.analysis import console
 from harness.base import procs
@@ -37,7 +38,11 @@ SLEEPING_GRACE = 0.5
 @dataclass
 class Limits:
     boot_timeout: float = 120.0
+    # heartbeat silence that is a freeze; with freeze_floor, the most it takes:
+    # a silence of freeze_floor is a freeze once the host's own delay of the
+    # vCPUs and of QEMU's main loop over it (Watch.host_delay) is added to it
     freeze_after: float = 0.8
+    freeze_floor: float | None = None
     stuck_after: float = 1.0
     run_timeout: float = 180.0
     report_grace: float = 1.5
@@ -58,6 +63,8 @@ class Watch:
         # still for SUSPECT_AT of their limit: time to get a debugger ready
         self.on_suspect = on_suspect
         self.suspected = False
+        # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
+        self.host_delay: Callable[[float, float], float | None] | None = None
         self.go = go  # the GO line's parameters (repro/agent.c); the wall clock is added when it is sent
         self.on_ready = on_ready  # callable(), once, when the guest waits at its gate (a snapshot is saved)
         self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
@@ -185,10 +192,11 @@ class Watch:
         if a.stall_at is not None:
             return Outcome(OutcomeKind.STALL, f"the reproducer measured {a.progress.get('over')} "
                            f"{L.stall_measure}(s) past its stall threshold", now)
-        if a.last_hb_at is not None and now - a.last_hb_at >= L.freeze_after:
+        freeze_after = self.freeze_after(now)
+        if a.last_hb_at is not None and now - a.last_hb_at >= freeze_after:
             return Outcome(OutcomeKind.FREEZE, f"no heartbeat for {now - a.last_hb_at:.2f}s", now)
         if self.on_suspect and not self.suspected and a.running and (
-                now - (a.last_hb_at or now) >= L.freeze_after * SUSPECT_AT or
+                now - (a.last_hb_at or now) >= freeze_after * SUSPECT_AT or
                 now - (a.count_changed_at or now) >= L.stuck_after * SUSPECT_AT):
             self.suspected = True
             self.on_suspect()
@@ -196,6 +204,18 @@ class Watch:
             return Outcome(OutcomeKind.STUCK, f"progress count stuck at {a.count} for "
                            f"{now - a.count_changed_at:.2f}s while heartbeats continue", now)
         return None
+
+    def freeze_after(self, now: float) -> float:
+        """The silence that is a freeze now: the floor plus what the host held
+        the guest back by since the last heartbeat, within freeze_after; the
+        fixed freeze_after without a floor or a reading of the host."""
+        L, last = self.limits, self.agent.last_hb_at
+        if L.freeze_floor is None or self.host_delay is None or last is None:
+            return L.freeze_after
+        if now - last < L.freeze_floor:  # no freeze yet, whatever the host did
+            return L.freeze_floor
+        held = self.host_delay(last, now)
+        return L.freeze_after if held is None else min(L.freeze_after, L.freeze_floor + held / 1e3)
 
     # -- talking to the agent ---------------------------------------------
     def _send(self, command: bytes) -> None:
@@ -277,6 +297,8 @@ class Watch:
         self.agent.restart_clocks(time.monotonic())
         self.limits.stuck_after *= 2
         self.limits.freeze_after *= 2
+        if self.limits.freeze_floor is not None:
+            self.limits.freeze_floor *= 2
         self.suspected = False
 
     def summary(self) -> dict:

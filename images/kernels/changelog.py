@@ -14,7 +14,10 @@ a subject missing there says less than one missing from Debian's.
 from __future__ import annotations
 
 import gzip
+import marshal
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +27,12 @@ _ITEM = re.compile(r"^(?P<indent>\s+)[-*] (?P<text>.*)$")
 _TRAILER = re.compile(r"(\s+\((?:CVE-\d+-\d+(?:,\s*)?|Closes:[^)]*|bug #\d+)+\))+\s*$", re.I)
 _ARCH = re.compile(r"^(\[[^\]]+\]\s*)+")  # "[amd64] x86: ..."
 _REVERT = re.compile(r'^Revert "(?P<subject>.*)"$')
+PARSED_FORMAT = 1  # of the parsed copy load() keeps beside a changelog
 MAX_BYTES = 64 << 20  # a kernel changelog is ~1.3 MB compressed, ~10 MB unpacked
 
 
 @dataclass(frozen=True)
-class Line:
+class Line:  # load() keeps it as a tuple in this order: bump PARSED_FORMAT on a change
     version: str   # the package version whose entry lists it
     subject: str   # as upstream wrote it, without arch tags and CVE/bug trailers
     text: str      # the line as the changelog has it
@@ -90,6 +94,32 @@ def parse_rpm(text: str) -> list[Line]:
 
 
 def load(path: Path) -> list[Line]:
+    """The changelog's lines, through a parsed copy beside it (marshal: data
+    only), made again when the changelog changes: parsing a kernel's
+    changelog (~40,000 lines) took 0.4 s of every verify's prediction."""
+    index = path.with_name(f"{path.name}.py{sys.version_info[0]}{sys.version_info[1]}.marshal")
+    try:
+        st = path.stat()
+        key = (st.st_size, st.st_mtime_ns, PARSED_FORMAT)
+        stored, rows = marshal.loads(index.read_bytes())
+        if tuple(stored) == key and all(isinstance(r, tuple) and len(r) == 3 for r in rows):
+            return [Line(*r) for r in rows]
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    lines = _read(path)
+    try:  # best effort: a read-only cache still works, only slower
+        st = path.stat()
+        data = marshal.dumps(((st.st_size, st.st_mtime_ns, PARSED_FORMAT),
+                              [(l.version, l.subject, l.text) for l in lines]))
+        tmp = index.with_name(f".{index.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, index)
+    except OSError:
+        pass
+    return lines
+
+
+def _read(path: Path) -> list[Line]:
     if path.suffix == ".rpm":  # changelog.rpm: an rpm's %changelog, as text
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)

@@ -181,3 +181,15 @@ def test_a_debian_package_without_a_changelog_is_not_fetched_again_to_find_out(t
     cached.write_meta(d, k)
     (d / debian.NO_CHANGELOG).write_text("no changelog in linux-image-6.18.15+deb13-amd64\n")
     assert debian.changelog_of(k) is None
+
+
+def test_a_changelog_is_parsed_once_and_again_when_it_changes(tmp_path, monkeypatch):
+    gz = tmp_path / "changelog.gz"
+    gz.write_bytes(gzip.compress(EXCERPT.read_bytes()))
+    first = changelog.load(gz)
+    parsed = []
+    real = changelog.parse
+    monkeypatch.setattr(changelog, "parse", lambda text: parsed.append(1) or real(text))
+    assert changelog.load(gz) == first and parsed == []  # the parsed copy beside it
+    gz.write_bytes(gzip.compress(EXCERPT.read_bytes() + b"\n"))
+    assert changelog.load(gz) == first and parsed == [1]  # a changed file is read again

@@ -157,3 +157,21 @@ def test_a_guest_that_waits_at_its_gate_too_long_times_out():
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_a_freeze_is_a_silence_past_its_floor_plus_what_the_host_held_the_guest_back_by():
+    from types import SimpleNamespace
+    held: list[float | None] = [0.0]
+    w = SimpleNamespace(limits=Limits(freeze_after=0.8, freeze_floor=0.3), agent=SimpleNamespace(last_hb_at=10.0),
+                        host_delay=lambda t0, t1: held[0])
+    after = lambda now: Watch.freeze_after(w, now)  # noqa: E731
+    assert after(10.1) == 0.3 and after(10.35) == 0.3  # a quiet host: the floor
+    held[0] = 250.0  # the host kept a vCPU or QEMU's main loop waiting 250 ms of the silence
+    assert after(10.35) == 0.55
+    held[0] = 900.0  # never past the ceiling
+    assert after(10.5) == 0.8
+    held[0] = None  # the gauge read nothing: the fixed ceiling
+    assert after(10.5) == 0.8
+    w.limits.freeze_floor = None  # --freeze-after: fixed
+    held[0] = 0.0
+    assert after(10.5) == 0.8
