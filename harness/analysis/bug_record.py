@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis.verdict import VerdictKind
 from images.kernels import changelog
 
 AFFECTED, FIXED, NOT_INTRODUCED, UNKNOWN = "affected", "fixed", "not introduced", "unknown"
@@ -249,12 +250,13 @@ def of(doc: dict, name: str) -> BugRecord | None:
 
 
 # the measured verdict each prediction expects (an unknown one expects nothing)
-EXPECTED_VERDICT = {AFFECTED: "VULNERABLE", FIXED: "NOT_REPRODUCED", NOT_INTRODUCED: "NOT_REPRODUCED"}
+EXPECTED_VERDICT = {AFFECTED: VerdictKind.VULNERABLE, FIXED: VerdictKind.NOT_REPRODUCED,
+                    NOT_INTRODUCED: VerdictKind.NOT_REPRODUCED}
 
 
 def agreement(status: str, verdict: str) -> str:
     """'agrees', 'disagrees', or '' when one side says nothing (an unknown
     prediction, or an ERROR or INCONCLUSIVE run)."""
-    if status not in EXPECTED_VERDICT or verdict not in ("VULNERABLE", "NOT_REPRODUCED"):
+    if status not in EXPECTED_VERDICT or verdict not in (VerdictKind.VULNERABLE, VerdictKind.NOT_REPRODUCED):
         return ""
     return "agrees" if EXPECTED_VERDICT[status] == verdict else "disagrees"

@@ -416,7 +416,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                                 f"{r.kernel.canonical}: {stall['title']}")
             if chart:
                 (r.out_dir / "latency.svg").write_text(chart)
-    report_reason = next((rep.reason for rep in w.console.reports if rep.kind == "infra"), "")
+    report_reason = next((rep.reason for rep in w.console.reports if rep.kind == OutcomeKind.INFRA), "")
     pm = pmiss.p_miss(r.case.calibration, w.agent.count, repro.count_name, r.case.pmiss_unknown)
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.pmiss_target, r.classes,
                         r.samples.errors if r.samples else [], report_reason, stall,
