@@ -113,13 +113,16 @@ def forwarded_args(a: argparse.Namespace) -> list[str]:
 
 
 def options_from(a: argparse.Namespace):
-    from harness.drivers.options import Options
-    return Options(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, duration=a.duration, count=a.count,
-                   pmiss_target=a.pmiss, repro_args=list(a.repro_args or []), samples=a.samples,
-                   freeze_after=a.freeze_after, stuck_after=a.stuck_after, attempts=a.attempts,
-                   vmlinux=a.vmlinux, results_root=a.results, cmdline_extra=a.cmdline,
-                   build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
-                   trust_backing=getattr(a, "trust_backing_files", False), snapshot=not a.no_snapshot)
+    from harness.drivers import options as o
+    return o.Options(
+        kernel=o.KernelOptions(build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
+                               trust_backing=getattr(a, "trust_backing_files", False)),
+        guest=o.GuestOptions(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, cmdline_extra=a.cmdline,
+                             snapshot=not a.no_snapshot),
+        run=o.RunOptions(duration=a.duration, count=a.count, pmiss_target=a.pmiss,
+                         repro_args=list(a.repro_args or []), attempts=a.attempts, freeze_after=a.freeze_after,
+                         stuck_after=a.stuck_after),
+        debug=o.DebugOptions(samples=a.samples, vmlinux=a.vmlinux), results_root=a.results)
 
 
 def build_options_from(a: argparse.Namespace):
@@ -248,7 +251,7 @@ def cmd_threads(a: argparse.Namespace) -> int:
 def cmd_matrix(a: argparse.Namespace) -> int:
     from harness.analysis import expect
     from harness.drivers import matrix
-    from harness.drivers.options import Options
+    from harness.drivers.options import GuestOptions, Options, RunOptions
     try:
         m = matrix.load(a.file)
         shard = expect.parse_shard(a.shard) if a.shard else None
@@ -262,8 +265,8 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     jobs = a.jobs or matrix.default_jobs()
     label = "matrix" + (f"-shard-{a.shard.replace('/', 'of')}" if a.shard else "")
     out = rundir.RunDir(label, a.results)
-    base = Options(accel=a.accel, attempts=a.attempts, memory_mb=a.memory, pmiss_target=a.pmiss,
-                   snapshot=not a.no_snapshot)
+    base = Options(guest=GuestOptions(accel=a.accel, memory_mb=a.memory, snapshot=not a.no_snapshot),
+                   run=RunOptions(attempts=a.attempts, pmiss_target=a.pmiss))
     runner = matrix.Runner(cells, out, jobs, a.cores, echo_stderr, base, verbose=a.verbose)
     echo_stderr(f"{len(cells)} cells over {len({c.kernel for c in cells})} kernels from {a.file}"
                 f"{f', shard {a.shard}' if a.shard else ''}; {jobs} jobs on {runner.budget.cores} cores "

@@ -96,17 +96,17 @@ class Plan:
 
 def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     repro, disk = c.repro.spec, c.disk
-    target = opts.count or max(repro.min_count, pmiss.count_for(c.calibration, opts.pmiss_target))
-    duration = opts.duration or repro.max_seconds
-    extra = " ".join(a for a in (disk.cmdline if disk else "", opts.cmdline_extra) if a)
+    target = opts.run.count or max(repro.min_count, pmiss.count_for(c.calibration, opts.run.pmiss_target))
+    duration = opts.run.duration or repro.max_seconds
+    extra = " ".join(a for a in (disk.cmdline if disk else "", opts.guest.cmdline_extra) if a)
     cpus = c.cpus
     m = machine.for_kernel(c.kernel)
     cfg = VMConfig(kernel=m.boot_file(c.kernel), initrd=c.initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
-                   cpus=cpus, memory_mb=opts.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
+                   cpus=cpus, memory_mb=opts.guest.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
                    extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command))
-    limits = Limits(boot_timeout=opts.boot_timeout, freeze_after=opts.freeze_after or FREEZE_CEILING,
-                    freeze_floor=None if opts.freeze_after else FREEZE_FLOOR,
-                    stuck_after=opts.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
+    limits = Limits(boot_timeout=opts.run.boot_timeout, freeze_after=opts.run.freeze_after or FREEZE_CEILING,
+                    freeze_floor=None if opts.run.freeze_after else FREEZE_FLOOR,
+                    stuck_after=opts.run.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "")
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)
@@ -115,7 +115,7 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     if repro.sleep_after_s:
         go += f" sleep={math.ceil(repro.sleep_after_s)}"
     if repro.command:  # the user's arguments join the command, which travels hex-encoded
-        command = " ".join([repro.command, *(shlex.quote(a) for a in opts.repro_args)])
+        command = " ".join([repro.command, *(shlex.quote(a) for a in opts.run.repro_args)])
         go += f" hostfs={hostfs.TAG} cmd={command.encode().hex()} cwd={repro.cwd.encode().hex()}"
     return Plan(target, duration, cpus, go, cfg, limits)
 
@@ -128,7 +128,7 @@ def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, d
             *([repro.duration_arg, f"{duration:g}"] if repro.duration_arg else []), *repro.default_args]
     for path in repro.stall.paths if repro.stall else ():
         args += [path.arg, f"{path.threshold_ms:g}"]
-    return args + list(opts.repro_args)
+    return args + list(opts.run.repro_args)
 
 
 class _Run:
@@ -155,8 +155,8 @@ class _Run:
             self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.debug_target())
 
     def debug_target(self) -> debug.Target:
-        return debug.Target(arches.get(self.kernel.arch), self.syms_path, self.kernel.vmlinux or self.opts.vmlinux,
-                            self.layout())
+        return debug.Target(arches.get(self.kernel.arch), self.syms_path,
+                            self.kernel.vmlinux or self.opts.debug.vmlinux, self.layout())
 
     def layout(self) -> Path | None:
         """Where this kernel keeps who waits for whom (worked out once per kernel)."""
@@ -200,8 +200,8 @@ class _Run:
         since = self.note_hang(w, outcome, "reading every vCPU with gdb")
         t = time.monotonic()
         prepared, self.prepared = self.prepared, None
-        self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.debug_target(), self.opts.samples,
-                                    self.opts.sample_interval, resume=True, prepared=prepared)
+        self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.debug_target(), self.opts.debug.samples,
+                                    self.opts.debug.sample_interval, resume=True, prepared=prepared)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
@@ -246,7 +246,7 @@ class _Run:
         t = time.monotonic()
         try:
             dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.agent.proc_threads,
-                                     hook=self.opts.on_thread_command, gdb_name=arches.get(self.kernel.arch).gdb)
+                                     hook=self.opts.hooks.on_thread_command, gdb_name=arches.get(self.kernel.arch).gdb)
         except process.DumpError as e:
             self.process_error = str(e)
             return
@@ -264,14 +264,14 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     r = _Run(c, opts, out_dir, echo)
     plan = make_plan(c, opts, out_dir, r.syms_path is None)
     t0 = time.monotonic()
-    gate = Gate(opts.budget, plan.cpus, opts.cancel) if opts.budget else None  # waits for a boot core
+    gate = Gate(opts.hooks.budget, plan.cpus, opts.hooks.cancel) if opts.hooks.budget else None  # waits for a boot core
     if gate is None:  # GDB loads the kernel's symbols while the guest is restored (a cell at a gate waits)
         r.prepare_debugger()
     # an image's disk changes as it boots, and a vhost-user device (the host's
     # root for a host command) cannot be migrated: their guests always boot cold
     try:
-        vm, snap, restored = start_guest(plan.vm, kernel.key, opts.snapshot and disk is None and not plan.vm.host_fs,
-                                         echo)
+        vm, snap, restored = start_guest(plan.vm, kernel.key,
+                                         opts.guest.snapshot and disk is None and not plan.vm.host_fs, echo)
     except BaseException:
         if gate:
             gate.close()
@@ -309,9 +309,9 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
             stack.callback(r.host_wait.stop)
             w.host_delay = r.host_wait.silence  # a silence the host made is no freeze
             r.prepare_debugger()  # if not yet: GDB starts with the reproducer, ready when a hang comes
-            if opts.on_repro_start:
-                opts.on_repro_start(vm, number)
-        w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.cancel, on_line=on_line,
+            if opts.hooks.on_repro_start:
+                opts.hooks.on_repro_start(vm, number)
+        w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.hooks.cancel, on_line=on_line,
                   go=plan.go, restored=restored, on_ready=save if snap and restored is None else None,
                   on_suspect=r.prepare_debugger, want_syms=r.syms_path is None)
         outcome, raise_later = watch_until_decided(r, vm, w, nmi)
@@ -418,7 +418,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                 (r.out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.console.reports if rep.kind == OutcomeKind.INFRA), "")
     pm = pmiss.p_miss(r.case.calibration, w.agent.count, repro.count_name, r.case.pmiss_unknown)
-    v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.pmiss_target, r.classes,
+    v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.run.pmiss_target, r.classes,
                         r.samples.errors if r.samples else [], report_reason, stall,
                         ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,

@@ -52,8 +52,8 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     if write_file:
         repro = loaded.spec
         path = repro.calibration_dir / f"{repro.name}.toml"
-        write(path, repro.name, canonical, rec.vm["cpus"], opts.repro_args, rec.vm["accel"], runs, sys.argv[1:])
-        cal = pmiss.load(repro.name, opts.repro_args, rec.vm["cpus"], rec.vm["accel"], repro.calibration_dir)
+        write(path, repro.name, canonical, rec.vm["cpus"], opts.run.repro_args, rec.vm["accel"], runs, sys.argv[1:])
+        cal = pmiss.load(repro.name, opts.run.repro_args, rec.vm["cpus"], rec.vm["accel"], repro.calibration_dir)
         lam, k, n = cal.rate_lower_bound() if cal else (0, 0, 0)
         print(f"wrote {path}: hang rate >= {lam:.3g} per pass (95%), {pmiss.count_for(cal, 1e-6)} passes "
               "give P(miss) <= 1e-6")

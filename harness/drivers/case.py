@@ -123,24 +123,24 @@ class Case:
 
 
 def key_for(repro: Loaded, opts: Options, accel_kind: str | None, arch: str) -> Key:
-    return Key(tuple(opts.repro_args), opts.cpus or repro.spec.default_cpus, accel_kind, arch)
+    return Key(tuple(opts.run.repro_args), opts.guest.cpus or repro.spec.default_cpus, accel_kind, arch)
 
 
 def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     """The case verify runs: the kernel fetched (or built), checked against
     what the reproducer needs, its initramfs and accelerator."""
     ensure_guest(echo)  # before the kernel: a first --boot-image installs the guest binaries into the image's layer
-    build_opts = dataclasses.replace(opts.build or BuildOptions(), needs=repro.spec.needs)
+    build_opts = dataclasses.replace(opts.kernel.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
-                            boot_layer=boot_image.make_layer if opts.boot_image else None,
-                            trust_backing=opts.trust_backing)
+                            boot_layer=boot_image.make_layer if opts.kernel.boot_image else None,
+                            trust_backing=opts.kernel.trust_backing)
     check = preflight.check(kernel, repro.spec)
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(modules=check.modules, extra=guest_files(repro.spec))
-    accel_kind = "none" if check.missing else accel.choose(opts.accel, kernel, initrd, echo)
+    accel_kind = "none" if check.missing else accel.choose(opts.guest.accel, kernel, initrd, echo)
     disk = None
-    if opts.boot_image and not check.missing:
+    if opts.kernel.boot_image and not check.missing:
         disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
         initrd = disk.initrd
     key = key_for(repro, opts, accel_kind, kernel.arch)

@@ -99,10 +99,13 @@ class Runner:
         except SpecError as e:
             return _error(cell, str(e), time.monotonic() - t0)
         waited = time.monotonic() - t0
-        opts = dataclasses.replace(self.base, cpus=cell.cpus or self.base.cpus,
-                                   duration=cell.duration or self.base.duration, count=cell.count or self.base.count,
-                                   repro_args=cell.args, results_root=self.out.work / "runs", budget=self.budget,
-                                   cancel=self.cancel)
+        b = self.base
+        opts = dataclasses.replace(
+            b, guest=dataclasses.replace(b.guest, cpus=cell.cpus or b.guest.cpus),
+            run=dataclasses.replace(b.run, duration=cell.duration or b.run.duration, count=cell.count or b.run.count,
+                                    repro_args=cell.args),
+            hooks=dataclasses.replace(b.hooks, budget=self.budget, cancel=self.cancel),
+            results_root=self.out.work / "runs")
 
         def echo(msg: str) -> None:
             if self.verbose:

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
-"""How a verify run goes: the options every driver (verify, matrix, bisect,
-calibrate) hands to it."""
+"""How a verify run goes, one object per stage, as every driver (verify,
+matrix, bisect, calibrate) hands it on: the kernel's resolution, the guest's
+machine, the reproducer's run and its watch, the reading of a hang, and the
+hooks of an in-process caller."""
 from __future__ import annotations
 
 import threading
@@ -13,7 +15,6 @@ from harness.guest.cores import CoreBudget
 from harness.guest.vm import VM
 from images.kernels.build import BuildOptions
 
-
 # heartbeat silence that is a freeze, unless --freeze-after fixes it: this
 # floor (six heartbeats of 50 ms) plus what the host held the guest back by
 # meanwhile (harness/guest/hostwait.py), at most the ceiling
@@ -22,37 +23,63 @@ FREEZE_CEILING = 0.8
 
 
 @dataclass
-class Options:
-    cpus: int | None = None
+class KernelOptions:
+    """How the kernel spec is resolved (harness/drivers/case.py)."""
+    build: BuildOptions | None = None  # build: kernels: the user's config fragments, --debuginfo, jobs
+    # image: kernels: boot the image's own initrd and userspace (images/guest/boot_image.py)
+    boot_image: bool = False
+    trust_backing: bool = False  # image: kernels: backing files outside the image's directory are the user's own
+
+
+@dataclass
+class GuestOptions:
+    """The machine the guest runs on (harness/guest/)."""
+    cpus: int | None = None      # None: the reproducer's default
     memory_mb: int = 1024
     accel: str = "auto"
+    cmdline_extra: str = ""
+    # restore the kernel's guest saved at its agent's gate (harness/guest/snapshot.py); False boots cold
+    snapshot: bool = True
+
+
+@dataclass
+class RunOptions:
+    """How long and how often the reproducer runs, and when it counts as hung (harness/guest/watch.py)."""
     duration: float | None = None
     count: int | None = None
     pmiss_target: float = 1e-6
     repro_args: list[str] = field(default_factory=list)
-    samples: int = 3
-    sample_interval: float = 0.1  # guest run between two samples: a CPU passing through moves on in it
+    attempts: int = 2
     freeze_after: float | None = None  # None: FREEZE_FLOOR adapted to the host, up to FREEZE_CEILING
     stuck_after: float | None = None
     boot_timeout: float = 120.0
-    attempts: int = 2
-    vmlinux: Path | None = None
-    results_root: Path | None = None
-    cmdline_extra: str = ""
-    # build: kernels: the user's config fragments, --debuginfo, jobs
-    build: BuildOptions | None = None
-    # in-process API: called with (vm, attempt number) once the reproducer runs
+
+
+@dataclass
+class DebugOptions:
+    """How a hang is read (harness/debug/)."""
+    samples: int = 3
+    sample_interval: float = 0.1  # guest run between two samples: a CPU passing through moves on in it
+    vmlinux: Path | None = None   # with DWARF: GDB shows inlined frames
+
+
+@dataclass
+class Hooks:
+    """What an in-process caller shares with a run or learns from it."""
+    # called with (vm, attempt number) once the reproducer runs
     on_repro_start: Callable[[VM, int], None] | None = None
-    # shared by guests running side by side (matrix): boot ahead, run in turn
-    budget: CoreBudget | None = None
-    # set by another thread to end the run (reported as interrupted)
-    cancel: threading.Event | None = None
-    # image: kernels: boot the image's own initrd and userspace (images/guest/boot_image.py)
-    boot_image: bool = False
-    # image: kernels: backing files outside the image's directory are the user's own
-    trust_backing: bool = False
-    # in-process API: called before each GDB command of a process thread dump
-    # (harness/debug/process.py; tests make GDB fail on one thread with it)
+    # called before each GDB command of a process thread dump (harness/debug/process.py;
+    # tests make GDB fail on one thread with it)
     on_thread_command: CommandHook | None = None
-    # restore the kernel's guest saved at its agent's gate (harness/guest/snapshot.py); False boots cold
-    snapshot: bool = True
+    budget: CoreBudget | None = None  # shared by guests running side by side (matrix): boot ahead, run in turn
+    cancel: threading.Event | None = None  # set by another thread to end the run (reported as interrupted)
+
+
+@dataclass
+class Options:
+    kernel: KernelOptions = field(default_factory=KernelOptions)
+    guest: GuestOptions = field(default_factory=GuestOptions)
+    run: RunOptions = field(default_factory=RunOptions)
+    debug: DebugOptions = field(default_factory=DebugOptions)
+    hooks: Hooks = field(default_factory=Hooks)
+    results_root: Path | None = None

@@ -91,7 +91,7 @@ def verify(spec: str, repro: str | Loaded, opts: Options, echo: Echo) -> Result:
 def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
                  echo: Echo) -> tuple[list[tuple[int, Attempt]], BaseException | None, str]:
     """Attempts until one is not spoilt by an emulator fault (up to
-    opts.attempts); a failure before any guest ran is an attempt too, so the
+    opts.run.attempts); a failure before any guest ran is an attempt too, so the
     run directory always says what happened. (attempts, the Ctrl-C or SIGTERM
     to raise once the run is written, a kstall bug's traceback)"""
     attempts: list[tuple[int, Attempt]] = []
@@ -110,7 +110,7 @@ def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
             att = run_attempt(c, opts, run.attempt(n), echo, n)
             attempts.append((n, att))
             interrupted = att.interrupted
-            if interrupted or not another_attempt(att.verdict.retry, n, opts.attempts):
+            if interrupted or not another_attempt(att.verdict.retry, n, opts.run.attempts):
                 break
             echo(f"attempt {n}: {att.verdict.reason}; retrying")
     except (VMError, SpecError) as e:
@@ -163,10 +163,10 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
         id=run.id, verdict=final.verdict, outcome=Outcome(final.outcome.kind, final.outcome.detail, final.outcome.at),
         kernel=kernel.to_json() | {"spec": spec},
         reproducer={"name": repro.name, "source": repro.source or None, "program": repro.program or None,
-                    "command": repro.command or None, "args": opts.repro_args, "count_name": repro.count_name,
+                    "command": repro.command or None, "args": opts.run.repro_args, "count_name": repro.count_name,
                     "min_count": repro.min_count, "count_target": final.count_target},
-        vm={"cpus": c.cpus, "memory_mb": opts.memory_mb, "accel": c.accel, "arch": kernel.arch,
-            "cmdline": final.cmdline, "go": final.go, "boot_image": opts.boot_image, "snapshot": final.snapshot},
+        vm={"cpus": c.cpus, "memory_mb": opts.guest.memory_mb, "accel": c.accel, "arch": kernel.arch,
+            "cmdline": final.cmdline, "go": final.go, "boot_image": opts.kernel.boot_image, "snapshot": final.snapshot},
         evidence=Evidence(count=w.get("count"), count_name=repro.count_name, stalls=final.stalls,
                           nmi_injection=w.get("nmi"), p_miss=final.verdict.p_miss or None,
                           heartbeats=w.get("heartbeats"), max_heartbeat_gap_s=w.get("max_heartbeat_gap_s"),

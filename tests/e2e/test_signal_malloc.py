@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.drivers import verify
-from harness.drivers.options import Options
+from harness.drivers.options import Hooks, Options
 from helpers import REPO, kstall, kstall_processes, verify_json
 
 pytestmark = pytest.mark.e2e
@@ -108,7 +108,8 @@ def test_gdb_dying_on_one_thread_loses_only_that_thread(tmp_path):
             killed.append(command)
 
     res = verify.verify("debian:7.3.4", "signal-malloc",
-                        Options(on_thread_command=kill_on_main_thread, results_root=tmp_path), lambda m: None)
+                        Options(hooks=Hooks(on_thread_command=kill_on_main_thread), results_root=tmp_path),
+                        lambda m: None)
     assert killed == ["kstall-thread 1"]
     check_self_deadlock(res.doc)
     dump = json.loads((res.run_dir / "thread-dump.json").read_text())

@@ -80,7 +80,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     first attempt: the oops is the one the TCG text-patching race produces."""
     from images.kernels import symcache
     from harness.drivers import verify
-    from harness.drivers.options import Options
+    from harness.drivers.options import Hooks, Options
     from images.kernels.schemes import resolve
     from harness.analysis.kallsyms import Kallsyms
     kernel = resolve("debian:6.17.8")
@@ -97,7 +97,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
             injected.append(p.returncode)
 
     res = verify.verify("debian:6.17.8", "perf-refresh",
-                        Options(on_repro_start=inject, results_root=tmp_path), lambda m: None)
+                        Options(hooks=Hooks(on_repro_start=inject), results_root=tmp_path), lambda m: None)
     assert injected == [0]
     first, last = res.doc["attempts"][0], res.doc["attempts"][-1]
     assert first["verdict"] == "ERROR" and "int3" in first["reason"]
@@ -108,7 +108,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
 
 def test_qemu_listens_on_no_tcp_port_the_guest_has_no_network_and_the_run_dir_is_private(tmp_path):
     from harness.drivers import verify
-    from harness.drivers.options import Options
+    from harness.drivers.options import Hooks, Options, RunOptions
     seen = []
 
     def look(vm, attempt):
@@ -117,8 +117,8 @@ def test_qemu_listens_on_no_tcp_port_the_guest_has_no_network_and_the_run_dir_is
         seen.append(vm.run_dir.stat().st_mode & 0o777)
         seen.append(Path(f"/proc/{vm.proc.pid}/cmdline").read_bytes().split(b"\0"))
 
-    verify.verify("debian:6.17.8", "perf-refresh", Options(on_repro_start=look, results_root=tmp_path,
-                                                                  count=2000), lambda m: None)
+    verify.verify("debian:6.17.8", "perf-refresh", Options(hooks=Hooks(on_repro_start=look), results_root=tmp_path,
+                                                           run=RunOptions(count=2000)), lambda m: None)
     assert seen[0] == []
     assert {"qmp.sock", "gdb.sock", "console.sock", "agent.sock"} <= set(seen[1])
     assert seen[2] == 0o700

@@ -106,7 +106,7 @@ def test_commit(tree: Path, sha: str, policy: StepPolicy, build: kbuild.BuildOpt
         return Step(label, SKIP, "BUILD_FAILED", f"build failed: {e}", "", took, commit=sha, subject=subject,
                     build_s=took, build_cached=False), []
     built = kernel.origin.get("build_s") if not kernel.origin.get("cached") else 0.0
-    opts = dataclasses.replace(policy.opts, build=build)
+    opts = dataclasses.replace(policy.opts, kernel=dataclasses.replace(policy.opts.kernel, build=build))
     step, recs = run_step(spec, label, dataclasses.replace(policy, opts=opts), echo)
     step.commit, step.subject = sha, subject
     step.build_s, step.build_cached = built, bool(kernel.origin.get("cached"))

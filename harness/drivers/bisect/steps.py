@@ -86,11 +86,12 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
     cal = policy.calibration()
     # enough passes for the per-step target, and never fewer than a verdict needs
     assert policy.loaded is not None
-    count = max(policy.loaded.spec.min_count, policy.opts.count or 0,
+    count = max(policy.loaded.spec.min_count, policy.opts.run.count or 0,
                 pmiss.count_for(cal, policy.pmiss_target))
     for n in range(1, policy.max_runs + 1):
         # the step judges P(miss) over all its runs: a run need not reach the target alone
-        opts = dataclasses.replace(policy.opts, count=count, pmiss_target=1.0)
+        opts = dataclasses.replace(policy.opts, run=dataclasses.replace(policy.opts.run, count=count,
+                                                                        pmiss_target=1.0))
         rec = verify.verify(spec, policy.loaded, opts, echo).record
         recs.append(rec)
         v = rec.verdict.verdict
