@@ -265,7 +265,11 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     plan = make_plan(c, opts, out_dir, r.syms_path is None)
     t0 = time.monotonic()
     gate = Gate(opts.hooks.budget, plan.cpus, opts.hooks.cancel) if opts.hooks.budget else None  # waits for a boot core
-    if gate is None:  # GDB loads the kernel's symbols while the guest is restored (a cell at a gate waits)
+    # GDB loads the kernel's symbols while the guest is restored (a matrix cell
+    # waiting at a gate starts it with its reproducer; one that measures
+    # latencies starts it only once a hang is suspected: its load is host noise)
+    early_gdb = repro.stall is None
+    if early_gdb and gate is None:
         r.prepare_debugger()
     # an image's disk changes as it boots, and a vhost-user device (the host's
     # root for a host command) cannot be migrated: their guests always boot cold
@@ -308,7 +312,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
             r.host_wait.start()
             stack.callback(r.host_wait.stop)
             w.host_delay = r.host_wait.silence  # a silence the host made is no freeze
-            r.prepare_debugger()  # if not yet: GDB starts with the reproducer, ready when a hang comes
+            if early_gdb:  # if not yet: GDB starts with the reproducer, ready when a hang comes
+                r.prepare_debugger()
             if opts.hooks.on_repro_start:
                 opts.hooks.on_repro_start(vm, number)
         w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.hooks.cancel, on_line=on_line,
