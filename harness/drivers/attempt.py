@@ -39,7 +39,7 @@ from harness.guest.cores import Gate
 from harness.guest.hostwait import HostWait
 from harness.guest.nmi import NmiInjector
 from harness.guest.vm import VM, VMConfig, VMError
-from harness.guest.watch import Limits, Watch
+from harness.guest.watch import Calls, Limits, Watch
 from images.kernels import symcache
 from images.kernels.kernel import SpecError
 
@@ -311,14 +311,15 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
             r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
             r.host_wait.start()
             stack.callback(r.host_wait.stop)
-            w.host_delay = r.host_wait.silence  # a silence the host made is no freeze
+            calls.host_delay = r.host_wait.silence  # a silence the host made is no freeze
             if early_gdb:  # if not yet: GDB starts with the reproducer, ready when a hang comes
                 r.prepare_debugger()
             if opts.hooks.on_repro_start:
                 opts.hooks.on_repro_start(vm, number)
-        w = Watch(vm, plan.limits, echo=echo, on_repro_start=hook, gate=gate, cancel=opts.hooks.cancel, on_line=on_line,
-                  go=plan.go, restored=restored, on_ready=save if snap and restored is None else None,
-                  on_suspect=r.prepare_debugger, want_syms=r.syms_path is None)
+        calls = Calls(on_repro_start=hook, on_line=on_line, on_ready=save if snap and restored is None else None,
+                      on_suspect=r.prepare_debugger)
+        w = Watch(vm, plan.limits, echo=echo, calls=calls, gate=gate, cancel=opts.hooks.cancel, go=plan.go,
+                  restored=restored, want_syms=r.syms_path is None)
         outcome, raise_later = watch_until_decided(r, vm, w, nmi)
         r.keep_symbols(w)
     snap_doc = None

@@ -26,7 +26,7 @@ from harness.guest.streams import BlobReader, LineReader
 from harness.guest.vm import VM
 from images.kernels import symcache
 
-# a run is suspected of hanging (Watch.on_suspect) after this fraction of its freeze or stuck limit
+# a run is suspected of hanging (Calls.on_suspect) after this fraction of its freeze or stuck limit
 SUSPECT_AT = 0.4
 # the outcome of a console report that ends the run, where its kind is not the outcome's name
 REPORT_ENDS = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERROR}
@@ -40,7 +40,7 @@ class Limits:
     boot_timeout: float = 120.0
     # heartbeat silence that is a freeze; with freeze_floor, the most it takes:
     # a silence of freeze_floor is a freeze once the host's own delay of the
-    # vCPUs and of QEMU's main loop over it (Watch.host_delay) is added to it
+    # vCPUs and of QEMU's main loop over it (Calls.host_delay) is added to it
     freeze_after: float = 0.8
     freeze_floor: float | None = None
     stuck_after: float = 1.0
@@ -51,28 +51,36 @@ class Limits:
     stall_measure: str = "measurement"  # what the reproducer times (its data file's [stall] measure)
 
 
+@dataclass
+class Calls:
+    """What the watch calls back, each at its moment; every one is optional."""
+    on_repro_start: Callable[[], None] | None = None  # the reproducer started (the agent said so)
+    on_line: Callable[[str], None] | None = None      # each line the reproducer prints
+    on_ready: Callable[[], None] | None = None        # once: the guest waits at its gate (a snapshot is saved)
+    # once per arming, when heartbeats or the progress count have been still
+    # for SUSPECT_AT of their limit: time to get a debugger ready
+    on_suspect: Callable[[], None] | None = None
+    # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
+    host_delay: Callable[[float, float], float | None] | None = None
+
+
 class Watch:
     def __init__(self, vm: VM, limits: Limits, patterns: console.Patterns | None = None,
-                 echo=None, on_repro_start=None, gate=None, cancel=None, on_line=None,
-                 go: str = "", restored: dict | None = None, on_ready=None, on_suspect=None,
-                 want_syms: bool = False) -> None:
+                 echo: Callable[[str], None] | None = None, calls: Calls | None = None, gate=None, cancel=None,
+                 go: str = "", restored: dict | None = None, want_syms: bool = False) -> None:
         self.vm = vm
         self.limits = limits
-        self.echo = echo  # callable(str) for progress output, or None
-        # callable(), once per arming, when heartbeats or the progress count have been
-        # still for SUSPECT_AT of their limit: time to get a debugger ready
-        self.on_suspect = on_suspect
+        self.echo = echo  # progress output, or None
+        self.calls = calls or Calls()
         self.suspected = False
-        # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
-        self.host_delay: Callable[[float, float], float | None] | None = None
         self.go = go  # the GO line's parameters (repro/agent.c); the wall clock is added when it is sent
-        self.on_ready = on_ready  # callable(), once, when the guest waits at its gate (a snapshot is saved)
         self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
         self.cancel = cancel  # threading.Event: another thread asks this run to end
         self.gate = gate  # harness.guest.cores.Gate: when set, the guest waits at "ready" for our "GO"
         self.go_at: float | None = None
         self.t0 = vm.started_at or time.monotonic()
-        self.agent = AgentChannel(self._say, vm.cfg.cpus, limits.stalls, on_repro_start, on_line, time.monotonic)
+        self.agent = AgentChannel(self._say, vm.cfg.cpus, limits.stalls, self.calls.on_repro_start,
+                                  self.calls.on_line, time.monotonic)
         self.agent.t0 = self.t0
         self.console = console.Tracker(patterns or console.load_patterns(), self._say)
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
@@ -169,9 +177,9 @@ class Watch:
 
     def _at_gate(self, now: float) -> None:
         """The guest waits at its gate: save it (once), then GO when cores are free."""
-        if self.on_ready is not None:
-            self.on_ready()
-            self.on_ready = None
+        if self.calls.on_ready is not None:
+            self.calls.on_ready()
+            self.calls.on_ready = None
         if self.gate is None or self.gate.try_open():
             self._send_go(now)
 
@@ -195,11 +203,11 @@ class Watch:
         freeze_after = self.freeze_after(now)
         if a.last_hb_at is not None and now - a.last_hb_at >= freeze_after:
             return Outcome(OutcomeKind.FREEZE, f"no heartbeat for {now - a.last_hb_at:.2f}s", now)
-        if self.on_suspect and not self.suspected and a.running and (
+        if self.calls.on_suspect and not self.suspected and a.running and (
                 now - (a.last_hb_at or now) >= freeze_after * SUSPECT_AT or
                 now - (a.count_changed_at or now) >= L.stuck_after * SUSPECT_AT):
             self.suspected = True
-            self.on_suspect()
+            self.calls.on_suspect()
         if a.running and a.count_changed_at is not None and now - a.count_changed_at >= L.stuck_after:
             return Outcome(OutcomeKind.STUCK, f"progress count stuck at {a.count} for "
                            f"{now - a.count_changed_at:.2f}s while heartbeats continue", now)
@@ -210,11 +218,11 @@ class Watch:
         the guest back by since the last heartbeat, within freeze_after; the
         fixed freeze_after without a floor or a reading of the host."""
         L, last = self.limits, self.agent.last_hb_at
-        if L.freeze_floor is None or self.host_delay is None or last is None:
+        if L.freeze_floor is None or self.calls.host_delay is None or last is None:
             return L.freeze_after
         if now - last < L.freeze_floor:  # no freeze yet, whatever the host did
             return L.freeze_floor
-        held = self.host_delay(last, now)
+        held = self.calls.host_delay(last, now)
         return L.freeze_after if held is None else min(L.freeze_after, L.freeze_floor + held / 1e3)
 
     # -- talking to the agent ---------------------------------------------

@@ -8,7 +8,7 @@ from recorded import FIXTURES
 
 from harness.analysis import console
 from harness.analysis.ktap import Ktap
-from harness.guest.watch import SUSPECT_AT, Limits, Watch
+from harness.guest.watch import SUSPECT_AT, Calls, Limits, Watch
 
 
 def reports(name):
@@ -133,7 +133,7 @@ def test_a_stuck_count_is_suspected_once_before_it_is_declared():
     pairs, guest, vm = _socket_vm()
     seen = []
     w = Watch(vm, Limits(freeze_after=30, stuck_after=0.5), patterns=[],
-              on_suspect=lambda: seen.append(time.monotonic()))
+              calls=Calls(on_suspect=lambda: seen.append(time.monotonic())))
     guest.sendall(b"KSTALL hello uname=6.16.12 cpus=2 init=init\nHB 0 1000000 0\n# progress count=0 elapsed_ms=1\n")
     w._pump(0.2)
     started = w.agent.count_changed_at
@@ -163,7 +163,7 @@ def test_a_freeze_is_a_silence_past_its_floor_plus_what_the_host_held_the_guest_
     from types import SimpleNamespace
     held: list[float | None] = [0.0]
     w = SimpleNamespace(limits=Limits(freeze_after=0.8, freeze_floor=0.3), agent=SimpleNamespace(last_hb_at=10.0),
-                        host_delay=lambda t0, t1: held[0])
+                        calls=Calls(host_delay=lambda t0, t1: held[0]))
     after = lambda now: Watch.freeze_after(w, now)  # noqa: E731
     assert after(10.1) == 0.3 and after(10.35) == 0.3  # a quiet host: the floor
     held[0] = 250.0  # the host kept a vCPU or QEMU's main loop waiting 250 ms of the silence
