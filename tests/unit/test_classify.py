@@ -126,3 +126,23 @@ def test_cpus_re_entering_the_int3_planted_in_schedule_are_an_error_tried_again(
     assert {c.cpu: c.signature.name for c in classes} == {0: "schedule_int3_reentry", 1: "schedule_int3_reentry"}
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 3.24s", 0.0), REPRO, classes=classes))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
+
+
+def test_cpus_that_oopsed_on_the_int3_in_schedule_and_panicked_are_an_error_tried_again(sigs):
+    """6.16.12 under TCG, a default matrix's perf-sigtrap: both CPUs hit the
+    int3 planted in __schedule, oopsed and panicked at once (CPU0 in
+    panic_smp_self_stop, CPU1 in native_stop_other_cpus' delay), with nothing
+    on the console; it used to be INCONCLUSIVE, "a different hang"."""
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import Outcome
+    classes = classify.classify_samples(load_samples("perf-sigtrap-6.16.12-int3-panic"), sigs)
+    assert {c.cpu: c.signature.name for c in classes} == {0: "schedule_int3_oops_panic", 1: "schedule_int3_oops_panic"}
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 1.43s", 0.0), reproducers.load("perf-sigtrap"),
+                      classes=classes))
+    assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
+    # a panic that is not an oops on that int3 is no emulator fault
+    other = [{"cpu": 0, "regs": {"cs": "0x10"}, "frames": [{"function": "panic_smp_self_stop"}, {"function": "panic"},
+                                                          {"function": "oops_end"}, {"function": "exc_page_fault"},
+                                                          {"function": "__schedule"}]}]
+    assert classify.classify_samples([{"cpus": other}], sigs)[0].signature.role != "infra"
