@@ -91,19 +91,28 @@ class Calibration:
         return ""
 
 
+def holding(cal: Calibration | None, args: list[str] | tuple[str, ...] = (), cpus: int | None = None,
+            accel: str | None = None) -> tuple[Calibration | None, str]:
+    """cal if it holds for a run with these arguments, vCPUs and accelerator
+    (None: not known yet), and why P(miss) may still be unknown: no
+    calibration, one for another run, or one without hangs."""
+    if cal is None:
+        return None, "no calibration"
+    why = cal.mismatch(args, cpus, accel)
+    return (None, why) if why else (cal, "no calibration with hangs")
+
+
 def load(reproducer: str, args: list[str] | tuple[str, ...] = (), cpus: int | None = None,
          accel: str | None = None, directory: Path = CAL_DIR) -> Calibration | None:
     """The reproducer's calibration, if it holds for a run with these
     arguments, vCPUs and accelerator."""
-    cal = load_file(reproducer, directory)
-    return cal if cal is not None and not cal.mismatch(args, cpus, accel) else None
+    return holding(load_file(reproducer, directory), args, cpus, accel)[0]
 
 
 def unknown_because(reproducer: str, args: list[str] | tuple[str, ...] = (), cpus: int | None = None,
                     accel: str | None = None, directory: Path = CAL_DIR) -> str:
     """Why a run has no calibration (load() gave None)."""
-    cal = load_file(reproducer, directory)
-    return "no calibration" if cal is None else cal.mismatch(args, cpus, accel) or "no calibration with hangs"
+    return holding(load_file(reproducer, directory), args, cpus, accel)[1]
 
 
 def load_file(reproducer: str, directory: Path = CAL_DIR) -> Calibration | None:

@@ -49,12 +49,8 @@ class Loaded:
         return self.spec.name
 
     def calibration_for(self, key: "Key") -> tuple[pmiss.Calibration | None, str]:
-        """The calibration that holds for a run with key, or None and why none does."""
-        cal = self.calibration
-        if cal is None:
-            return None, "no calibration"
-        why = cal.mismatch(key.args, key.cpus, key.accel)
-        return (None, why) if why else (cal, "" if cal.hangs else "no calibration with hangs")
+        """The calibration that holds for a run with key, and why P(miss) may still be unknown."""
+        return pmiss.holding(self.calibration, key.args, key.cpus, key.accel)
 
 
 @dataclass(frozen=True)
