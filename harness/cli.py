@@ -58,7 +58,8 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--count", "--repeat", type=int, help="stop after this many passes over the path; for "
                    "a program run as it is, how many times to run it (default: the reproducer's minimum, or "
                    "more if --pmiss needs it)")
-    r.add_argument("--pmiss", type=float, default=1e-6, help="target P(miss) for NOT_REPRODUCED (default 1e-6)")
+    r.add_argument("--pmiss", type=float, help="target P(miss) for NOT_REPRODUCED (default 1e-6 where the "
+                   "reproducer is calibrated; given, a run whose P(miss) is unknown does not meet it)")
     r.add_argument("--attempts", type=int, default=2, help="attempts when an emulator fault spoils a run (default 2)")
     r.add_argument("--freeze-after", type=float, help="heartbeat silence that means a freeze (s); default: 0.3 s "
                    "plus what the host held the guest back by meanwhile, at most 0.8 s")
@@ -119,7 +120,8 @@ def options_from(a: argparse.Namespace):
                                trust_backing=getattr(a, "trust_backing_files", False)),
         guest=o.GuestOptions(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, cmdline_extra=a.cmdline,
                              snapshot=not a.no_snapshot),
-        run=o.RunOptions(duration=a.duration, count=a.count, pmiss_target=a.pmiss,
+        run=o.RunOptions(duration=a.duration, count=a.count,
+                         pmiss_target=o.DEFAULT_PMISS if a.pmiss is None else a.pmiss, pmiss_given=a.pmiss is not None,
                          repro_args=list(a.repro_args or []), attempts=a.attempts, freeze_after=a.freeze_after,
                          stuck_after=a.stuck_after),
         debug=o.DebugOptions(samples=a.samples, vmlinux=a.vmlinux), results_root=a.results)
@@ -251,7 +253,7 @@ def cmd_threads(a: argparse.Namespace) -> int:
 def cmd_matrix(a: argparse.Namespace) -> int:
     from harness.analysis import expect
     from harness.drivers import matrix
-    from harness.drivers.options import GuestOptions, Options, RunOptions
+    from harness.drivers.options import DEFAULT_PMISS, GuestOptions, Options, RunOptions
     try:
         m = matrix.load(a.file)
         shard = expect.parse_shard(a.shard) if a.shard else None
@@ -266,7 +268,8 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     label = "matrix" + (f"-shard-{a.shard.replace('/', 'of')}" if a.shard else "")
     out = rundir.RunDir(label, a.results)
     base = Options(guest=GuestOptions(accel=a.accel, memory_mb=a.memory, snapshot=not a.no_snapshot),
-                   run=RunOptions(attempts=a.attempts, pmiss_target=a.pmiss))
+                   run=RunOptions(attempts=a.attempts, pmiss_target=DEFAULT_PMISS if a.pmiss is None else a.pmiss,
+                                  pmiss_given=a.pmiss is not None))
     runner = matrix.Runner(cells, out, jobs, a.cores, echo_stderr, base, verbose=a.verbose)
     echo_stderr(f"{len(cells)} cells over {len({c.kernel for c in cells})} kernels from {a.file}"
                 f"{f', shard {a.shard}' if a.shard else ''}; {jobs} jobs on {runner.budget.cores} cores "

@@ -4,10 +4,9 @@ judge (hang_kinds.py), every other ending here. The verdicts' meanings are in
 verdict.py."""
 from __future__ import annotations
 
-import math
 from typing import Callable
 
-from harness.analysis import hang_kinds, hang_verdicts
+from harness.analysis import hang_kinds, hang_verdicts, pmiss as pmiss_module
 from harness.analysis.findings import Findings
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import OutcomeKind
@@ -67,6 +66,25 @@ def program_failure(ktap: Ktap, tail: int = 12) -> Verdict | None:
                    summary=f"the program failed: {why}")
 
 
+def unmet_requirements(f: Findings) -> list[str]:
+    """What a run without a hang still lacks for NOT_REPRODUCED: passes over
+    the path, and its P(miss) target (an unknown P(miss) meets a target the
+    user gave only by being calibrated)."""
+    repro, count, pmiss = f.repro, f.count, f.pmiss
+    out = []
+    if count < repro.min_count:
+        out.append("path not exercised" if count == 0 else f"path exercised only {count} times (< {repro.min_count})")
+    reached = pmiss_module.reaches(pmiss, f.pmiss_target)
+    if reached is False:
+        out.append(f"{count} {repro.count_name} without a hang, but {pmiss['text']} is above the target "
+                   f"{f.pmiss_target:g} (the run ended before it got there: --duration?)")
+    elif reached is None and f.pmiss_given:
+        spec = repro.source or repro.program or repro.name  # what calibrate takes: a user's file by its path
+        out.append(f"P(miss) unknown: calibrate first (harness/kstall calibrate KERNEL {spec} --write, on a "
+                   f"kernel known to be affected), so that --pmiss {f.pmiss_target:g} can be checked")
+    return out
+
+
 def completed(f: Findings) -> Verdict:
     """The reproducer ran to its end (or the watch saw no hang): its result,
     its measurements, and whether it ran the path often enough."""
@@ -86,14 +104,10 @@ def completed(f: Findings) -> Verdict:
         return hang_verdicts.measured_stall(f)
     if f.suspect:
         return hang_verdicts.host_noise(f)
-    if count < repro.min_count:
-        what = "not exercised" if count == 0 else f"exercised only {count} times (< {repro.min_count})"
-        return Verdict(VerdictKind.INCONCLUSIVE, f"path {what}")
-    log10 = pmiss.get("p_miss_log10")
-    if log10 is not None and log10 > math.log10(f.pmiss_target):
-        return Verdict(VerdictKind.INCONCLUSIVE, f"{count} {repro.count_name} without a hang, but {pmiss['text']} is "
-                       f"above the target {f.pmiss_target:g} (the run ended before it got there: --duration?)",
-                       p_miss=pmiss)
+    unmet = unmet_requirements(f)
+    if unmet:  # every one of them, not the first; with the P(miss) when that is one
+        about_pmiss = any(not u.startswith("path ") for u in unmet)
+        return Verdict(VerdictKind.INCONCLUSIVE, "; ".join(unmet), p_miss=pmiss if about_pmiss else {})
     return Verdict(VerdictKind.NOT_REPRODUCED,
                    f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
                    summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",

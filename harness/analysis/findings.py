@@ -28,6 +28,7 @@ class Findings:
     own_bug: str = ""
     pmiss: dict = field(default_factory=dict)  # pmiss.p_miss()
     pmiss_target: float = 1.0
+    pmiss_given: bool = False           # the user asked for the target (--pmiss): an unknown P(miss) misses it
     classes: list[classify.CpuClass] = field(default_factory=list)  # every vCPU, classified
     debug_errors: list[str] = field(default_factory=list)  # why vCPUs could not be read
     report_reason: str = ""             # an emulator fault's console report, when one ended the run

@@ -154,6 +154,15 @@ def p_miss(cal: Calibration | None, count: int, count_name: str, unknown: str = 
             "calibration": paths.shown(cal.path) if cal.path else None}
 
 
+def reaches(pm: dict, target: float) -> bool | None:
+    """Whether a p_miss() record is at or below target, compared unrounded
+    (its log10 is rounded for display: -5.96 would read as -6.0, 10% over a
+    1e-6 target); None when P(miss) is unknown."""
+    if pm.get("p_miss") is None:
+        return None
+    return pm["p_miss"] <= target
+
+
 def count_for(cal: Calibration | None, target: float) -> int:
     """Passes needed for P(miss) <= target (0 when there is no calibration)."""
     if cal is None or not cal.hangs:

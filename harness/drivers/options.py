@@ -20,6 +20,7 @@ from images.kernels.build import BuildOptions
 # meanwhile (harness/guest/hostwait.py), at most the ceiling
 FREEZE_FLOOR = 0.3
 FREEZE_CEILING = 0.8
+DEFAULT_PMISS = 1e-6  # the P(miss) a NOT_REPRODUCED aims for where the reproducer is calibrated
 
 
 @dataclass
@@ -47,7 +48,8 @@ class RunOptions:
     """How long and how often the reproducer runs, and when it counts as hung (harness/guest/watch.py)."""
     duration: float | None = None
     count: int | None = None
-    pmiss_target: float = 1e-6
+    pmiss_target: float = DEFAULT_PMISS
+    pmiss_given: bool = False  # --pmiss: the user's target, which an unknown P(miss) does not meet
     repro_args: list[str] = field(default_factory=list)
     attempts: int = 2
     freeze_after: float | None = None  # None: FREEZE_FLOOR adapted to the host, up to FREEZE_CEILING

@@ -116,9 +116,50 @@ def test_a_run_short_of_its_p_miss_target_is_inconclusive_not_clean():
     k = Ktap()
     for line in ["KTAP version 1", "1..1", "ok 1 perf-refresh"]:
         k.feed(line)
-    reached = {"text": "P(miss) 2.1e-07", "p_miss_log10": -6.7}
+    reached = {"text": "P(miss) 2.1e-07", "p_miss": 2.1e-07, "p_miss_log10": -6.7}  # as p_miss() gives it
     ok = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached, pmiss_target=1e-6))
     short = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=k, count=12000, pmiss=reached,
                             pmiss_target=1e-9))
     assert ok.verdict == "NOT_REPRODUCED" and short.verdict == "INCONCLUSIVE" and short.exit_code == 3
     assert "P(miss) 2.1e-07 is above the target 1e-09" in short.reason and short.p_miss == reached
+
+
+def _ran(count: int) -> Ktap:
+    k = Ktap()
+    for line in ["KTAP version 1", "1..1", "ok 1 perf-refresh"]:
+        k.feed(line)
+    return k
+
+
+def test_a_p_miss_just_over_its_target_does_not_reach_it_by_rounding():
+    """exp(-lambda x count) = 10^-5.96 = 1.1e-6: its log10 rounds to -6.0,
+    and a 1e-6 target was taken as met (up to ~12% over it)."""
+    cal = pmiss.Calibration(reproducer="perf-refresh", kernel="k", cpus=2, confidence=0.95, measured="",
+                            runs=[{"verdict": "VULNERABLE", "count": 10000}] * 3)
+    lam = cal.rate_lower_bound()[0]
+    count = int(5.96 * math.log(10) / lam)
+    pm = pmiss.p_miss(cal, count, "cycles")
+    assert pm["p_miss_log10"] == -6.0 and pm["p_miss"] > 1e-6
+    v = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=_ran(count), count=max(count, REPRO.min_count),
+                        pmiss=pm, pmiss_target=1e-6))
+    assert v.verdict == "INCONCLUSIVE" and "above the target 1e-06" in v.reason, v.reason
+
+
+def test_a_p_miss_target_the_user_gave_is_not_met_by_an_unknown_p_miss():
+    unknown = pmiss.p_miss(None, 20000, "cycles", "no calibration")
+    given = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=_ran(1), count=20000, pmiss=unknown,
+                            pmiss_target=1e-6, pmiss_given=True))
+    assert given.verdict == "INCONCLUSIVE" and given.exit_code == 3
+    assert "P(miss) unknown: calibrate first" in given.reason and "calibrate KERNEL perf-refresh" in given.reason
+    default = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=_ran(1), count=20000, pmiss=unknown,
+                              pmiss_target=1e-6))
+    assert default.verdict == "NOT_REPRODUCED" and "P(miss) unknown" in default.summary
+
+
+def test_an_inconclusive_run_states_every_requirement_it_missed():
+    """Few passes and a P(miss) over its target: both are said, not the first."""
+    short = {"text": "P(miss) 0.02", "p_miss": 0.02, "p_miss_log10": -1.7}
+    v = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=_ran(1), count=403, pmiss=short,
+                        pmiss_target=1e-9))
+    assert v.verdict == "INCONCLUSIVE"
+    assert f"path exercised only 403 times (< {REPRO.min_count})" in v.reason and "above the target 1e-09" in v.reason

@@ -14,7 +14,6 @@ A reproducer with signatures of its own is already INCONCLUSIVE on any other.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -91,7 +90,7 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
     for n in range(1, policy.max_runs + 1):
         # the step judges P(miss) over all its runs: a run need not reach the target alone
         opts = dataclasses.replace(policy.opts, run=dataclasses.replace(policy.opts.run, count=count,
-                                                                        pmiss_target=1.0))
+                                                                        pmiss_target=1.0, pmiss_given=False))
         rec = verify.verify(spec, policy.loaded, opts, echo).record
         recs.append(rec)
         v = rec.verdict.verdict
@@ -107,9 +106,8 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
             return Step(label, SKIP, v, why, "", seconds, runs, 0, error=v == VerdictKind.ERROR), recs
         total += rec.evidence.count or 0
         pm = pmiss.p_miss(cal, total, rec.evidence.count_name or "passes")
-        log10 = pm.get("p_miss_log10")
-        reached = log10 is not None and log10 <= math.log10(policy.pmiss_target)
-        if reached or (log10 is None and n == policy.max_runs):  # unknown: as clean as max_runs runs make it
+        reached = pmiss.reaches(pm, policy.pmiss_target)
+        if reached or (reached is None and n == policy.max_runs):  # unknown: as clean as max_runs runs make it
             text = f"{pm['text']} over {total} passes in {n} run(s)"
             return Step(label, CLEAN, v, rec.line, text, seconds, runs, total), recs
         echo(f"{label}: not reproduced, but {pm['text']} is not below {policy.pmiss_target:g}: running again")
