@@ -502,7 +502,7 @@ def _matrix_parsers(sub) -> None:
     mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     mx.add_argument("--attempts", type=int, default=2)
     mx.add_argument("--memory", type=int, default=1024, metavar="MB")
-    mx.add_argument("--pmiss", type=float, default=1e-6)
+    mx.add_argument("--pmiss", type=float, help="target P(miss) for NOT_REPRODUCED cells (as verify's --pmiss)")
     mx.add_argument("--no-snapshot", action="store_true", help="boot every guest cold (no snapshots)")
     mx.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
     mx.add_argument("--verbose", action="store_true", help="every cell's progress, not only its verdict")
