@@ -157,7 +157,7 @@ def _by_record(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
     return AFFECTED, why + [f"record: no fix on {vtext(branch)}.y"], ""
 
 
-def predict(rec: BugRecord | None, upstream: str | None, log: list[changelog.Line] | None,
+def predict(rec: BugRecord | None, upstream: str | None, log: changelog.Log | None,
             no_log: str = "none") -> Prediction:
     """The verdict the record (and the changelog, when there is one) predicts
     for a kernel of that upstream version; no_log: why there is no changelog."""

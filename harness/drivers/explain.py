@@ -32,7 +32,7 @@ def predict(kernel: Kernel, record: BugRecord | None, echo: Echo | None = None) 
     no_log = f"none in {package}" if package else "none"
     try:
         path = schemes.changelog(kernel, echo)
-        log = changelog.load(path) if path else None
+        log = changelog.Lookup(path) if path else None
     except (SpecError, OSError, ValueError) as e:
         log, no_log = None, f"could not be read ({e})"
     return bug_record.predict(record, kernel.upstream, log, no_log)

@@ -61,7 +61,7 @@ class RunOptions:
 class DebugOptions:
     """How a hang is read (harness/debug/)."""
     samples: int = 3
-    sample_interval: float = 0.1  # guest run between two samples: a CPU passing through moves on in it
+    sample_interval: float = 0.05  # guest run between two samples: a CPU passing through moves on in it
     vmlinux: Path | None = None   # with DWARF: GDB shows inlined frames
 
 

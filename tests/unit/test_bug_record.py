@@ -193,3 +193,20 @@ def test_a_changelog_is_parsed_once_and_again_when_it_changes(tmp_path, monkeypa
     assert changelog.load(gz) == first and parsed == []  # the parsed copy beside it
     gz.write_bytes(gzip.compress(EXCERPT.read_bytes() + b"\n"))
     assert changelog.load(gz) == first and parsed == [1]  # a changed file is read again
+
+
+def test_a_changelog_answers_a_subject_from_its_memo_until_it_changes(tmp_path, monkeypatch):
+    gz = tmp_path / "changelog.gz"
+    gz.write_bytes(gzip.compress(EXCERPT.read_bytes()))
+    subject = "bpf: Fail bpf_timer_cancel when callback is being cancelled"
+    expected = changelog.find(changelog.load(gz), subject)
+    assert expected and changelog.find(changelog.Lookup(gz), subject) == expected
+    assert changelog.find(changelog.Lookup(gz), "perf: Fix the POLL_HUP delivery breakage") is None
+    loads = []
+    real = changelog.load
+    monkeypatch.setattr(changelog, "load", lambda path: loads.append(1) or real(path))
+    again = changelog.Lookup(gz)
+    assert again.find(subject) == expected and again.find("perf: Fix the POLL_HUP delivery breakage") is None
+    assert loads == []  # both answers (one of them "not listed") from the memo
+    gz.write_bytes(gzip.compress(EXCERPT.read_bytes().replace(b"being cancelled", b"being canceled")))
+    assert changelog.Lookup(gz).find(subject) is None and loads == [1]  # a changed changelog is read again

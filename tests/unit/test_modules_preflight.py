@@ -119,3 +119,19 @@ def test_grub_default_on_a_grub_cfg_that_grub_mkconfig_wrote():
     ident = "gnulinux-6.16.12+deb13-amd64-recovery-35fda5b0-caf2-4ea5-ba3d-eccae32dc55b"
     assert "single" in gc.grub_default(saved, {"saved_entry": ident})[0]["args"]
     assert gc.grub_default(saved, {})[0]["title"] == "GNU/Linux"  # no saved entry: the first
+
+
+def test_initramfs_is_made_again_when_an_input_changes_and_not_read_when_none_did(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
+    guest = tmp_path / "guest"
+    guest.mkdir()
+    (guest / "init").write_bytes(b"init one")
+    first = initramfs.build(guest)
+    reads = []
+    real = initramfs.guest_files
+    monkeypatch.setattr(initramfs, "guest_files", lambda g=None: reads.append(1) or real(g))
+    assert initramfs.build(guest) == first and reads == []
+    (guest / "init").write_bytes(b"init two")  # same size: its status still changes
+    second = initramfs.build(guest)
+    assert second != first and reads == [1] and b"init two" in second.read_bytes()
+    assert initramfs.build(guest, extra={"bin/mine": b"x"}) not in (first, second)
