@@ -81,12 +81,15 @@ class Calibration:
 
     def mismatch(self, args: list[str] | tuple[str, ...], cpus: int | None, accel: str | None) -> str:
         """Why it does not hold for a run with these arguments, vCPUs and
-        accelerator (None: not known yet); "" when it does."""
+        accelerator; "" when it does. A run's accelerator must be known: a
+        hang rate under TCG says nothing of one under KVM."""
         if tuple(args) != self.args:
             return "no calibration for these arguments"
         if cpus not in (None, self.cpus):
             return f"no calibration for {cpus} vCPUs"
-        if accel not in (None, self.accel):
+        if not accel:
+            return "no calibration for a run whose accelerator is not known"
+        if accel != self.accel:
             return f"no calibration under {accel.upper()}"
         return ""
 

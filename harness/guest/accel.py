@@ -55,6 +55,19 @@ def probe_config(kernel: Kernel, initrd: Path, log_dir: Path) -> VMConfig:
                     arch=m.arch, cmdline=m.kernel_cmdline("kstall.repro=none"))
 
 
+def likely(requested: str) -> str:
+    """The accelerator a run of a kernel of the host's architecture will
+    most likely get, before its kernel is known: for sizing a run, never for
+    judging one (its record says what it ran under)."""
+    if requested in ("kvm", "tcg"):
+        return requested
+    if not kvm_available()[0]:
+        return "tcg"
+    with decisions() as known:
+        host = known.get(HOST)
+    return "tcg" if host is not None and not host["works"] else "kvm"
+
+
 def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], None]) -> str:
     if requested == "tcg":
         return "tcg"

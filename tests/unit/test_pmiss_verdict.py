@@ -47,7 +47,7 @@ def test_no_calibration_means_unknown_not_zero():
 
 
 def test_shipped_calibration_is_from_an_affected_kernel():
-    c = pmiss.load("perf-refresh")
+    c = pmiss.load_file("perf-refresh")
     assert c is not None and c.hangs and "6.16.12" in c.kernel
 
 
@@ -163,3 +163,13 @@ def test_an_inconclusive_run_states_every_requirement_it_missed():
                         pmiss_target=1e-9))
     assert v.verdict == "INCONCLUSIVE"
     assert f"path exercised only 403 times (< {REPRO.min_count})" in v.reason and "above the target 1e-09" in v.reason
+
+
+def test_a_bisection_judges_a_step_by_the_calibration_for_the_accelerator_it_ran_under():
+    from harness.drivers.bisect.steps import StepPolicy
+    from harness.drivers.options import Options
+    policy = StepPolicy("perf-refresh", Options())  # its calibration was measured under TCG
+    assert policy.calibration("tcg") is not None
+    assert policy.calibration("kvm") is None  # a KVM step does not borrow TCG's hang rate
+    assert pmiss.load_file("perf-refresh").mismatch([], 2, None) == \
+        "no calibration for a run whose accelerator is not known"

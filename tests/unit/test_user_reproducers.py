@@ -179,13 +179,13 @@ def test_a_bisection_step_counts_only_the_bad_ends_hang_and_a_first_run_hang_tel
     bad = failed("x", "VULNERABLE")
     bad.verdict = Verdict("VULNERABLE", "freeze", signature="hrtimer_cancel_self_deadlock")
     policy.learn_from_bad_end(bad)
-    assert policy.calibration() is None  # hung in its first run: no rate to build on
+    assert policy.calibration("tcg") is None  # hung in its first run: no rate to build on
     assert policy.different_hang(bad.verdict) == ""
     other = Verdict("VULNERABLE", "sleeping", title="INFO: task hung in pipe_write")
     assert "a different hang than at the bad end: INFO: task hung in pipe_write" in policy.different_hang(other)
     builtin = StepPolicy("perf-refresh", Options())
     builtin.learn_from_bad_end(bad)
-    assert builtin.calibration() is not None and builtin.different_hang(other) == ""  # its own signatures decide
+    assert builtin.calibration("tcg") is not None and builtin.different_hang(other) == ""  # its own signatures decide
 
 
 def test_a_deadlock_cycle_in_a_users_stuck_program_is_its_finding_and_another_reproducers_different_hang():

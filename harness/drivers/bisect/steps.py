@@ -22,8 +22,9 @@ from harness.analysis.record import RunRecord
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import arch
 from harness.drivers import case as cases, verify
-from harness.drivers.options import Options
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
+from harness.drivers.options import Options
+from harness.guest import accel
 
 
 def hang_key(v: Verdict) -> str:
@@ -44,9 +45,15 @@ class StepPolicy:
     def __post_init__(self) -> None:
         if self.loaded is None:
             self.loaded = cases.load(self.reproducer, lambda msg: None)
-        if self.cal is None:  # the accelerator is not known before each run: any the calibration was made on
-            self.cal = self.loaded.calibration_for(cases.key_for(self.loaded, self.opts, None, arch.DEFAULT))[0]
         self.own_bug = self.loaded.own_bug
+
+    def base(self, accel_kind: str, arch_name: str) -> pmiss.Calibration | None:
+        """The calibration (self.cal when one was given) that holds for runs
+        under this accelerator on this architecture."""
+        assert self.loaded is not None
+        if self.cal is not None:
+            return self.cal
+        return self.loaded.calibration_for(cases.key_for(self.loaded, self.opts, accel_kind, arch_name))[0]
 
     def learn_from_bad_end(self, rec: RunRecord) -> None:
         """The bad end's own reproduction joins the calibration, and its hang
@@ -65,8 +72,9 @@ class StepPolicy:
         return f"a different hang than at the bad end: {hang_key(v)} (the bad end: {self.bad_hang})"
 
 
-    def calibration(self) -> pmiss.Calibration | None:
-        base = self.cal
+    def calibration(self, accel_kind: str, arch_name: str = arch.DEFAULT) -> pmiss.Calibration | None:
+        """The calibration for runs under accel_kind on arch_name, with the bad end's runs."""
+        base = self.base(accel_kind, arch_name)
         # a bad end that hung before its first pass (a program run as it is
         # hangs in its first run) tells no rate on its own
         if base is None and not any(r["count"] for r in self.bad_end_runs):
@@ -82,12 +90,14 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
     t0 = time.monotonic()
     recs: list[RunRecord] = []
     total = 0
-    cal = policy.calibration()
-    # enough passes for the per-step target, and never fewer than a verdict needs
+    # the first run is sized for the accelerator it will most likely get;
+    # every run is judged by the calibration for the one its record says it got
+    cal = policy.calibration(accel.likely(policy.opts.guest.accel))
     assert policy.loaded is not None
-    count = max(policy.loaded.spec.min_count, policy.opts.run.count or 0,
-                pmiss.count_for(cal, policy.pmiss_target))
     for n in range(1, policy.max_runs + 1):
+        # enough passes for the per-step target, and never fewer than a verdict needs
+        count = max(policy.loaded.spec.min_count, policy.opts.run.count or 0,
+                    pmiss.count_for(cal, policy.pmiss_target))
         # the step judges P(miss) over all its runs: a run need not reach the target alone
         opts = dataclasses.replace(policy.opts, run=dataclasses.replace(policy.opts.run, count=count,
                                                                         pmiss_target=1.0, pmiss_given=False))
@@ -105,6 +115,7 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
             why = f"crashed differently: {rec.verdict.reason}" if v == VerdictKind.CRASHED else rec.verdict.reason
             return Step(label, SKIP, v, why, "", seconds, runs, 0, error=v == VerdictKind.ERROR), recs
         total += rec.evidence.count or 0
+        cal = policy.calibration(rec.vm.get("accel") or "", rec.vm.get("arch") or arch.DEFAULT)
         pm = pmiss.p_miss(cal, total, rec.evidence.count_name or "passes")
         reached = pmiss.reaches(pm, policy.pmiss_target)
         if reached or (reached is None and n == policy.max_runs):  # unknown: as clean as max_runs runs make it
