@@ -12,11 +12,13 @@ Poisson/chi-square bound). A run that completed N passes without hanging then
 misses an affected kernel with probability at most exp(-lambda_lo * N).
 
 The rate depends on how the reproducer ran, so a calibration holds only for
-runs with its arguments, vCPUs and accelerator (recorded in the file); any
-other run's P(miss) is unknown.
+runs with its key (recorded in the file): the arguments it ran with (its
+defaults included), vCPUs, accelerator, architecture and injected NMI rate.
+Any other run's P(miss) is unknown.
 """
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -50,6 +52,29 @@ def gamma_quantile(p: float, k: int) -> float:
     return (lo + hi) / 2
 
 
+@dataclass(frozen=True)
+class Key:
+    """What a run's hang rate, and so its P(miss), depends on: how the
+    reproducer actually ran."""
+    args: tuple[str, ...]  # its arguments: its defaults and stall thresholds, then the user's
+    cpus: int
+    accel: str             # "" when not known yet
+    arch: str
+    nmi_rate: float = 0.0  # NMIs/s the host injects (0: none)
+
+    def to_toml(self) -> list[str]:
+        return [f"arguments = [{', '.join(json.dumps(a) for a in self.args)}]", f"cpus = {self.cpus}",
+                f'accel = "{self.accel}"', f'arch = "{self.arch}"', f"nmi_rate = {self.nmi_rate:g}"]
+
+    @classmethod
+    def from_doc(cls, d: dict) -> "Key | None":
+        """None for a file from before kstall recorded the whole key."""
+        if not all(k in d for k in ("arguments", "arch", "nmi_rate")):
+            return None
+        return cls(tuple(str(a) for a in d["arguments"]), int(d.get("cpus", 0)), str(d.get("accel", "")),
+                   str(d["arch"]), float(d["nmi_rate"]))
+
+
 @dataclass
 class Calibration:
     reproducer: str
@@ -59,8 +84,7 @@ class Calibration:
     measured: str
     runs: list[dict] = field(default_factory=list)
     path: Path | None = None
-    args: tuple[str, ...] = ()  # the reproducer arguments given on top of its defaults
-    accel: str = "tcg"
+    key: Key | None = None  # the runs it holds for (None: a file without the whole key holds for none)
 
     @property
     def hangs(self) -> list[dict]:
@@ -79,46 +103,44 @@ class Calibration:
             return 0.0, 0, n
         return gamma_quantile(1 - self.confidence, k) / n, k, n
 
-    def mismatch(self, args: list[str] | tuple[str, ...], cpus: int | None, accel: str | None) -> str:
-        """Why it does not hold for a run with these arguments, vCPUs and
-        accelerator; "" when it does. A run's accelerator must be known: a
-        hang rate under TCG says nothing of one under KVM."""
-        if tuple(args) != self.args:
+    def mismatch(self, key: Key) -> str:
+        """Why it does not hold for a run with key; "" when it does. A run's
+        accelerator must be known: a hang rate under TCG says nothing of
+        one under KVM."""
+        mine = self.key
+        if mine is None:
+            return "a calibration that does not record everything its runs ran with: calibrate again"
+        if key.args != mine.args:
             return "no calibration for these arguments"
-        if cpus not in (None, self.cpus):
-            return f"no calibration for {cpus} vCPUs"
-        if not accel:
+        if key.cpus != mine.cpus:
+            return f"no calibration for {key.cpus} vCPUs"
+        if not key.accel:
             return "no calibration for a run whose accelerator is not known"
-        if accel != self.accel:
-            return f"no calibration under {accel.upper()}"
+        if key.accel != mine.accel:
+            return f"no calibration under {key.accel.upper()}"
+        if key.arch != mine.arch:
+            return f"no calibration on {key.arch}"
+        if key.nmi_rate != mine.nmi_rate:
+            return f"no calibration at {key.nmi_rate:g} injected NMIs/s (it was measured at {mine.nmi_rate:g})"
         return ""
 
 
-def holding(cal: Calibration | None, args: list[str] | tuple[str, ...] = (), cpus: int | None = None,
-            accel: str | None = None) -> tuple[Calibration | None, str]:
-    """cal if it holds for a run with these arguments, vCPUs and accelerator
-    (None: not known yet), and why P(miss) may still be unknown: no
-    calibration, one for another run, or one without hangs."""
+def holding(cal: Calibration | None, key: Key) -> tuple[Calibration | None, str]:
+    """cal if it holds for a run with key, and why P(miss) may still be
+    unknown: no calibration, one for another run, or one without hangs."""
     if cal is None:
         return None, "no calibration"
-    why = cal.mismatch(args, cpus, accel)
-    return (None, why) if why else (cal, "no calibration with hangs")
+    why = cal.mismatch(key)
+    return (None, why) if why else (cal, "" if cal.hangs else "a calibration with no hangs")
 
 
-def load(reproducer: str, args: list[str] | tuple[str, ...] = (), cpus: int | None = None,
-         accel: str | None = None, directory: Path = CAL_DIR) -> Calibration | None:
-    """The reproducer's calibration, if it holds for a run with these
-    arguments, vCPUs and accelerator."""
-    return holding(load_file(reproducer, directory), args, cpus, accel)[0]
-
-
-def unknown_because(reproducer: str, args: list[str] | tuple[str, ...] = (), cpus: int | None = None,
-                    accel: str | None = None, directory: Path = CAL_DIR) -> str:
-    """Why a run has no calibration (load() gave None)."""
-    return holding(load_file(reproducer, directory), args, cpus, accel)[1]
+def load(reproducer: str, key: Key, directory: Path = CAL_DIR) -> Calibration | None:
+    """The reproducer's calibration, if it holds for a run with key."""
+    return holding(load_file(reproducer, directory), key)[0]
 
 
 def load_file(reproducer: str, directory: Path = CAL_DIR) -> Calibration | None:
+    """The reproducer's calibration, whatever runs it holds for."""
     path = directory / f"{reproducer}.toml"
     if not path.is_file():
         return None
@@ -126,8 +148,7 @@ def load_file(reproducer: str, directory: Path = CAL_DIR) -> Calibration | None:
         d = tomllib.load(f)
     return Calibration(reproducer=d["reproducer"], kernel=d["kernel"], cpus=int(d.get("cpus", 0)),
                        confidence=float(d.get("confidence", 0.95)), measured=d.get("measured", ""),
-                       runs=list(d.get("run", [])), path=path, args=tuple(d.get("args", ())),
-                       accel=d.get("accel", "tcg"))
+                       runs=list(d.get("run", [])), path=path, key=Key.from_doc(d))
 
 
 def fmt_p(log10: float) -> str:
@@ -138,11 +159,11 @@ def fmt_p(log10: float) -> str:
 
 def p_miss(cal: Calibration | None, count: int, count_name: str, unknown: str = "no calibration") -> dict:
     """The P(miss) record run.json carries for a run that completed count
-    passes; unknown: why there is no calibration for it (unknown_because())."""
+    passes; unknown: why no calibration gives its rate (holding())."""
     if cal is None or not cal.hangs:
         return {"p_miss": None, "p_miss_log10": None, "text": f"P(miss) unknown ({unknown})",
-                "method": f"{unknown} with hangs for this reproducer run with these arguments, vCPUs and "
-                          "accelerator (run `harness/kstall calibrate` with them)"}
+                "method": f"{unknown}: `harness/kstall calibrate` on an affected kernel, with this run's "
+                          "arguments, vCPUs, accelerator and architecture, measures its hang rate"}
     lam, k, n = cal.rate_lower_bound()
     log10 = -lam * count / math.log(10)
     times = sorted(float(r.get("seconds", 0)) for r in cal.hangs)

@@ -119,6 +119,14 @@ class Reproducer:
     # [record]: the kernel bug's published record (harness/analysis/bug_record.py)
     record: dict = field(default_factory=dict, hash=False, compare=False)
 
+
+    def arguments(self, users: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """What it runs with apart from its stop conditions: its defaults, the
+        stall thresholds from its data file, then the user's (which win)."""
+        args = list(self.default_args)
+        for path in self.stall.paths if self.stall else ():
+            args += [path.arg, f"{path.threshold_ms:g}"]
+        return args + list(users)
     def stall_thresholds(self) -> dict[str, float]:
         return self.stall.thresholds() if self.stall else {}
 

@@ -124,11 +124,9 @@ def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, d
     """The reproducer's command line: stop conditions (none for a program
     that knows nothing of kstall), its defaults, the stall threshold from its
     data file, then the user's arguments (which win)."""
-    args = [*([repro.count_arg, str(target)] if repro.count_arg else []),
-            *([repro.duration_arg, f"{duration:g}"] if repro.duration_arg else []), *repro.default_args]
-    for path in repro.stall.paths if repro.stall else ():
-        args += [path.arg, f"{path.threshold_ms:g}"]
-    return args + list(opts.run.repro_args)
+    return [*([repro.count_arg, str(target)] if repro.count_arg else []),
+            *([repro.duration_arg, f"{duration:g}"] if repro.duration_arg else []),
+            *repro.arguments(opts.run.repro_args)]
 
 
 class _Run:

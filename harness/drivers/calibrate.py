@@ -7,7 +7,6 @@ those figures into the P(miss) of every later NOT_REPRODUCED.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Callable
@@ -18,14 +17,13 @@ from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 
 
-def write(path, reproducer: str, kernel: str, cpus: int, args: list[str], accel: str, runs: list[dict],
-          argv: list[str]) -> None:
+def write(path, reproducer: str, kernel: str, key: pmiss.Key, runs: list[dict], argv: list[str]) -> None:
     lines = [f"# Written by: kstall {' '.join(argv)}",
              "# Per run: passes over the path completed before the hang, or in all when it did not",
              "# hang (count), and seconds from reproducer start to its last sign of life. Used by",
-             "# harness/analysis/pmiss.py for runs with these arguments, vCPUs and accelerator.",
-             f'reproducer = "{reproducer}"', f'kernel = "{kernel}"', f"cpus = {cpus}",
-             f"args = [{', '.join(json.dumps(a) for a in args)}]", f'accel = "{accel}"', "confidence = 0.95",
+             "# harness/analysis/pmiss.py for runs with this key: the arguments the reproducer ran",
+             "# with (its defaults included), vCPUs, accelerator, architecture and injected NMI rate.",
+             f'reproducer = "{reproducer}"', f'kernel = "{kernel}"', *key.to_toml(), "confidence = 0.95",
              f'measured = "{time.strftime("%Y-%m-%d")}"', ""]
     for r in runs:
         lines += ["[[run]]", f'verdict = "{r["verdict"]}"', f"count = {r['count']}",
@@ -52,8 +50,9 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     if write_file:
         repro = loaded.spec
         path = repro.calibration_dir / f"{repro.name}.toml"
-        write(path, repro.name, canonical, rec.vm["cpus"], opts.run.repro_args, rec.vm["accel"], runs, sys.argv[1:])
-        cal = pmiss.load(repro.name, opts.run.repro_args, rec.vm["cpus"], rec.vm["accel"], repro.calibration_dir)
+        key = cases.key_for(loaded, opts, rec.vm["accel"], rec.vm["arch"])
+        write(path, repro.name, canonical, key, runs, sys.argv[1:])
+        cal = pmiss.load(repro.name, key, repro.calibration_dir)
         lam, k, n = cal.rate_lower_bound() if cal else (0, 0, 0)
         print(f"wrote {path}: hang rate >= {lam:.3g} per pass (95%), {pmiss.count_for(cal, 1e-6)} passes "
               "give P(miss) <= 1e-6")

@@ -21,6 +21,7 @@ from typing import Callable
 from harness.analysis import bug_record, classify, pmiss
 from harness.analysis.bug_record import BugRecord
 from harness.analysis.classify import Signature
+from harness.analysis.pmiss import Key
 from harness.base import paths, reproducers
 from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
@@ -48,18 +49,9 @@ class Loaded:
     def name(self) -> str:
         return self.spec.name
 
-    def calibration_for(self, key: "Key") -> tuple[pmiss.Calibration | None, str]:
+    def calibration_for(self, key: Key) -> tuple[pmiss.Calibration | None, str]:
         """The calibration that holds for a run with key, and why P(miss) may still be unknown."""
-        return pmiss.holding(self.calibration, key.args, key.cpus, key.accel)
-
-
-@dataclass(frozen=True)
-class Key:
-    """What a run's hang rate, and so its P(miss), depends on."""
-    args: tuple[str, ...]  # the user's arguments on top of the reproducer's defaults
-    cpus: int
-    accel: str | None      # None: not chosen yet (a bisection's steps choose their own)
-    arch: str
+        return pmiss.holding(self.calibration, key)
 
 
 def ensure_guest(echo: Echo) -> None:
@@ -118,8 +110,11 @@ class Case:
         return self.key.cpus
 
 
-def key_for(repro: Loaded, opts: Options, accel_kind: str | None, arch: str) -> Key:
-    return Key(tuple(opts.run.repro_args), opts.guest.cpus or repro.spec.default_cpus, accel_kind, arch)
+def key_for(repro: Loaded, opts: Options, accel_kind: str, arch: str) -> Key:
+    """The P(miss) key of a run: what it runs the reproducer with."""
+    spec = repro.spec
+    return Key(tuple(spec.arguments(opts.run.repro_args)), opts.guest.cpus or spec.default_cpus, accel_kind, arch,
+               spec.nmi_rate)
 
 
 def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:

@@ -101,15 +101,44 @@ def test_calibration_runs_that_did_not_hang_count_in_the_denominator():
     assert lam < cal([10, 20]).rate_lower_bound()[0]  # the clean run makes the bound more cautious
 
 
+def key(name: str, users=(), cpus=2, accel="tcg", arch="x86_64") -> pmiss.Key:
+    """The key of a run of a shipped reproducer, as verify makes it."""
+    from harness.drivers import case as cases
+    from harness.drivers.options import Options, RunOptions, GuestOptions
+    opts = Options(run=RunOptions(repro_args=list(users)), guest=GuestOptions(cpus=cpus))
+    return cases.key_for(cases.load(name, lambda m: None), opts, accel, arch)
+
+
 def test_a_calibration_holds_only_for_the_arguments_vcpus_and_accelerator_it_was_measured_with():
-    assert pmiss.load("signal-malloc", [], 2, "tcg") is not None
-    assert pmiss.load("signal-malloc", ["--safe"], 2, "tcg") is None
-    assert pmiss.unknown_because("signal-malloc", ["--safe"], 2, "tcg") == "no calibration for these arguments"
-    assert pmiss.unknown_because("perf-refresh", [], 4, "tcg") == "no calibration for 4 vCPUs"
-    assert pmiss.unknown_because("perf-refresh", [], 2, "kvm") == "no calibration under KVM"
-    assert pmiss.unknown_because("console-trigger") == "no calibration"
-    safe = pmiss.p_miss(None, 5000, "allocations", pmiss.unknown_because("signal-malloc", ["--safe"], 2, "tcg"))
+    def why(name: str, k: pmiss.Key) -> str:
+        return pmiss.holding(pmiss.load_file(name), k)[1]
+    assert pmiss.load("signal-malloc", key("signal-malloc")) is not None
+    assert pmiss.load("signal-malloc", key("signal-malloc", ["--safe"])) is None
+    assert why("signal-malloc", key("signal-malloc", ["--safe"])) == "no calibration for these arguments"
+    assert why("perf-refresh", key("perf-refresh", cpus=4)) == "no calibration for 4 vCPUs"
+    assert why("perf-refresh", key("perf-refresh", accel="kvm")) == "no calibration under KVM"
+    assert why("perf-refresh", key("perf-refresh", arch="aarch64")) == "no calibration on aarch64"
+    assert why("console-trigger", key("console-trigger")) == "no calibration"
+    safe = pmiss.p_miss(None, 5000, "allocations", why("signal-malloc", key("signal-malloc", ["--safe"])))
     assert safe["text"] == "P(miss) unknown (no calibration for these arguments)" and safe["p_miss"] is None
+
+
+def test_a_calibration_key_is_what_the_run_ran_with_defaults_and_nmi_rate_included(tmp_path):
+    import dataclasses
+    ring = key("bpf-ringbuf")
+    assert ring.args[:4] == ("--reserves", "16", "--progress-ms", "10") and ring.nmi_rate == 400
+    cal = pmiss.load_file("bpf-ringbuf")
+    assert cal.mismatch(ring) == ""
+    # a change to its defaults or its NMI rate since it was measured: the calibration no longer holds
+    assert cal.mismatch(dataclasses.replace(ring, nmi_rate=200)) == \
+        "no calibration at 200 injected NMIs/s (it was measured at 400)"
+    assert cal.mismatch(dataclasses.replace(ring, args=("--reserves", "8", *ring.args[2:]))) == \
+        "no calibration for these arguments"
+    # a file from before kstall wrote the whole key holds for no run
+    old = tmp_path / "bpf-ringbuf.toml"
+    old.write_text('reproducer = "bpf-ringbuf"\nkernel = "k"\ncpus = 2\nargs = []\naccel = "tcg"\n'
+                   '[[run]]\nverdict = "VULNERABLE"\ncount = 3\n')
+    assert "calibrate again" in pmiss.load_file("bpf-ringbuf", tmp_path).mismatch(ring)
 
 
 def test_a_run_short_of_its_p_miss_target_is_inconclusive_not_clean():
@@ -171,5 +200,5 @@ def test_a_bisection_judges_a_step_by_the_calibration_for_the_accelerator_it_ran
     policy = StepPolicy("perf-refresh", Options())  # its calibration was measured under TCG
     assert policy.calibration("tcg") is not None
     assert policy.calibration("kvm") is None  # a KVM step does not borrow TCG's hang rate
-    assert pmiss.load_file("perf-refresh").mismatch([], 2, None) == \
+    assert pmiss.load_file("perf-refresh").mismatch(key("perf-refresh", accel="")) == \
         "no calibration for a run whose accelerator is not known"
