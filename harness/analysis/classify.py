@@ -163,9 +163,15 @@ class CpuClass:
     waits_for: list[int] = field(default_factory=list)
     lock: str = ""
     waits_how: str = ""  # "memory": waits_for is the kernel's record
+    described: str = ""  # a CPU no signature names: what its state says it does (cpu_state.py)
+
+    @property
+    def title(self) -> str:
+        """The signature's title, or for a CPU none names, its state: never "unknown" when that is known."""
+        return self.described if self.signature.role == Role.UNKNOWN and self.described else self.signature.title
 
     def to_json(self) -> dict:
-        return {"cpu": self.cpu, "class": self.signature.title, "signature": self.signature.name,
+        return {"cpu": self.cpu, "class": self.title, "signature": self.signature.name,
                 "role": self.signature.role, "stuck": self.stuck, "samples": self.samples,
                 "seen": self.seen, "pc": self.pc, "state": self.state,
                 "waits_for": self.waits_for, "lock": self.lock, "waits_how": self.waits_how,
@@ -227,8 +233,8 @@ def summarize(classes: list[CpuClass]) -> str:
     order: dict[str, int] = {}
     for c in classes:
         if c.signature.role in NAMED_ROLES:
-            groups.setdefault(c.signature.title, []).append(c)
-            order[c.signature.title] = c.signature.priority
+            groups.setdefault(c.title, []).append(c)
+            order[c.title] = c.signature.priority
     parts = []
     for title, group in sorted(groups.items(), key=lambda kv: -order[kv[0]]):
         texts = [c.waits_text() for c in group]

@@ -91,6 +91,12 @@ class CpuState:
         waits = classify.waits_text(self.cpu, self.waits_for, self.lock, self.waits_how == "memory")
         return f"CPU{self.cpu}: {self.title}{how}{where}{stuck}{', ' * bool(waits)}{waits}{role}"
 
+    def short(self) -> str:
+        """'spinning on a lock in foo', 'running in bar (moving)', 'idle': a CPU in a line."""
+        if self.benign or not self.function:
+            return self.title
+        return f"{self.title} in {self.function}" + ("" if self.stuck or self.samples < 2 else " (moving)")
+
     def to_json(self) -> dict:
         return {"cpu": self.cpu, "state": self.state, "title": self.title, "irqs_off": self.irqs_off,
                 "nmi": self.nmi, "stuck": self.stuck, "function": self.function, "role": self.role,
@@ -238,7 +244,11 @@ def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules 
 
 def note_waits(classes: list[classify.CpuClass], hang: Hang) -> None:
     """What the kernel's records say each CPU waits for, onto the CPUs its
-    signatures named too."""
+    signatures named too; a CPU no signature names is described by its state."""
+    states = {c.cpu: c for c in hang.cpus}
+    for c in classes:
+        if c.signature.role == Role.UNKNOWN and c.cpu in states:
+            c.described = states[c.cpu].short()
     read = {c.cpu: c for c in hang.cpus if c.waits_how == "memory" or c.lock}
     for c in classes:
         if c.cpu in read and c.signature.role != Role.BENIGN:

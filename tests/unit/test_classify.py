@@ -146,3 +146,17 @@ def test_cpus_that_oopsed_on_the_int3_in_schedule_and_panicked_are_an_error_trie
                                                           {"function": "oops_end"}, {"function": "exc_page_fault"},
                                                           {"function": "__schedule"}]}]
     assert classify.classify_samples([{"cpus": other}], sigs)[0].signature.role != "infra"
+
+
+@pytest.mark.parametrize("fixture", ["bpf-ringbuf-6.16.12-held-locks", "bpf-ringbuf-6.16.12-rq-lock",
+                                     "bpf-ringbuf-6.16.12-rqspinlock"])
+def test_a_cpu_no_signature_names_is_described_by_its_state_never_as_unknown(fixture):
+    from harness.analysis import cpu_state
+    samples = load_samples(fixture)
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    unnamed = [c.cpu for c in classes if c.signature.role == classify.Role.UNKNOWN]
+    assert unnamed and "unknown on" in classify.summarize(classes)  # until their states are read
+    cpu_state.note_waits(classes, cpu_state.analyze(samples, classes))
+    summary = classify.summarize(classes)
+    assert "unknown" not in summary and all(f"CPU{n}" in summary for n in unnamed), summary
+    assert all(c.to_json()["class"] != "unknown" for c in classes)
