@@ -29,8 +29,11 @@ def host_noise(f: Findings) -> Verdict:
     as long: the host's, perhaps, not the kernel's. Retried; never VULNERABLE."""
     assert f.stall is not None
     worst = f.stall["suspect"][0]
-    return Verdict(VerdictKind.INCONCLUSIVE, f"{_what(f)}: {worst['title']} took {worst['max_ms']:.1f} ms "
-                   f"(threshold {worst['threshold_ms']:g} ms), but a vCPU waited {worst['host_wait_ms']:.0f} ms for "
+    took = f"{_what(f)}: {worst['title']} took {worst['max_ms']:.1f} ms (threshold {worst['threshold_ms']:g} ms)"
+    if worst["host_wait_ms"] is None:  # fails closed: a stall the host may have made is never the kernel's
+        return Verdict(VerdictKind.INCONCLUSIVE, f"{took}, but the host-wait gauge read nothing then: whether "
+                       "the host kept a vCPU waiting as long cannot be told", retry=Retry.HOST_DELAY)
+    return Verdict(VerdictKind.INCONCLUSIVE, f"{took}, but a vCPU waited {worst['host_wait_ms']:.0f} ms for "
                    "a host CPU within as long: the host's delay, not necessarily the kernel's", retry=Retry.HOST_DELAY)
 
 

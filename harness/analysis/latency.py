@@ -82,7 +82,8 @@ def evaluate(data: dict, spec: StallSpec,
     clock runs on while the host keeps a vCPU's thread waiting, so a stall is
     the kernel's only if it stays past the threshold without the most a vCPU
     thread waited for a host CPU while it lasted (host_wait(path, its length
-    in ms), harness/guest/hostwait.py)."""
+    in ms), harness/guest/hostwait.py). It fails closed: a stall the gauge
+    read nothing for (no gauge, or no samples then) is a suspect too."""
     stalled, suspect = [], []
     thresholds, titles, needed = spec.thresholds(), spec.titles(), spec.min_stalls_of()
     for path, p in data["paths"].items():
@@ -92,7 +93,8 @@ def evaluate(data: dict, spec: StallSpec,
             s = {"path": path, "title": titles.get(path, path), "max_ms": round(p["max_ns"] / 1e6, 1),
                  "over": over, "nulls": p.get("nulls"), "threshold_ms": ms,
                  "host_wait_ms": host_wait(path, p["max_ns"] / 1e6) if host_wait else None}
-            (suspect if s["host_wait_ms"] and s["max_ms"] - s["host_wait_ms"] < ms else stalled).append(s)
+            waited = s["host_wait_ms"]
+            (suspect if waited is None or s["max_ms"] - waited < ms else stalled).append(s)
     return sorted(stalled, key=lambda s: -s["max_ms"]), sorted(suspect, key=lambda s: -s["max_ms"])
 
 

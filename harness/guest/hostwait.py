@@ -38,6 +38,7 @@ class HostWait:
         # QEMU's main loop: read by silence() only
         self.main_file = Path(f"/proc/{pid}/task/{pid}/schedstat") if pid and self.files else None
         self.main_samples: list[tuple[float, float]] = []
+        self.proc = Path(f"/proc/{pid}")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -58,8 +59,12 @@ class HostWait:
             for f, series in ((f, s) for f, s in files if f is not None):
                 try:
                     series.append((now, int(f.read_text().split()[1]) / 1e6))
-                except (OSError, IndexError, ValueError):  # QEMU gone
-                    return
+                except (OSError, IndexError, ValueError):
+                    # one unreadable sample is a gap, which between() reads
+                    # across; only QEMU's end stops the gauge
+                    if not self.proc.exists():
+                        return
+                    continue
                 if len(series) > MAX_SAMPLES:
                     del series[:len(series) - MAX_SAMPLES]
 
