@@ -51,18 +51,28 @@ class Signature:
     states: frozenset[str] = frozenset()
     description: str = ""
     bug: str = ""
+    # an infra signature's whole picture of the emulator fault ([shape]): every
+    # other CPU not idle or in user mode is in one of these signatures, and at
+    # least shape_min of them are; a CPU alone in it proves no fault
+    shape: frozenset[str] = frozenset()
+    shape_min: int = 1
 
     @classmethod
     def from_toml(cls, doc: dict[str, Any]) -> "Signature":
         m = doc.get("match", {})
         if doc.get("role") not in set(Role) - {Role.UNKNOWN}:
             raise ValueError(f"signature {doc.get('name')}: role must be culprit, victim, benign or infra")
+        shape = doc.get("shape", {})
+        if doc["role"] == Role.INFRA and not shape.get("others"):
+            raise ValueError(f"signature {doc.get('name')}: an infra signature needs [shape] others, the "
+                             "signatures of the other CPUs in the emulator fault's whole picture")
         return cls(name=doc["name"], title=doc["title"], role=Role(doc["role"]), priority=int(doc.get("priority", 0)),
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
                    within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
                    and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)),
                    states=frozenset(m.get("states", ())),
-                   description=doc.get("description", "").strip(), bug=doc.get("bug", ""))
+                   description=doc.get("description", "").strip(), bug=doc.get("bug", ""),
+                   shape=frozenset(shape.get("others", ())), shape_min=int(shape.get("min", 1)))
 
 
 def load_signatures(directory: Path = SIGNATURE_DIR, bug: str = "") -> list[Signature]:
@@ -225,6 +235,20 @@ def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClas
                             pc=frames[0].get("text", "") if frames else arch.of_dump(last).pc_of(last["regs"]),
                             frames=frames, state=last.get("state", "")))
     return out
+
+
+def emulator_fault(classes: list[CpuClass]) -> CpuClass | None:
+    """A CPU in an infra signature whose whole shape the other CPUs complete
+    (Signature.shape), or None: one CPU's stack alone never makes a hang
+    the emulator's."""
+    for c in classes:
+        sig = c.signature
+        if sig.role != Role.INFRA:
+            continue
+        others = [o for o in classes if o.cpu != c.cpu and o.signature.role != Role.BENIGN]
+        if len(others) >= sig.shape_min and all(o.signature.name in sig.shape for o in others):
+            return c
+    return None
 
 
 def summarize(classes: list[CpuClass]) -> str:

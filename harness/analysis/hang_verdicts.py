@@ -96,7 +96,7 @@ def cpus(f: Findings) -> Verdict:
                        signature=sig.name, title=sig.title)
     if f.stalled:
         return measured_stall(f)
-    if any(c.signature.role == Role.INFRA for c in classes):
+    if classify.emulator_fault(classes) is not None:
         return Verdict(VerdictKind.ERROR, f"emulator fault: {_what(f)}; {summary}", retry=Retry.EMULATOR_FAULT)
     hang = f.hang
     if isinstance(hang, cpu_state.Hang) and hang.culprits:

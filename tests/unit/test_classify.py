@@ -160,3 +160,42 @@ def test_a_cpu_no_signature_names_is_described_by_its_state_never_as_unknown(fix
     summary = classify.summarize(classes)
     assert "unknown" not in summary and all(f"CPU{n}" in summary for n in unnamed), summary
     assert all(c.to_json()["class"] != "unknown" for c in classes)
+
+
+def _with_cpu(samples: list[dict], cpu: int, donor: list[dict], donor_cpu: int) -> list[dict]:
+    """samples with one CPU's dumps taken from another recording's CPU."""
+    out = []
+    for mine, theirs in zip(samples, donor):
+        dump = next(c for c in theirs["cpus"] if c["cpu"] == donor_cpu) | {"cpu": cpu}
+        out.append(mine | {"cpus": [dump if c["cpu"] == cpu else c for c in mine["cpus"]]})
+    return out
+
+
+def test_a_real_hang_beside_one_cpu_that_looks_like_an_emulator_fault_is_classified_as_a_hang(sigs):
+    """perf_static_key_patch_wait alone (a task opening a perf event waits
+    for an RCU grace period) is what any hang that stops RCU looks like on
+    that task's CPU. Its whole shape is the other CPU re-entering the int3;
+    here the other CPU is the recorded 6.16.12 CPU stuck spinning on a lock
+    in try_to_wake_up, interrupts off: a hang, never an ERROR."""
+    from harness.analysis import cpu_state
+    from harness.analysis.findings import Findings
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.outcome import Outcome
+    fault = load_samples("perf-sigtrap-6.1.170-static-key-patch")
+    real = _with_cpu(fault, 0, load_samples("bpf-ringbuf-6.16.12-rq-lock"), 1)
+    for samples, verdict in ((fault, "ERROR"), (real, "VULNERABLE")):
+        classes = classify.classify_samples(samples, sigs)
+        assert {c.cpu: c.signature.name for c in classes}[1] == "perf_static_key_patch_wait"
+        hang = cpu_state.analyze(samples, classes)
+        cpu_state.note_waits(classes, hang)
+        v = cpus(Findings(Outcome("freeze", "no heartbeat for 3.22s", 0.0), reproducers.load("console-trigger"),
+                          classes=classes, hang=hang))
+        assert v.verdict == verdict, v.line()
+    assert classify.emulator_fault(classify.classify_samples(fault, sigs)) is not None
+    assert v.title == "hang in try_to_wake_up" and not v.retryable
+
+
+def test_an_infra_signature_must_say_its_whole_shape(tmp_path):
+    (tmp_path / "x.toml").write_text('name = "x"\ntitle = "x"\nrole = "infra"\n[match]\nat = ["f"]\n')
+    with pytest.raises(ValueError, match="needs \\[shape\\] others"):
+        classify.load_signatures(tmp_path)
