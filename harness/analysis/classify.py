@@ -56,6 +56,11 @@ class Signature:
     # least shape_min of them are; a CPU alone in it proves no fault
     shape: frozenset[str] = frozenset()
     shape_min: int = 1
+    # a culprit's samples ([match] samples): "every" for a hang that never
+    # leaves its loop (a self-deadlock), "most" or "any" for one that passes
+    # through other code while it lasts (a livelock, a lock wait that times
+    # out and retries); fewer and the CPU is not this culprit
+    samples: str = "every"
 
     @classmethod
     def from_toml(cls, doc: dict[str, Any]) -> "Signature":
@@ -72,7 +77,17 @@ class Signature:
                    and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)),
                    states=frozenset(m.get("states", ())),
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""),
-                   shape=frozenset(shape.get("others", ())), shape_min=int(shape.get("min", 1)))
+                   shape=frozenset(shape.get("others", ())), shape_min=int(shape.get("min", 1)),
+                   samples=_samples_rule(doc.get("name", ""), m.get("samples", "every")))
+
+
+SAMPLE_RULES = {"every": lambda k, n: k == n, "most": lambda k, n: 2 * k > n, "any": lambda k, n: k >= 1}
+
+
+def _samples_rule(name: str, rule: str) -> str:
+    if rule not in SAMPLE_RULES:
+        raise ValueError(f"signature {name}: match.samples must be one of {', '.join(SAMPLE_RULES)}")
+    return rule
 
 
 def load_signatures(directory: Path = SIGNATURE_DIR, bug: str = "") -> list[Signature]:
@@ -223,10 +238,13 @@ def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClas
     for n, seq in sorted(per_cpu.items()):
         counts = Counter(sig.name for sig, _ in seq)
         by_name = {sig.name: sig for sig, _ in seq}
-        best = max(by_name.values(), key=lambda s: (counts[s.name], s.priority))
+        # a culprit seen in fewer samples than its hang kind keeps a CPU is not this CPU's class
+        held = [s for s in by_name.values()
+                if s.role != Role.CULPRIT or SAMPLE_RULES[s.samples](counts[s.name], len(seq))]
+        best = max(held, key=lambda s: (counts[s.name], s.priority)) if held else UNKNOWN
         pcs = {base_name(c.get("frames", [{}])[0].get("function", "")) or arch.of_dump(c).pc_of(c["regs"])
                for _, c in seq}
-        last = [c for sig, c in seq if sig.name == best.name][-1]
+        last = ([c for sig, c in seq if sig.name == best.name] or [seq[-1][1]])[-1]
         frames = last.get("frames", [])
         out.append(CpuClass(cpu=n, signature=best, samples=len(seq), seen=dict(counts),
                             # a known class in every sample is a spin even if the loop

@@ -199,3 +199,26 @@ def test_an_infra_signature_must_say_its_whole_shape(tmp_path):
     (tmp_path / "x.toml").write_text('name = "x"\ntitle = "x"\nrole = "infra"\n[match]\nat = ["f"]\n')
     with pytest.raises(ValueError, match="needs \\[shape\\] others"):
         classify.load_signatures(tmp_path)
+
+
+def test_a_culprit_that_moved_between_samples_counts_as_its_hang_kind_says(sigs):
+    """A self-deadlock never leaves its loop: hrtimer_cancel in 2 of 3
+    samples is not that culprit. An NMI rqspinlock wait times out and retries:
+    in 1 of 3 (recorded on 6.16.12) it is."""
+    spin = load_samples("perf-refresh-6.16.12-waits")
+    moved = _with_cpu(spin[:2], 0, spin, 0) + _with_cpu(spin[2:], 0, load_samples("bpf-ringbuf-6.16.12-rq-lock")[2:], 1)
+    by_cpu = {c.cpu: c for c in classify.classify_samples(moved, sigs)}
+    assert by_cpu[0].seen.get("hrtimer_cancel_self_deadlock") == 2
+    assert by_cpu[0].signature.role != "culprit"
+    assert {c.cpu: c.signature.name for c in classify.classify_samples(spin, sigs)}[0] == \
+        "hrtimer_cancel_self_deadlock"
+    held = {c.cpu: c for c in classify.classify_samples(load_samples("bpf-ringbuf-6.16.12-held-locks"), sigs)}
+    assert held[0].seen["rqspinlock_ringbuf_nmi"] == 1 and held[0].signature.name == "rqspinlock_ringbuf_nmi"
+    assert {s.name: s.samples for s in sigs}["futex_requeue_pi_livelock"] == "any"
+
+
+def test_a_signatures_samples_rule_is_one_kstall_knows(tmp_path):
+    (tmp_path / "x.toml").write_text('name = "x"\ntitle = "x"\nrole = "culprit"\n[match]\nat = ["f"]\n'
+                                     'samples = "2 of 3"\n')
+    with pytest.raises(ValueError, match="match.samples must be one of every, most, any"):
+        classify.load_signatures(tmp_path)
