@@ -56,8 +56,9 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--duration", type=float, help="upper bound on the reproducer's run, seconds (a program "
                    "run as it is: run it again and again until then)")
     r.add_argument("--count", "--repeat", type=int, help="stop after this many passes over the path; for "
-                   "a program run as it is, how many times to run it (default: the reproducer's minimum, or "
-                   "more if --pmiss needs it)")
+                   "a program run as it is, how many times to run it, or fewer if --duration ends it first "
+                   "(default: the reproducer's minimum, or more if --pmiss needs it; with --duration alone, "
+                   "as many as the time allows)")
     r.add_argument("--pmiss", type=float, help="target P(miss) for NOT_REPRODUCED (default 1e-6 where the "
                    "reproducer is calibrated; given, a run whose P(miss) is unknown does not meet it)")
     r.add_argument("--attempts", type=int, default=2, help="attempts when an emulator fault spoils a run (default 2)")

@@ -109,6 +109,7 @@ def completed(f: Findings) -> Verdict:
         about_pmiss = any(not u.startswith("path ") for u in unmet)
         return Verdict(VerdictKind.INCONCLUSIVE, "; ".join(unmet), p_miss=pmiss if about_pmiss else {})
     return Verdict(VerdictKind.NOT_REPRODUCED,
-                   f"{count} {repro.count_name} without a hang; {pmiss.get('text', '')}",
+                   f"{count} {repro.count_name} without a hang{f' ({f.ended_by})' if f.ended_by else ''}; "
+                   f"{pmiss.get('text', '')}",
                    summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
                    confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss)

@@ -36,6 +36,7 @@ class Findings:
     process: ProcessReading | None = None  # a stuck process's threads, when they were dumped
     # a hang no culprit signature named: the CPUs' states, or a task asleep in D state
     hang: cpu_state.Hang | sleeping.SleepingHang | None = None
+    ended_by: str = ""                  # a program run again and again: which of its limits ended it
 
     @property
     def stalled(self) -> bool:

@@ -86,7 +86,7 @@ class Attempt:
 @dataclass
 class Plan:
     """What one attempt's guest runs, and how it is watched."""
-    target: int       # passes over the path the reproducer is asked for
+    target: int       # passes over the path the reproducer is asked for (0: as many as its time allows)
     duration: float   # its time limit
     cpus: int
     go: str           # the GO line's parameters
@@ -109,9 +109,11 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
                     stuck_after=opts.run.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "")
+    if repro.generic and opts.run.duration and not opts.run.count:
+        target = 0  # --duration alone: again and again until the time is up
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)
-    if repro.generic:  # the agent repeats it: until target runs or the time is up
-        go += f" repeat={target} seconds={math.ceil(duration)}"
+    if repro.generic:  # the agent repeats it: until target runs or the time is up, whichever comes first
+        go += f" repeat={target or UNTIL_THE_TIME_IS_UP} seconds={math.ceil(duration)}"
     if repro.sleep_after_s:
         go += f" sleep={math.ceil(repro.sleep_after_s)}"
     if repro.command:  # the user's arguments join the command, which travels hex-encoded
@@ -127,6 +129,10 @@ def repro_arguments(repro: reproducers.Reproducer, opts: Options, target: int, d
     return [*([repro.count_arg, str(target)] if repro.count_arg else []),
             *([repro.duration_arg, f"{duration:g}"] if repro.duration_arg else []),
             *repro.arguments(opts.run.repro_args)]
+
+
+# the agent's repeat= for "as many runs as the time allows"
+UNTIL_THE_TIME_IS_UP = 1 << 62
 
 
 class _Run:
@@ -303,8 +309,10 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                 snapshot.prune()
             except snapshot.SnapshotError as e:
                 echo(f"could not save a snapshot ({e}): later runs boot cold")
+        until = f"until {plan.target} {repro.count_name} or {plan.duration:.0f}s" if plan.target else \
+            f"again and again for {plan.duration:g}s"
         echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {c.accel.upper()}), "
-             f"{repro.name} until {plan.target} {repro.count_name} or {plan.duration:.0f}s")
+             f"{repro.name} {until}")
         def hook() -> None:
             r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
             r.host_wait.start()
@@ -424,9 +432,19 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
     pm = pmiss.p_miss(r.case.calibration, w.agent.count, repro.count_name, r.case.pmiss_unknown)
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.run.pmiss_target,
                         r.opts.run.pmiss_given, r.classes, r.samples.errors if r.samples else [], report_reason,
-                        stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang))
+                        stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
+                        ended_by(repro, plan, w.agent.count)))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)
+
+
+def ended_by(repro: reproducers.Reproducer, plan: Plan, count: int) -> str:
+    """For a program run again and again: which of its limits ended it."""
+    if not repro.generic:
+        return ""
+    if plan.target and count >= plan.target:
+        return f"its {plan.target} {repro.count_name} were done before its {plan.duration:g}s were up"
+    return f"its {plan.duration:g}s were up" + (f" before its {plan.target} {repro.count_name}" if plan.target else "")
 
 
 def start_guest(cfg: VMConfig, kernel: KernelKey, use_snapshot: bool,

@@ -61,6 +61,23 @@ def test_a_program_that_fails_on_its_own_is_failed_with_its_output_never_a_hang(
     assert doc["verdict"] == "FAILED" and "cannot find my config" in doc["reason"] and "exited 2" in doc["reason"]
 
 
+def test_a_program_run_as_it_is_runs_again_and_again_until_its_duration_or_repeat_ends_it(tmp_path):
+    """--duration alone repeats a quick program until the time is up (it
+    once ran it once); with --repeat, whichever comes first ends it, and the
+    verdict says which."""
+    src = tmp_path / "quick.c"
+    src.write_text("#include <time.h>\nint main(void) { struct timespec t = {0, 20000000}; "
+                   "nanosleep(&t, 0); return 0; }\n")
+    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", str(src), "--duration", "3")
+    assert rc == 0, err
+    runs = doc["evidence"]["count"]
+    assert doc["verdict"] == "NOT_REPRODUCED" and runs > 5, doc["line"]  # 20 ms each: dozens in 3 s
+    assert f"{runs} runs without a hang (its 3s were up)" in doc["reason"]
+    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", str(src), "--duration", "60", "--repeat", "4")
+    assert rc == 0, err
+    assert doc["evidence"]["count"] == 4 and "(its 4 runs were done before its 60s were up)" in doc["reason"]
+
+
 def test_a_dynamic_host_program_run_as_a_host_command_reproduces_the_freeze_and_never_writes_the_host(tmp_path):
     exe = tmp_path / "other-refresh-dynamic"
     subprocess.run(["gcc", "-O2", "-pthread", "-o", str(exe), str(PROGRAMS / "other_refresh.c")], check=True)
