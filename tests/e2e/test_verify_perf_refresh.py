@@ -102,7 +102,7 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     first, last = res.doc["attempts"][0], res.doc["attempts"][-1]
     assert first["verdict"] == "ERROR" and "int3" in first["reason"]
     assert len(res.doc["attempts"]) == 2 and last["verdict"] == "NOT_REPRODUCED"
-    assert res.verdict.verdict not in ("VULNERABLE", "CRASHED")
+    assert res.verdict.verdict == "NOT_REPRODUCED"
     assert "Oops: int3" in (res.run_dir / "attempt-1" / "console.log").read_text()
 
 

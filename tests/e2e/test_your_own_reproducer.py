@@ -155,13 +155,17 @@ def test_a_bisection_step_that_hangs_another_way_is_skipped_with_the_reason(tmp_
     p = kstall("bisect", "debian", "--old", "6.12.107", "--new", "6.16.12", str(PROGRAMS / "refresh_or_sleep.c"),
                "--results", str(tmp_path), timeout=1800)
     bdir = next(d for d in tmp_path.iterdir() if "bisect-debian" in d.name and not d.name.startswith("."))
-    steps = {s["candidate"]: s for s in json.loads((bdir / "bisect.json").read_text())["steps"]}
+    doc = json.loads((bdir / "bisect.json").read_text())
+    steps = {s["candidate"]: s for s in doc["steps"]}
     assert steps["6.16.12"]["state"] == "reproduces", steps
     other = steps["6.16.3"]
     assert other["state"] == "skip" and "different hang" in other["line"], other
     assert "INFO: task hung in" in other["line"]
-    assert all(s["state"] != "reproduces" for v, s in steps.items() if v != "6.16.12"), steps
-    assert p.returncode in (0, 4), p.stderr[-2000:]
+    assert all(s["state"] == "clean" for v, s in steps.items() if v not in ("6.16.12", "6.16.3")), steps
+    # the regression is found, with the step that hung another way left between its ends
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert doc["direction"] == "regression" and doc["first_new"] == "6.16.12" and "6.16.3" in doc["skipped_between"], \
+        doc
 
 
 def test_a_user_program_stuck_in_user_space_is_dumped_and_its_deadlock_cycle_named(tmp_path):
