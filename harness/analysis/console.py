@@ -101,6 +101,7 @@ class Report:
             else:
                 assert p.stack
                 func = report_title.function(lines, p.stack, self.patterns.rules)
+            func = report_title.plain_name(func) if func else func
             self._func = (len(self.excerpt), self.end, func)
             return func
         if not p or not p.func_from:

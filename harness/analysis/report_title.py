@@ -194,3 +194,16 @@ def function_of_stack(frames: list[str], spec: StackSpec, rules: Rules) -> str:
     for f in frames:
         w.take_name(f or None)
     return _extract(w.frames, spec, rules) if w.frames else ""
+
+
+_ITANIUM = re.compile(r"_Z(\d+)")
+
+
+def plain_name(name: str) -> str:
+    """A C++ function's plain name from its Itanium-mangled symbol ("_Z",
+    the name's length, the name, its parameter types: _Z8fakeNameiii is
+    fakeName), as a title names it; any other name as it is."""
+    m = _ITANIUM.match(name)
+    if m and len(name) >= m.end() + int(m[1]):
+        return name[m.end():m.end() + int(m[1])]
+    return name
