@@ -10,7 +10,6 @@ import time
 import traceback
 from pathlib import Path
 
-from harness.analysis.record import RunRecord
 from harness.analysis.verdict import VerdictKind
 from harness.base import leftovers, paths, procs, reproducers, rundir
 from harness.reports import formats, matrix_doc, text
@@ -320,16 +319,12 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_bisect_debian(a: argparse.Namespace) -> int:
     from harness.drivers import case as cases
     from harness.drivers.bisect import debian as bisect_debian
-    from harness.drivers.bisect.search import REPRODUCES
     from harness.drivers.bisect.steps import StepPolicy
     resumed = None
-    if a.resume and not a.resume.exists() and a.resume.name.endswith(".incomplete"):
-        a.resume = a.resume.with_name(a.resume.name[1:-len(".incomplete")])  # a killed one, kept by the sweep
     try:
         if a.resume:
-            resumed = bisect_debian.load_steps(a.resume)
-            prev = json.loads((a.resume / "bisect.json").read_text())
-            a.old, a.new, a.reproducer = a.old or prev["old"], a.new or prev["new"], a.reproducer or prev["reproducer"]
+            resumed = bisect_debian.Resumed.load(a.resume)
+            a.old, a.new, a.reproducer = a.old or resumed.old, a.new or resumed.new, a.reproducer or resumed.reproducer
         if not (a.old and a.new and a.reproducer):
             echo_stderr("error: --old, --new and REPRODUCER are needed (or --resume DIR)")
             return EXIT_USAGE
@@ -344,15 +339,13 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
         return EXIT_ERROR
     policy = StepPolicy(a.reproducer, options_from(a), pmiss_target=a.step_pmiss, loaded=repro)
     if resumed:
-        bad = next((s for s in resumed.values() if s.state == REPRODUCES and s.runs), None)
-        if bad and (Path(bad.runs[-1]) / "run.json").exists():
-            policy.learn_from_bad_end(RunRecord.from_json(json.loads((Path(bad.runs[-1]) / "run.json").read_text())))
+        resumed.teach(policy)
     out = rundir.RunDir(f"bisect-debian-{a.old}-{a.new}-{repro.name}", a.results)
     opts_root = out.work / "runs"
     policy.opts.results_root = opts_root
     try:
         doc = bisect_debian.run(a.old, a.new, policy, out, echo_stderr, prefetch=not a.no_prefetch,
-                                resumed=resumed, argv=sys.argv, record=repro.record)
+                                resumed=resumed.steps if resumed else None, argv=sys.argv, record=repro.record)
     finally:
         path = out.finalize()
         echo_stderr(f"bisection state and step runs: {path} (resume with --resume {path})")

@@ -100,6 +100,22 @@ def test_resume_does_not_test_recorded_steps_again():
     assert (out.last_old, out.first_new) == ("v2", "v3") and not set(tested) & set(done)
 
 
+def test_a_killed_debian_bisection_resumes_from_its_kept_directory_with_what_it_was_asked(tmp_path):
+    import dataclasses
+    import json
+    from harness.drivers.bisect.debian import Resumed
+    done = tmp_path / "20261126-bisect-debian-6.12.107-6.16.12-perf-refresh"
+    done.mkdir()
+    steps = [dataclasses.asdict(Step("6.16.12", REPRODUCES, "VULNERABLE")), dataclasses.asdict(Step("6.12.107", CLEAN, "NOT_REPRODUCED"))]
+    (done / "bisect.json").write_text(json.dumps({"old": "6.12.107", "new": "6.16.12", "reproducer": "perf-refresh",
+                                                  "steps": steps}))
+    r = Resumed.load(tmp_path / f".{done.name}.incomplete")  # the name the sweep keeps a killed one under
+    assert (r.directory, r.old, r.new, r.reproducer) == (done, "6.12.107", "6.16.12", "perf-refresh")
+    assert set(r.steps) == {"6.16.12", "6.12.107"} and r.steps["6.16.12"].state == REPRODUCES
+    with pytest.raises(FileNotFoundError, match="no bisect.json"):
+        Resumed.load(tmp_path)
+
+
 def test_git_output_found_and_ambiguous():
     sha, amb = bisect_git.parse_result((FIXTURES / "found-fix-terms.txt").read_text())
     assert len(sha) == 40 and amb == []

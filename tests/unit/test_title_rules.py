@@ -14,7 +14,8 @@ SKIP = re.compile("|".join(RULES.skip))
 
 @pytest.mark.parametrize("name", [
     # allocators of every family and age
-    "__kmalloc_node", "kmalloc_trace", "kvzalloc", "kvfree", "kvrealloc", "kmem_cache_alloc_lru", "__alloc_pages_nodemask", "vzalloc_node",
+    "__kmalloc_node", "kmalloc_trace", "kvzalloc", "kvfree", "kvrealloc", "kmem_cache_alloc_lru",
+    "__alloc_pages_nodemask", "vzalloc_node",
     "kfree_sensitive", "__vmalloc_node_range",
     # locking and waiting primitives
     "mutex_lock_interruptible_nested", "rt_mutex_slowlock", "complete_all", "spin_trylock_bh",

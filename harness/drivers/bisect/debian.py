@@ -13,10 +13,12 @@ import concurrent.futures
 import json
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable
 
 from harness.analysis import bug_record
 from harness.analysis.bug_record import BugRecord
+from harness.analysis.record import RunRecord
 from harness.base import paths, procs, rundir as results
 from harness.drivers import explain
 from harness.drivers.bisect.steps import StepPolicy, run_step
@@ -214,10 +216,33 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
     return doc
 
 
-def load_steps(directory: Path) -> dict[str, Step]:
-    """Steps recorded by an earlier (interrupted) bisection, for --resume."""
-    p = directory / "bisect.json"
-    if not p.is_file():
-        raise FileNotFoundError(f"{directory}: no bisect.json to resume from")
-    d = json.loads(p.read_text())
-    return {s["candidate"]: Step(**s) for s in d.get("steps", [])}
+@dataclass
+class Resumed:
+    """An earlier (interrupted) bisection --resume continues: its steps and
+    what it was asked (old, new, reproducer), which the command line may
+    override."""
+    directory: Path
+    steps: dict[str, Step]
+    old: str
+    new: str
+    reproducer: str
+
+    @classmethod
+    def load(cls, directory: Path) -> "Resumed":
+        """FileNotFoundError without bisect.json. A killed bisection's
+        directory, which the sweep keeps as .NAME.incomplete, is found by
+        the name it would have had."""
+        if not directory.exists() and directory.name.endswith(".incomplete"):
+            directory = directory.with_name(directory.name[1:-len(".incomplete")])
+        p = directory / "bisect.json"
+        if not p.is_file():
+            raise FileNotFoundError(f"{directory}: no bisect.json to resume from")
+        d = json.loads(p.read_text())
+        return cls(directory, {s["candidate"]: Step(**s) for s in d.get("steps", [])}, d["old"], d["new"],
+                   d["reproducer"])
+
+    def teach(self, policy: StepPolicy) -> None:
+        """The bad end's reproduction, as its run recorded it, joins the policy (StepPolicy.learn_from_bad_end)."""
+        bad = next((s for s in self.steps.values() if s.state == REPRODUCES and s.runs), None)
+        if bad and (Path(bad.runs[-1]) / "run.json").exists():
+            policy.learn_from_bad_end(RunRecord.from_json(json.loads((Path(bad.runs[-1]) / "run.json").read_text())))
