@@ -28,6 +28,7 @@ from harness.drivers import preflight
 from harness.drivers.options import Options
 from harness.guest import accel
 from images.guest import boot_image, initramfs, programs
+from images.kernels import cached
 from images.kernels.build import BuildOptions
 from images.kernels.kernel import Kernel, SpecError
 from images.kernels.schemes import resolve as resolve_kernel
@@ -55,12 +56,18 @@ class Loaded:
 
 
 def ensure_guest(echo: Echo) -> None:
-    """Build the guest binaries if they are missing or stale (cheap when not)."""
-    p = subprocess.run(["make", "-q", "-C", str(paths.REPO), "guest"], capture_output=True)
-    if p.returncode == 0:
+    """Build the guest binaries if they are missing or stale (cheap when
+    not), once: a fresh clone's matrix starts its cells side by side, and
+    two makes writing one binary broke both."""
+    def current() -> bool:
+        return subprocess.run(["make", "-q", "-C", str(paths.REPO), "guest"], capture_output=True).returncode == 0
+    if current():
         return
-    echo("building guest binaries (make guest)")
-    q = subprocess.run(["make", "-C", str(paths.REPO), "guest"], capture_output=True, text=True)
+    with cached.locked(paths.guest_dir()):
+        if current():  # another kstall built them while this one waited
+            return
+        echo("building guest binaries (make guest)")
+        q = subprocess.run(["make", "-C", str(paths.REPO), "guest"], capture_output=True, text=True)
     if q.returncode != 0:
         raise SpecError(f"`make guest` failed:\n{q.stdout[-2000:]}{q.stderr[-2000:]}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -49,3 +50,20 @@ def test_four_processes_on_one_cold_cache_agree_and_leave_nothing_half_made(tmp_
     assert len(list((cache / "kernels" / "debian").iterdir())) == 2
     assert wait_for(lambda: not kstall_processes(), 10) is not None
     assert set(Path(tempfile.gettempdir()).glob("kstall-*")) - tmp_before == set()
+
+
+def test_a_fresh_clones_guest_is_built_once_by_processes_that_start_side_by_side(tmp_path):
+    """A fresh clone's default matrix starts its cells side by side, and each
+    cell's `make guest` used to write the same binaries: both cells ERROR."""
+    repo = Path(__file__).resolve().parents[2]
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True, timeout=120)
+    probe = ("import sys; sys.path.insert(0, '.'); from harness.drivers import case; "
+             "case.ensure_guest(lambda m: print(m, flush=True))")
+    env = dict(os.environ, KSTALL_CACHE=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", probe], cwd=clone, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in outs]
+    assert sum("building guest binaries" in out for out, _ in outs) == 1, outs
+    assert (clone / "build" / "guest" / "init").is_file()
