@@ -5,11 +5,8 @@ addresses). A network or disk failure is a SpecError that says which."""
 from __future__ import annotations
 
 import hashlib
-import http.client
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from images.kernels.kernel import Progress, SpecError
@@ -22,6 +19,12 @@ def why_failed(e: BaseException) -> str:
 def download(url: str, dest: Path, size: int, sha256: str, label: str, progress: Progress | None) -> None:
     """Fetch url into dest, checked against size and sha256. A network or disk
     failure is a SpecError that says which of the two it was."""
+    # here, not at the top: every verify imports this module, and HTTP's
+    # modules (ssl, email) were 0.03 s of each one's start, most of which
+    # download nothing
+    import http.client
+    import urllib.parse
+    import urllib.request
     h = hashlib.sha256()
     done = 0
     last = 0.0
