@@ -93,6 +93,12 @@ class Plan:
     vm: VMConfig
     limits: Limits
 
+    def until(self, count_name: str) -> str:
+        """'until 10000 REFRESH cycles or 30s', 'again and again for 3s'"""
+        if self.target:
+            return f"until {self.target} {count_name} or {self.duration:.0f}s"
+        return f"again and again for {self.duration:g}s"
+
 
 def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     repro, disk = c.repro.spec, c.disk
@@ -309,10 +315,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                 snapshot.prune()
             except snapshot.SnapshotError as e:
                 echo(f"could not save a snapshot ({e}): later runs boot cold")
-        until = f"until {plan.target} {repro.count_name} or {plan.duration:.0f}s" if plan.target else \
-            f"again and again for {plan.duration:g}s"
         echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {c.accel.upper()}), "
-             f"{repro.name} {until}")
+             f"{repro.name} {plan.until(repro.count_name)}")
         def hook() -> None:
             r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
             r.host_wait.start()
@@ -328,12 +332,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                   restored=restored, want_syms=r.syms_path is None)
         outcome, raise_later = watch_until_decided(r, vm, w, nmi)
         r.keep_symbols(w)
-    snap_doc = None
-    if snap:
-        snap_doc = {"key": snap.key, "restored": restored is not None} | (
-            {"saved_s": saved["save_s"], "bytes": saved["bytes"] + saved["ram_bytes"]} if saved else {})
     a = conclude(r, w, plan, outcome, t0, nmi.summary() if nmi.started_at else None)
-    a.interrupted, a.snapshot = raise_later, snap_doc
+    a.interrupted, a.snapshot = raise_later, snapshot_doc(snap, restored, saved)
     if restored is not None and outcome.kind == OutcomeKind.BOOT_FAILURE:  # the snapshot's fault: the next boots
         snap.discard()
         a.verdict.retry = Retry.SNAPSHOT
@@ -436,6 +436,14 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         ended_by(repro, plan, w.agent.count)))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)
+
+
+def snapshot_doc(snap: snapshot.Snapshot | None, restored: dict | None, saved: dict) -> dict | None:
+    """run.json's vm.snapshot: the snapshot restored from, or saved to."""
+    if snap is None:
+        return None
+    return {"key": snap.key, "restored": restored is not None} | (
+        {"saved_s": saved["save_s"], "bytes": saved["bytes"] + saved["ram_bytes"]} if saved else {})
 
 
 def ended_by(repro: reproducers.Reproducer, plan: Plan, count: int) -> str:

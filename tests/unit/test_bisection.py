@@ -106,7 +106,8 @@ def test_a_killed_debian_bisection_resumes_from_its_kept_directory_with_what_it_
     from harness.drivers.bisect.debian import Resumed
     done = tmp_path / "20261126-bisect-debian-6.12.107-6.16.12-perf-refresh"
     done.mkdir()
-    steps = [dataclasses.asdict(Step("6.16.12", REPRODUCES, "VULNERABLE")), dataclasses.asdict(Step("6.12.107", CLEAN, "NOT_REPRODUCED"))]
+    steps = [dataclasses.asdict(Step("6.16.12", REPRODUCES, "VULNERABLE")),
+             dataclasses.asdict(Step("6.12.107", CLEAN, "NOT_REPRODUCED"))]
     (done / "bisect.json").write_text(json.dumps({"old": "6.12.107", "new": "6.16.12", "reproducer": "perf-refresh",
                                                   "steps": steps}))
     r = Resumed.load(tmp_path / f".{done.name}.incomplete")  # the name the sweep keeps a killed one under
