@@ -52,6 +52,17 @@ class Patterns:
     skip: re.Pattern  # frames that never name a report
     rules: report_title.Rules | None = None
     not_new: frozenset[str] = frozenset()  # report names whose first line does not end the report before
+    # register states no CPU can be in ([[impossible]]): (regex, why) - an oops
+    # that shows one is the emulator's fault, not the kernel's
+    impossible: tuple[tuple[re.Pattern, str], ...] = ()
+
+    def impossible_state(self, report: "Report") -> str:
+        """Why report's own lines show a CPU state no CPU can be in, or ""."""
+        for line in report.excerpt:
+            for regex, why in self.impossible:
+                if m := regex.search(line):
+                    return f"{why} ({m.group(0)})"
+        return ""
 
     def __iter__(self):
         return iter(self.patterns)
@@ -150,7 +161,8 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
                     tuple(map(report_title.compile_step, p.get("fields_from", ()))), p.get("fallback", ""))
             for p in doc["pattern"]]
     skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
-    return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())))
+    impossible = tuple((re.compile(i["regex"]), i["reason"]) for i in doc.get("impossible", ()))
+    return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())), impossible)
 
 
 def own_lines(excerpt: list[str], patterns: Patterns, end: int | None = None) -> list[str]:

@@ -151,6 +151,8 @@ class Watch:
                            "the guest's silence is no freeze", now)
         r = self.console.pending
         if r is not None and (now - self.console.pending_since >= L.report_grace or not self.vm.alive()):
+            if r.kind in ("oops", "panic") and (why := self.console.patterns.impossible_state(r)):
+                return Outcome(OutcomeKind.INFRA, f"{r.title}: {why}", now)
             return Outcome(REPORT_ENDS.get(r.kind) or OutcomeKind(r.kind), r.title, now)
         if a.exit_code is not None and (a.poweroff or not self.vm.alive()):
             return Outcome(OutcomeKind.DONE, f"reproducer exited with code {a.exit_code}", now)

@@ -175,3 +175,26 @@ def test_a_freeze_is_a_silence_past_its_floor_plus_what_the_host_held_the_guest_
     w.limits.freeze_floor = None  # --freeze-after: fixed
     held[0] = 0.0
     assert after(10.5) == 0.8
+
+
+def test_an_oops_showing_a_cpu_state_no_cpu_can_be_in_is_an_emulator_fault():
+    """A restored 6.16.12 guest double-faulted in kmem_cache_alloc_node with
+    EFLAGS 06968242 (bits 22-31 are reserved, always 0): QEMU's fault, an
+    ERROR tried again. The same oops with a state a CPU can be in is CRASHED."""
+    from harness.analysis.decide import decide
+    from harness.analysis.findings import Findings
+    from harness.base import reproducers
+    log = (FIXTURES / "consoles" / "6.16.12-restored-double-fault-bad-eflags.log").read_text()
+    for text, kind, verdict in ((log, "infra", "ERROR"), (log.replace("EFLAGS: 06968242", "EFLAGS: 00010246"),
+                                                           "oops", "CRASHED")):
+        vm = SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=4),
+                             alive=lambda: True, stopped=lambda: False)
+        w = Watch(vm, Limits())
+        for line in text.splitlines():
+            w.console.feed(line, 1.0)
+        out = w._ended(1.0 + w.limits.report_grace)
+        assert out is not None and out.kind == kind, out
+        v = decide(Findings(out, reproducers.load("perf-refresh")))
+        assert v.verdict == verdict and v.retryable == (verdict == "ERROR"), v.line()
+        if verdict == "ERROR":
+            assert "EFLAGS has reserved bits set, a state no x86 CPU can be in (EFLAGS: 06968242)" in v.reason
