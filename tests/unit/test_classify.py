@@ -222,3 +222,22 @@ def test_a_signatures_samples_rule_is_one_kstall_knows(tmp_path):
                                      'samples = "2 of 3"\n')
     with pytest.raises(ValueError, match="match.samples must be one of every, most, any"):
         classify.load_signatures(tmp_path)
+
+
+def test_a_cpu_caught_at_the_patched_byte_as_often_as_in_exc_int3_completes_the_faults_shape(sigs):
+    """6.1.192, a fresh clone's make test: CPU1 waits in text_poke_bp_batch's
+    IPI; CPU0 re-enters the int3 planted in __schedule, in exc_int3 in one
+    sample and at the patched byte itself in two (no signature names that
+    alone). The whole fault: an ERROR tried again, not 'a different hang'."""
+    from harness.analysis import cpu_state
+    from harness.analysis.findings import Findings
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.outcome import Outcome
+    samples = load_samples("bpf-ringbuf-6.1.192-text-poke-int3-byte")
+    classes = classify.classify_samples(samples, sigs)
+    assert classes[0].seen == {"unknown": 2, "schedule_int3_reentry": 1}
+    assert classes[1].signature.name == "text_poke_sync_wait"
+    hang = cpu_state.analyze(samples, classes)
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 1.42s", 0.0), reproducers.load("bpf-ringbuf"),
+                      classes=classes, hang=hang, own_bug="bpf-ringbuf"))
+    assert v.verdict == "ERROR" and v.retryable, v.line()
