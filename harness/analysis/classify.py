@@ -52,8 +52,9 @@ class Signature:
     description: str = ""
     bug: str = ""
     # an infra signature's whole picture of the emulator fault ([shape]): every
-    # other CPU not idle or in user mode is in one of these signatures, and at
-    # least shape_min of them are; a CPU alone in it proves no fault
+    # other CPU not idle or in user mode was seen in these signatures and in no
+    # other (samples no signature names aside), and there are at least
+    # shape_min of them; a CPU alone in it proves no fault
     shape: frozenset[str] = frozenset()
     shape_min: int = 1
     # a culprit's samples ([match] samples): "every" for a hang that never
