@@ -4,22 +4,32 @@
 
 PYTHON  ?= /usr/bin/python3
 BUILD   ?= build
-GUEST   := $(BUILD)/guest
-CC      ?= gcc
+# the guest's architecture (harness/base/arches.toml): the host's unless named;
+# its compiler on this host, GNU triplet and BPF target come from the table
+GUEST_ARCH ?= $(shell uname -m)
+$(foreach v,$(shell $(PYTHON) -m harness.base.arch make-vars $(GUEST_ARCH)),$(eval $(v)))
+GUEST   := $(BUILD)/guest/$(GUEST_ARCH)
+# another architecture's static libraries (libbpf, libelf, zlib, zstd, jemalloc),
+# unpacked from Debian's packages (images/guest/sysroot.py); the host's own otherwise
+SYSROOT ?=
+SYSROOT_FLAGS := $(if $(SYSROOT),-I$(SYSROOT)/usr/include -I$(SYSROOT)/usr/include/$(TRIPLET) \
+	-L$(SYSROOT)/usr/lib/$(TRIPLET))
 KSELFTEST := $(BUILD)/kselftest
 # the binaries' debug info must not name the checkout: the initramfs, and so
 # every snapshot, is keyed on their bytes, and a clone at a new path would boot
 # every kernel afresh
 NO_BUILD_PATH := -ffile-prefix-map=$(CURDIR)=.
 include repro/cflags.mk
-GUEST_CFLAGS := $(GUEST_CFLAGS_ALL) $(GUEST_CFLAGS_OWN) $(NO_BUILD_PATH) -I$(KSELFTEST)
+GUEST_CFLAGS := $(GUEST_CFLAGS_ALL) $(GUEST_CFLAGS_OWN) $(NO_BUILD_PATH) -I$(KSELFTEST) $(SYSROOT_FLAGS)
 KSTALL  := harness/kstall
 PYTEST_ARGS ?=
 # syzkaller's golden console-report corpus (its file format), for `make bench`
 SYZ_REPORTS ?= ../shared/syzkaller-reports/linux
 
 REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
-BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu -Irepro -Wall -Werror
+# the asm/ headers: the host's multiarch directory, or the cross toolchain's
+BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
+	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
 .PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
 
@@ -29,7 +39,7 @@ help:
 	@echo "make run     install missing packages, run the default matrix, print the verdict table"
 	@echo "make test    install missing packages, run the whole test suite (unit + end-to-end)"
 	@echo "make unit    unit tests only (no guest boots)"
-	@echo "make guest   build the static guest binaries into $(GUEST)/"
+	@echo "make guest   build the static guest binaries into $(GUEST)/ (GUEST_ARCH=aarch64: arm64's)"
 	@echo "make bench   print speed figures (medians over several runs)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
@@ -54,27 +64,27 @@ $(KSELFTEST_H): repro/selftest/kselftest.toml images/guest/kselftest.py
 REPRO_H := repro/repro.h $(KSELFTEST_H) repro/cflags.mk
 
 $(GUEST)/init: repro/agent.c repro/cflags.mk | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/perf-refresh: repro/perf_refresh.c $(REPRO_H) | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/perf-sigtrap: repro/perf_sigtrap.c $(REPRO_H) | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/futex-requeue-pi: repro/futex_requeue_pi.c $(REPRO_H) | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/signal-malloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 $(GUEST)/console-trigger: repro/console_trigger.c $(REPRO_H) | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
 
 # the same source on Debian's static jemalloc (libjemalloc-dev), which takes
 # over malloc in a static link
 $(GUEST)/signal-malloc-jemalloc: repro/signal_malloc.c $(REPRO_H) | $(GUEST)
-	$(CC) $(GUEST_CFLAGS) -DKSTALL_JEMALLOC -o $@ $< -l:libjemalloc.a -lpthread -lm -ldl
+	$(GUEST_CC) $(GUEST_CFLAGS) -DKSTALL_JEMALLOC -o $@ $< -l:libjemalloc.a -lpthread -lm -ldl
 
 # BPF object -> libbpf skeleton -> static loader (objects stay out of the initramfs).
 # A skeleton is named after its object, except bpf_timer's: "bpf_timer" is the
@@ -88,7 +98,7 @@ $(GUEST)/obj/%.bpf.o: repro/%.bpf.c repro/%.h
 $(GUEST)/obj/%.skel.h: $(GUEST)/obj/%.bpf.o
 	bpftool gen skeleton $< name $(or $(SKEL_NAME_$*),$*) > $@.tmp && mv $@.tmp $@
 
-BPF_LOADER = $(CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
+BPF_LOADER = $(GUEST_CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 
 $(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
 	$(BPF_LOADER)

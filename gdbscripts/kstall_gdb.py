@@ -97,7 +97,7 @@ def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
            "regs": {k: f"{v:#x}" for k, v in regs.items()}}
     syms = _state["syms"]
     user = a.in_user_mode(regs)
-    regions = [] if user else walker.stack_regions(lambda at, n: _read(inf, at, n), regs[a.sp], max_bytes, syms)
+    regions = [] if user else walker.regions(lambda at, n: _read(inf, at, n), regs, a, max_bytes, syms)
     code: dict[int, bytes] = {}
     if syms is not None:
         for addr in walker.candidates(regions, syms):
@@ -112,8 +112,8 @@ def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
         cpu["frames"] = _dwarf_frames()
         cpu["unwinder"] = "dwarf"
     elif syms is not None and not user:
-        cpu["frames"] = [f.to_json() for f in walker.walk(regs[a.pc], regions, code, syms)]
-        cpu["unwinder"] = "stack-scan"
+        cpu["frames"] = [f.to_json() for f in walker.frames(regs, a, regions, code, syms)]
+        cpu["unwinder"] = a.unwinder
     else:
         cpu["frames"] = [{"addr": f"{regs[a.pc]:#x}", "text": f"{regs[a.pc]:#x}", "function": "",
                           "reliable": True, "slot": None, "inlined": False}]

@@ -41,8 +41,25 @@ def repro_help() -> str:
             "filesystem (read-only, writes to a tmpfs). A program that knows nothing of kstall is run again and "
             "again (--repeat/--duration), each completed run a pass")
 
+def arch_choices() -> list[str]:
+    """--arch's names: kstall's (uname -m) and Debian's for each architecture."""
+    from harness.base import arch
+    return [n for name in arch.names() for n in dict.fromkeys((name, arch.get(name).debian))]
+
+
+def arch_named(name: str | None) -> str | None:
+    """--arch's value as kstall names it (arm64 -> aarch64)."""
+    from harness.base import arch
+    if name is None:
+        return None
+    return name if name in arch.names() else arch.by_debian(name).name
+
+
 def add_vm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("guest")
+    g.add_argument("--arch", choices=arch_choices(), help="the kernel's architecture: debian:VERSION fetches "
+                   "that architecture's package (debian:6.16.12 --arch arm64 is debian:6.16.12-arm64); other "
+                   "kernels say their own, which must be this one (default: the kernel's; debian: amd64)")
     g.add_argument("--cpus", type=int, help="vCPUs (default: the reproducer's, 2 for perf-refresh)")
     g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
@@ -117,7 +134,7 @@ def options_from(a: argparse.Namespace):
     from harness.drivers import options as o
     return o.Options(
         kernel=o.KernelOptions(build=build_options_from(a), boot_image=getattr(a, "boot_image", False),
-                               trust_backing=getattr(a, "trust_backing_files", False)),
+                               trust_backing=getattr(a, "trust_backing_files", False), arch=arch_named(a.arch)),
         guest=o.GuestOptions(cpus=a.cpus, memory_mb=a.memory, accel=a.accel, cmdline_extra=a.cmdline,
                              snapshot=not a.no_snapshot),
         run=o.RunOptions(duration=a.duration, count=a.count,
@@ -188,16 +205,17 @@ def cmd_kernels(a: argparse.Namespace) -> int:
         return EXIT_ERROR
     if not a.available:
         rows = [(k, c) for k, c in rows if c]
-    if not a.all_flavours:
-        rows = [(k, c) for k, c in rows if k.flavour == debian.DEFAULT_FLAVOUR]
+    from harness.base import arch
+    wanted = arch.get(arch_named(a.arch) or arch.DEFAULT).debian
+    rows = [(k, c) for k, c in rows if k.flavour.endswith(wanted) and (a.all_flavours or k.flavour == wanted)]
     if a.json:
-        print(json.dumps([{"spec": f"debian:{k.upstream}", "canonical": k.canonical, "package": k.package,
+        print(json.dumps([{"spec": k.short_spec, "canonical": k.canonical, "package": k.package,
                            "image_package": k.image_package, "version": k.version, "suite": k.suite,
                            "cached": c} for k, c in rows], indent=1))
         return 0
     print(f"{'spec':<22} {'package':<40} {'debian version':<20} {'suite':<18} cached")
     for k, c in rows:
-        print(f"{'debian:' + k.upstream:<22} {k.package:<40} {k.version:<20} {k.suite:<18} {'yes' if c else ''}")
+        print(f"{k.short_spec:<22} {k.package:<40} {k.version:<20} {k.suite:<18} {'yes' if c else ''}")
     if not rows:
         print("no kernels cached yet; `kstall kernels --available` lists what debian: can fetch")
     return 0
@@ -469,6 +487,7 @@ def _kernel_parsers(sub) -> None:
     k = sub.add_parser("kernels", help="list cached kernels, or what debian: can fetch")
     k.add_argument("--available", action="store_true", help="every kernel in the Debian suites")
     k.add_argument("--all-flavours", action="store_true", help="include cloud and rt flavours")
+    k.add_argument("--arch", choices=arch_choices(), help="the kernels of this architecture (default amd64)")
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=cmd_kernels)
 

@@ -93,10 +93,22 @@ static __thread uintptr_t *safe_buf;	/* --safe: the preallocated sample record *
 /* worker allocation sizes: most under the caches, some above them */
 static const size_t sizes[] = { 24, 64, 200, 512, 2048, 8192, 40000, 100000 };
 
+/* the interrupted pc, as a profiler's sample records it */
+static uintptr_t interrupted_pc(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+	return uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+	return uc->uc_mcontext.pc;
+#else
+	(void)uc;
+	return 0;
+#endif
+}
+
 static void on_sigprof(int sig, siginfo_t *si, void *ucv)
 {
-	ucontext_t *uc = ucv;
-	uintptr_t pc = uc->uc_mcontext.gregs[REG_RIP];
+	uintptr_t pc = interrupted_pc(ucv);
 	int saved = errno;
 	uintptr_t *rec;
 

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.base import paths  # noqa: E402
+from harness.base import arch, paths  # noqa: E402
 from images.guest import kselftest  # noqa: E402
 
 SOURCES = ["repro/selftest/Makefile", "repro/selftest/settings", "repro/repro.h", "repro/perf_refresh.c",
@@ -82,7 +82,7 @@ def guest_dir(work: Path, install: Path) -> Path:
         raise SystemExit("check-selftest: /bin/busybox is missing: install busybox-static (ci/install-deps)")
     g = work / "guest"
     g.mkdir()
-    shutil.copy(paths.guest_dir() / "init", g / "init")
+    shutil.copy(paths.guest_dir(arch.DEFAULT) / "init", g / "init")
     (g / "perf-refresh").write_text(WRAPPER)
     (g / "perf-refresh").chmod(0o755)
     root = g / "rootfs"

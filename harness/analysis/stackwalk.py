@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.analysis.kallsyms import Kallsyms
+from harness.base.arch import Arch
 
 PAGE = 4096
 KERNEL_HALF = 0xFF00000000000000
@@ -193,3 +194,15 @@ def candidates(regions: list[tuple[int, bytes]], syms: Kallsyms) -> list[int]:
             if syms.is_text(word):
                 out.add(word)
     return sorted(out)
+
+
+# the walker interface (harness/analysis/unwind.py): registers by the table's names
+
+def regions(read: Callable[[int, int], bytes | None], regs: dict[str, int], a: Arch, max_bytes: int,
+            syms: Kallsyms | None) -> list[tuple[int, bytes]]:
+    return stack_regions(read, regs[a.sp], max_bytes, syms)
+
+
+def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code: dict[int, bytes],
+           syms: Kallsyms, max_frames: int = 48) -> list[Frame]:
+    return walk(regs[a.pc], regions, code, syms, max_frames)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from harness.analysis import stackwalk
+from harness.analysis import framewalk, stackwalk
 from harness.base.arch import Arch
 
-# a walker module has: CODE_BEFORE, stack_regions(), candidates(), walk()
-UNWINDERS: dict[str, ModuleType] = {"call-sites": stackwalk}
+# a walker module has: CODE_BEFORE, regions(), candidates(), frames()
+UNWINDERS: dict[str, ModuleType] = {"call-sites": stackwalk, "frame-records": framewalk}
 
 
 def for_arch(a: Arch) -> ModuleType:

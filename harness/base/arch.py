@@ -65,6 +65,22 @@ class Arch:
         return str(regs.get(self.pc, "0x0"))
 
     @property
+    def triplet(self) -> str:
+        """GNU's name of its target (aarch64-linux-gnu): its multiarch directories."""
+        return self.table["triplet"]
+
+    def compiler(self) -> str:
+        """The C compiler that builds its guest programs on this host: the
+        host's own gcc for its own architecture, else the cross compiler."""
+        return "gcc" if platform.machine() == self.name else self.table["cross_cc"]
+
+    def is_image(self, head: bytes) -> bool:
+        """Whether a kernel image's first bytes carry this architecture's header."""
+        m = self.table["image_magic"]
+        magic = bytes.fromhex(m["bytes"])
+        return head[m["offset"]:m["offset"] + len(magic)] == magic
+
+    @property
     def kbuild(self) -> dict:
         """arch (make's ARCH=), target (the image's make target), image (where it comes out)."""
         return self.table["kbuild"]
@@ -118,6 +134,21 @@ def of_dump(cpu: dict) -> Arch:
     return get(cpu.get("arch") or DEFAULT)
 
 
+def of_image(head: bytes) -> Arch | None:
+    """The architecture a kernel image is for, from its first 64 KiB; None when no header matches."""
+    return next((get(n) for n in names() if get(n).is_image(head)), None)
+
+
+def of_elf(head: bytes) -> str | None:
+    """The architecture an ELF file is for (its e_machine), by name; None
+    when it is not ELF, or an architecture kstall does not know (then its
+    e_machine number, as text)."""
+    if head[:4] != b"\x7fELF" or len(head) < 20:
+        return None
+    machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return next((n for n in names() if get(n).table["elf_machine"] == machine), f"ELF machine {machine}")
+
+
 def by_debian(name: str) -> Arch:
     for n in names():
         if get(n).debian == name:
@@ -130,3 +161,17 @@ def by_gdb(gdb_arch: str) -> Arch:
         if get(n).gdb_arch == gdb_arch:
             return get(n)
     raise KeyError(f"no architecture kstall knows is GDB's {gdb_arch!r}")
+
+
+def make_vars(name: str) -> str:
+    """The Makefile's view of an architecture (`make guest GUEST_ARCH=...`): its
+    compiler on this host, GNU triplet and BPF target, as make assignments."""
+    a = get(name)
+    return f"GUEST_CC={a.compiler()} TRIPLET={a.triplet} BPF_TARGET={a.table['bpf_target']}"
+
+
+if __name__ == "__main__":  # the Makefile: python3 -m harness.base.arch make-vars ARCH
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "make-vars":
+        sys.exit("usage: python3 -m harness.base.arch make-vars ARCH")
+    print(make_vars(sys.argv[2]))

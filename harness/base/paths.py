@@ -23,10 +23,15 @@ def results_dir() -> Path:
     return Path(env) if env else REPO / "results"
 
 
-def guest_dir() -> Path:
-    """The static guest binaries `make guest` builds."""
+def guest_dir(arch: str) -> Path:
+    """The static guest binaries `make guest GUEST_ARCH=arch` builds (KSTALL_GUEST_DIR: another set)."""
     env = os.environ.get("KSTALL_GUEST_DIR")
-    return Path(env) if env else REPO / "build" / "guest"
+    return Path(env) if env else REPO / "build" / "guest" / arch
+
+
+def build_dir() -> Path:
+    """What `make` builds beside the guest binaries (the kernel's kselftest.h)."""
+    return REPO / "build"
 
 
 def write_atomic(path: Path, data: bytes | str) -> Path:

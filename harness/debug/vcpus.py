@@ -224,8 +224,8 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
         user = a.in_user_mode(regs)
         regions = []
         if not user and sp:
-            regions = [r for r in walker.stack_regions(lambda at, k: _hmp_bytes(qmp, n, at, k), sp,
-                                                       stack_bytes - (sp & 7), syms) if r[1]]
+            regions = [r for r in walker.regions(lambda at, k: _hmp_bytes(qmp, n, at, k), regs, a,
+                                                 stack_bytes - (sp & 7), syms) if r[1]]
         code = {}
         if syms is not None:
             for at in walker.candidates(regions, syms):
@@ -233,13 +233,13 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
                 if b:
                     code[at] = b[8 - walker.CODE_BEFORE:]
         words = {} if user else kernel_waits.register_words(lambda at, k: _hmp_bytes(qmp, n, at, k), regs, a)
-        frames = ([f.to_json() for f in walker.walk(pc, regions, code, syms)] if syms and not user else
+        frames = ([f.to_json() for f in walker.frames(regs, a, regions, code, syms)] if syms and not user else
                   [{"addr": f"{pc:#x}", "text": f"{pc:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown", "arch": a.name,
                      "regs": {k: f"{v:#x}" for k, v in regs.items()},
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
-                     "frames": frames, "unwinder": "stack-scan" if syms else "none"})
+                     "frames": frames, "unwinder": a.unwinder if syms else "none"})
     waits = kernel_waits.read(lambda a, k: _hmp_bytes(qmp, 0, a, k), layout or {}, len(cpus))
     doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp",
            "waits": waits}

@@ -252,7 +252,7 @@ class _Run:
         core_path = self.out_dir / "core"
         core_path.write_bytes(core)
         exe = Path(self.repro.program) if self.repro.program else \
-            paths.guest_dir() / Path(w.agent.core_info.get("exe") or self.repro.binary).name
+            paths.guest_dir(self.kernel.arch) / Path(w.agent.core_info.get("exe") or self.repro.binary).name
         t = time.monotonic()
         try:
             dump = process.dump_core(core_path, exe, self.out_dir / "gdb-threads.log", w.agent.proc_threads,

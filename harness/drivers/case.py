@@ -12,6 +12,8 @@ in one step, into what every later stage reads (and never parses again):
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,12 +24,13 @@ from harness.analysis import bug_record, classify, pmiss
 from harness.analysis.bug_record import BugRecord
 from harness.analysis.classify import Signature
 from harness.analysis.pmiss import Key
+from harness.base import arch as arches
 from harness.base import paths, reproducers
 from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import Options
 from harness.guest import accel
-from images.guest import boot_image, initramfs, programs
+from images.guest import boot_image, initramfs, programs, sysroot
 from images.kernels import cached
 from images.kernels.build import BuildOptions
 from images.kernels.kernel import Kernel, SpecError
@@ -55,21 +58,27 @@ class Loaded:
         return pmiss.holding(self.calibration, key)
 
 
-def ensure_guest(echo: Echo) -> None:
-    """Build the guest binaries if they are missing or stale (cheap when
+def ensure_guest(echo: Echo, arch: str = arches.DEFAULT) -> Path:
+    """arch's guest binaries, built if they are missing or stale (cheap when
     not), once: a fresh clone's matrix starts its cells side by side, and
     two makes writing one binary broke both."""
+    guest = paths.guest_dir(arch)
+    if os.environ.get("KSTALL_GUEST_DIR"):  # a guest the caller assembled: used as it is
+        return guest
+    make = ["make", "-C", str(paths.REPO), "guest", f"GUEST_ARCH={arch}", *sysroot.make_args(arch, echo)]
+
     def current() -> bool:
-        return subprocess.run(["make", "-q", "-C", str(paths.REPO), "guest"], capture_output=True).returncode == 0
+        return subprocess.run([*make, "-q"], capture_output=True).returncode == 0
     if current():
-        return
-    with cached.locked(paths.guest_dir()):
+        return guest
+    with cached.locked(guest):
         if current():  # another kstall built them while this one waited
-            return
-        echo("building guest binaries (make guest)")
-        q = subprocess.run(["make", "-C", str(paths.REPO), "guest"], capture_output=True, text=True)
+            return guest
+        echo(f"building {arch} guest binaries (make guest GUEST_ARCH={arch})")
+        q = subprocess.run(make, capture_output=True, text=True)
     if q.returncode != 0:
-        raise SpecError(f"`make guest` failed:\n{q.stdout[-2000:]}{q.stderr[-2000:]}")
+        raise SpecError(f"`make guest GUEST_ARCH={arch}` failed:\n{q.stdout[-2000:]}{q.stderr[-2000:]}")
+    return guest
 
 
 def load(spec: str | Reproducer, echo: Echo) -> Loaded:
@@ -91,13 +100,13 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
     return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_file(repro.name, repro.calibration_dir))
 
 
-def guest_files(repro: Reproducer) -> dict[str, bytes]:
-    """What a user's program adds to the initramfs (nothing for a built-in,
+def guest_files(repro: Reproducer, arch: str) -> dict[str, bytes]:
+    """What a user's program adds to arch's initramfs (nothing for a built-in,
     or a host command, which runs from the host's root)."""
     if repro.builtin or repro.command:
         return {}
-    program = repro.program or str(programs.build_c(Path(repro.source)))
-    return programs.guest_files(Path(program), repro.binary)
+    program = repro.program or str(programs.build_c(Path(repro.source), arch))
+    return programs.guest_files(Path(program), repro.binary, arch)
 
 
 @dataclass(frozen=True)
@@ -127,15 +136,21 @@ def key_for(repro: Loaded, opts: Options, accel_kind: str, arch: str) -> Key:
 def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     """The case verify runs: the kernel fetched (or built), checked against
     what the reproducer needs, its initramfs and accelerator."""
-    ensure_guest(echo)  # before the kernel: a first --boot-image installs the guest binaries into the image's layer
+    # before the kernel: a first --boot-image installs the guest binaries into the image's layer
+    ensure_guest(echo, opts.kernel.arch or arches.DEFAULT)
     build_opts = dataclasses.replace(opts.kernel.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
-                            boot_layer=boot_image.make_layer if opts.kernel.boot_image else None,
-                            trust_backing=opts.kernel.trust_backing)
+                            boot_layer=functools.partial(boot_image.make_layer, arch=opts.kernel.arch or arches.DEFAULT)
+                            if opts.kernel.boot_image else None,
+                            trust_backing=opts.kernel.trust_backing, arch=opts.kernel.arch)
+    guest = ensure_guest(echo, kernel.arch)
+    if repro.spec.source and kernel.arch != arches.DEFAULT:  # load() built the C file for the default architecture
+        program = str(programs.build_c(Path(repro.spec.source), kernel.arch))
+        repro = dataclasses.replace(repro, spec=dataclasses.replace(repro.spec, program=program))
     check = preflight.check(kernel, repro.spec)
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
-    initrd = initramfs.build(modules=check.modules, extra=guest_files(repro.spec))
+    initrd = initramfs.build(guest, modules=check.modules, extra=guest_files(repro.spec, kernel.arch))
     accel_kind = "none" if check.missing else accel.choose(opts.guest.accel, kernel, initrd, echo)
     disk = None
     if opts.kernel.boot_image and not check.missing:

@@ -30,6 +30,7 @@ class KernelOptions:
     # image: kernels: boot the image's own initrd and userspace (images/guest/boot_image.py)
     boot_image: bool = False
     trust_backing: bool = False  # image: kernels: backing files outside the image's directory are the user's own
+    arch: str | None = None  # --arch: the architecture the kernel must be (None: whatever it is)
 
 
 @dataclass

@@ -18,8 +18,7 @@ from images.kernels.kernel import Kernel
 
 
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
-    ensure_guest(echo)
-    initrd = initramfs.build(modules=preflight.check(kernel, None).modules)
+    initrd = initramfs.build(ensure_guest(echo, kernel.arch), modules=preflight.check(kernel, None).modules)
     kind = accel.choose(accel_mode, kernel, initrd, echo)
     m = machine.for_kernel(kernel)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:

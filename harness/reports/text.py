@@ -26,6 +26,8 @@ def run_text(rec: RunRecord) -> str:
         out += [f"  {c}" for c in rec.hang_lines()]
     elif (v.signature is not None and not rec.stalled_by_measurement) or v.verdict == VerdictKind.INCONCLUSIVE:
         out += [f"  {views.cpu_line(c, 30)}" for c in views.named_cpus(rec.cpus)]
+        if others := views.other_cpus(rec.cpus):
+            out.append(f"  other CPUs: {others}")
     if v.verdict == VerdictKind.NOT_REPRODUCED and ev.p_miss:
         out.append(f"  {ev.p_miss['method']}")
     if ev.console_titles:

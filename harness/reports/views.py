@@ -38,6 +38,12 @@ def cpu_backtraces(cpus: list[dict], benign: bool = False, max_frames: int | Non
     return "\n".join(out)
 
 
+def other_cpus(cpus: list[dict]) -> str:
+    """The CPUs a verdict does not name, by what they do: 'CPU0 idle, CPU2 user'."""
+    named = {c["cpu"] for c in named_cpus(cpus)}
+    return ", ".join(f"CPU{c['cpu']} {c['class']}" for c in cpus if c["cpu"] not in named)
+
+
 def named_cpus(cpus: list[dict]) -> list[dict]:
     """The CPUs a verdict names: culprits, victims, emulator faults, unknowns."""
     return [c for c in cpus if c.get("role") in NAMED_ROLES]

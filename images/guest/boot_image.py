@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base import arch as arches
 from harness.base import leftovers, paths
 from images.kernels import appliance
 from images.kernels.kernel import Kernel, Progress, SpecError
@@ -65,20 +66,20 @@ def _guest_key(guest: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def layer_file(identity: str, src: Path) -> Path:
+def layer_file(identity: str, src: Path, arch: str) -> Path:
     """Keyed by the image's content, its path (the layer names it as its
-    backing file) and the guest binaries."""
+    backing file) and arch's guest binaries."""
     where = hashlib.sha256(str(src).encode()).hexdigest()[:8]
-    name = f"{identity[:20]}-layer-{where}-{_guest_key(paths.guest_dir())}.qcow2"
+    name = f"{identity[:20]}-layer-{where}-{_guest_key(paths.guest_dir(arch))}.qcow2"
     return paths.cache_dir() / "kernels" / "image" / name
 
 
 def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,
-               extract: tuple[str, Path] | None = None) -> dict:
-    """The cached layer over src with the agent installed. With extract
+               extract: tuple[str, Path] | None = None, arch: str = arches.DEFAULT) -> dict:
+    """The cached layer over src with arch's agent installed. With extract
     (RELEASE, DEST), the kernel is read through the layer in the same
     libguestfs launch (a first --boot-image pays for one launch, not two)."""
-    layer = layer_file(identity, src)
+    layer = layer_file(identity, src, arch)
     part = layer.with_name(f".{layer.name}.{os.getpid()}.part")
     try:
         _qemu_img("create", "-q", "-f", "qcow2", "-F", fmt, "-b", str(src), str(part))
@@ -88,7 +89,7 @@ def make_layer(src: Path, fmt: str, identity: str, progress: Progress | None,
             unit.write(UNIT.read_text())
             unit.flush()
             args = ["extract", str(part), "qcow2", extract[0], str(extract[1])] if extract else ["install", str(part)]
-            info = appliance.run_child([*args, str(paths.guest_dir()), unit.name], progress)
+            info = appliance.run_child([*args, str(paths.guest_dir(arch)), unit.name], progress)
         part.replace(layer)
         return info
     finally:
@@ -103,9 +104,9 @@ def prepare(kernel: Kernel, progress: Progress | None) -> BootDisk:
         raise SpecError(f"--boot-image: the image has no initrd for {kernel.release}")
     if origin.get("init") != "systemd":
         raise SpecError("--boot-image needs an image that boots with systemd")
-    layer = layer_file(origin["identity"], Path(origin["image"]))
+    layer = layer_file(origin["identity"], Path(origin["image"]), kernel.arch)
     if not layer.is_file():
-        make_layer(Path(origin["image"]), origin["format"], origin["identity"], progress)
+        make_layer(Path(origin["image"]), origin["format"], origin["identity"], progress, arch=kernel.arch)
     work = Path(tempfile.mkdtemp(prefix="kstall-boot-image-"))
     leftovers.mark(work)  # a killed kstall's is swept by the next
     try:

@@ -61,11 +61,10 @@ def _pieces(files: dict[str, bytes | Symlink]) -> list[bytes]:
     return parts + [b"\0" * (-sum(map(len, parts)) % 512)]
 
 
-def guest_files(guest: Path | None = None) -> dict[str, bytes | Symlink]:
+def guest_files(guest: Path) -> dict[str, bytes | Symlink]:
     """/init plus every reproducer binary in the guest build directory, and
     the tree under its rootfs/ as it is (files and symbolic links), for a
     guest that needs more than kstall's own binaries (a shell, a test suite)."""
-    guest = guest or paths.guest_dir()
     init = guest / "init"
     if not init.is_file():
         raise FileNotFoundError(f"guest agent {init} is missing: run `make guest`")
@@ -83,13 +82,12 @@ def guest_files(guest: Path | None = None) -> dict[str, bytes | Symlink]:
     return files
 
 
-def build(guest: Path | None = None, modules: list[Path] | tuple[Path, ...] = (),
+def build(guest: Path, modules: list[Path] | tuple[Path, ...] = (),
           extra: dict[str, bytes] | None = None) -> Path:
-    """Path of the initramfs for the current guest binaries, built if needed,
+    """Path of the initramfs for the guest binaries in guest, built if needed,
     with modules (NAME.ko, uncompressed) for the agent to load first, in order
     (the agent reads etc/kstall/modules, see repro/agent.c), and extra files
     (a user's program and its libraries: images/guest/programs.py)."""
-    guest = guest or paths.guest_dir()
     out_dir = paths.cache_dir() / "initramfs"
     # reading and hashing the inputs was 0.06 s of every verify: inputs whose
     # status (ctime included, which any write changes) is unchanged name the

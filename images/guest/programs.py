@@ -15,6 +15,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from harness.base import arch as arches
 from harness.base import paths
 from images.kernels import cached
 from images.kernels.kernel import SpecError
@@ -40,7 +41,7 @@ class BuildError(SpecError):
 
 def include_dirs() -> list[Path]:
     """What the built-ins build with: the kernel's kselftest.h (make guest) and repro/repro.h."""
-    return [paths.guest_dir().parent / "kselftest", paths.data_file("repro")]
+    return [paths.build_dir() / "kselftest", paths.data_file("repro")]
 
 
 def _compiler_identity(cc: str) -> str:
@@ -50,8 +51,9 @@ def _compiler_identity(cc: str) -> str:
         return cc
 
 
-def build_c(source: Path, cc: str = "gcc") -> Path:
-    """The static binary of source, built once per source, headers and compiler."""
+def build_c(source: Path, arch: str = arches.DEFAULT) -> Path:
+    """The static binary of source for arch, built once per source, headers and compiler."""
+    cc = arches.get(arch).compiler()
     if not source.is_file():
         raise BuildError(f"no such C file {source}")
     include = include_dirs()
@@ -97,12 +99,31 @@ def libraries(program: Path) -> list[Path]:
     return [Path(m.group(1)) for l in p.stdout.splitlines() if (m := _LDD_LINE.match(l))]
 
 
-def guest_files(program: Path, name: str) -> dict[str, bytes]:
+def _dynamic(elf: bytes) -> bool:
+    """Whether a 64-bit little-endian ELF asks for a loader (a PT_INTERP program header)."""
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or len(elf) < 64:
+        return False
+    phoff, size, count = (int.from_bytes(elf[0x20:0x28], "little"), int.from_bytes(elf[0x36:0x38], "little"),
+                          int.from_bytes(elf[0x38:0x3A], "little"))
+    return any(int.from_bytes(elf[at:at + 4], "little") == 3 for at in range(phoff, phoff + size * count, size))
+
+
+def guest_files(program: Path, name: str, arch: str = arches.DEFAULT) -> dict[str, bytes]:
     """initramfs path -> contents: the program as bin/NAME, and for a dynamic
-    one its libraries and loader where it looks for them."""
+    one its libraries and loader where it looks for them. A program of
+    another architecture than arch's guest is a usage error."""
     if not program.is_file():
         raise SpecError(f"no such program {program}")
-    files = {f"bin/{name}": program.read_bytes()}
-    for lib in libraries(program):
+    data = program.read_bytes()
+    its = arches.of_elf(data[:64])
+    if its is not None and its != arch:
+        raise SpecError(f"{program} is a {its} executable, and the kernel's guest is {arch}: "
+                        f"build it for {arch} (or give kstall its C file, which it builds for the guest)")
+    files = {f"bin/{name}": data}
+    native = arches.get(arch).compiler() == "gcc"
+    if not native and _dynamic(data):
+        raise SpecError(f"{program} is a dynamic {arch} executable: kstall gathers a program's libraries with "
+                        f"this host's ldd, which cannot read {arch}'s; link it -static")
+    for lib in libraries(program) if native else []:
         files[str(lib).lstrip("/")] = lib.resolve().read_bytes()
     return files

@@ -76,6 +76,11 @@ class DebKernel:
     def canonical(self) -> str:
         return f"debian:{self.release}"
 
+    @property
+    def short_spec(self) -> str:
+        """debian:6.16.12, or with its flavour when not the default's: debian:6.16.12-arm64"""
+        return f"debian:{self.upstream}" + ("" if self.flavour == DEFAULT_FLAVOUR else f"-{self.flavour}")
+
 
 class Archive:
     """Private apt state in <cache>/apt; every apt call is bounded in time."""
@@ -105,7 +110,9 @@ class Archive:
             yield
 
     def sources_text(self) -> str:
-        return "".join(l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#"))
+        """The suites, and the architectures listed (a new one fetches every list afresh)."""
+        suites = [l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#")]
+        return f"# architectures: {','.join(DEBIAN_ARCHES)}\n" + "".join(suites)
 
     def _prepare(self) -> None:
         for d in (self.lists / "partial", self.root / "cache" / "archives" / "partial",
@@ -195,7 +202,7 @@ class Archive:
             parts = [p.strip() for p in line.split("|")]
             if len(parts) < 3:
                 continue
-            name, version, where = parts[0], parts[1], parts[2].split()
+            name, version, where = parts[0].split(":")[0], parts[1], parts[2].split()  # name:arm64: a foreign one
             suite = where[1].split("/")[0] if len(where) > 1 else "?"
             if name not in rows or version_key(version) > version_key(rows[name][0]):
                 rows[name] = (version, suite)
@@ -252,6 +259,12 @@ def _flavour(given: str | None) -> str:
     if not given:
         return DEFAULT_FLAVOUR
     return given if given.endswith(DEBIAN_ARCHES) else f"{given}-{DEFAULT_FLAVOUR}"
+
+
+def with_arch(text: str, debian_arch: str) -> str:
+    """A query for another architecture's kernel: '6.16.12' -> '6.16.12-arm64',
+    '6.16.12-rt' -> '6.16.12-rt-arm64'; a query naming its architecture stays."""
+    return text if text.endswith(DEBIAN_ARCHES) else f"{text}-{debian_arch}"
 
 
 def nearest(kernels: list[DebKernel], upstream: str, n: int = 3) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.base import paths
 from images.kernels import modules
-from images.kernels.kernel import Kernel, SpecError, sha256_file
+from images.kernels.kernel import Kernel, SpecError, image_arch, sha256_file
 
 
 def bzimage_release(data: bytes) -> str | None:
@@ -45,7 +45,7 @@ def resolve(spec: str, path_text: str) -> Kernel:
     sha = sha256_file(path)
     kernel = Kernel(spec=spec, canonical=f"file:{path}", vmlinuz=path, sha256=sha,
                     release=release, upstream=release.split("-")[0].split("+")[0] if release else None,
-                    config=config, vmlinux=vmlinux, origin={"path": str(path)})
+                    config=config, vmlinux=vmlinux, origin={"path": str(path)}, arch=image_arch(path))
     tree = modules.Tree(path.parent.parent, release or "")
     if release and path.parent.name == "boot" and (tree.dir / "modules.dep").is_file():
         names = modules.wanted(modules.every_need(), kernel.config_value if config else None, tree.builtin())

@@ -22,7 +22,7 @@ from typing import Callable
 
 from harness.base import arch, paths, untrusted
 from images.kernels import appliance, cached
-from images.kernels.kernel import Kernel, Progress, SpecError, sha256_file
+from images.kernels.kernel import Kernel, Progress, SpecError, image_arch, sha256_file
 from images.kernels.packages import upstream_of
 
 # (image, its format, its identity, progress, (release, where to extract)) -> what the child read;
@@ -104,7 +104,8 @@ def _extract(spec: str, path: Path, fmt: str, wanted: str, ident: str, d: Path, 
         info = appliance.run_child(["extract", str(path), fmt, wanted, str(d)], progress)
     vmlinuz = d / "vmlinuz"
     kernel = Kernel(spec=spec, canonical=f"image:{path.name}#{info['release']}", vmlinuz=vmlinuz,
-                    sha256=sha256_file(vmlinuz), release=info["release"], upstream=upstream_of(info["release"]),
+                    sha256=sha256_file(vmlinuz), arch=image_arch(vmlinuz), release=info["release"],
+                    upstream=upstream_of(info["release"]),
                     config=d / "config" if info.get("config") else None, modules=info["modules"],
                     modules_dir=d / "modules" if any(info["modules"].values()) else None,
                     origin={"image": str(path), "format": fmt, "identity": ident, "why": info["why"],

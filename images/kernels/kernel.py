@@ -70,6 +70,19 @@ class Kernel:
         return a.default_machine
 
 
+def image_arch(path: Path) -> str:
+    """The architecture a kernel image is for, read from its header
+    (harness/base/arches.toml `image_magic`): a kernel is never booted as
+    another architecture's."""
+    with open(path, "rb") as f:
+        head = f.read(65536)
+    a = arches.of_image(head)
+    if a is None:
+        known = ", ".join(f"{arches.get(n).image} ({n})" for n in arches.names())
+        raise SpecError(f"{path}: not a kernel image kstall can boot: it knows {known}")
+    return a.name
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 from harness.base import paths, procs, untrusted
 from images.kernels import cached, modules
-from images.kernels.kernel import Kernel, SpecError, sha256_file
+from images.kernels.kernel import Kernel, SpecError, image_arch, sha256_file
 
 _VMLINUZ = re.compile(r"boot/vmlinuz-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinuz")
 _CONFIG = re.compile(r"boot/config-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/config")
@@ -203,6 +203,7 @@ def kernel_from(c: Collector, spec: str, canonical: str, upstream: str | None, o
     assert c.vmlinuz is not None
     plan = c.plan
     return Kernel(spec=spec, canonical=canonical, vmlinuz=c.vmlinuz, sha256=sha256_file(c.vmlinuz),
+                  arch=image_arch(c.vmlinuz),
                   release=c.release, upstream=upstream or upstream_of(c.release), config=c.config,
                   changelog=c.changelog,
                   origin=origin | {"read": c.read} | ({"optional_missing": c.optional_missing}

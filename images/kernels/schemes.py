@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from harness.base import arch as arches
 from images.kernels import build, deb, debian, filekernel, image, rpm
 from images.kernels.kernel import Kernel, Progress, SpecError
 
@@ -72,10 +73,30 @@ def help_text() -> str:
     return "; ".join(f"{s.syntax}: {s.help}" for s in SCHEMES.values())
 
 
+def for_arch(spec: str, arch: str | None) -> str:
+    """spec as it names arch's kernel (--arch): a debian: version gets the
+    architecture's flavour; a file or package says its own architecture."""
+    name, sep, text = spec.partition(":")
+    if arch is None or name != "debian" or not text:
+        return spec
+    return f"debian:{debian.with_arch(text, arches.get(arch).debian)}"
+
+
 def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build_options=None,
-            boot_layer: image.LayerMaker | None = None, trust_backing: bool = False) -> Kernel:
+            boot_layer: image.LayerMaker | None = None, trust_backing: bool = False,
+            arch: str | None = None) -> Kernel:
     """A bootable Kernel for spec; downloaded, read or built when fetch (and
-    cached after). build_options: images.kernels.build.BuildOptions for build: specs."""
+    cached after). build_options: images.kernels.build.BuildOptions for build: specs.
+    arch: the architecture the kernel must be (--arch); None: whatever it is."""
+    spec = for_arch(spec, arch)
+    kernel = _resolve(spec, fetch, progress, build_options, boot_layer, trust_backing)
+    if arch and kernel.arch != arch:
+        raise SpecError(f"{spec} is a kernel for {kernel.arch}, not {arch} (--arch)")
+    return kernel
+
+
+def _resolve(spec: str, fetch: bool, progress: Progress | None, build_options,
+             boot_layer: image.LayerMaker | None, trust_backing: bool) -> Kernel:
     name, sep, text = spec.partition(":")
     if not sep or not text:
         raise SpecError(f"kernel spec {spec!r} has no scheme: use {syntax()}")

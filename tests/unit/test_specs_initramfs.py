@@ -84,9 +84,9 @@ def test_every_reproducer_data_file_loads():
 def test_the_guest_binaries_do_not_name_the_clone_they_were_built_in():
     # the initramfs (and so every snapshot) is keyed on their bytes: a build
     # that named its directory would boot every kernel afresh in each new clone
-    from harness.base import paths
-    where = str(paths.guest_dir().resolve().parent.parent).encode()
-    binaries = [p for p in paths.guest_dir().iterdir() if p.is_file()]
+    from harness.base import arch, paths
+    where = str(paths.REPO.resolve()).encode()
+    binaries = [p for p in paths.guest_dir(arch.DEFAULT).iterdir() if p.is_file()]
     assert binaries, "run `make guest`"
     named = [p.name for p in binaries if where in p.read_bytes()]
     assert named == [], f"{named} name {where.decode()}: built before the Makefile mapped it? `make clean guest`"
