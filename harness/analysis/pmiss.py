@@ -23,8 +23,10 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from harness.analysis.verdict import VerdictKind
+from harness.base import arch as arches
 from harness.base import paths
 
 CAL_DIR = paths.data_file("repro", "calibration")
@@ -125,23 +127,45 @@ class Calibration:
         return ""
 
 
-def holding(cal: Calibration | None, key: Key) -> tuple[Calibration | None, str]:
-    """cal if it holds for a run with key, and why P(miss) may still be
-    unknown: no calibration, one for another run, or one without hangs."""
-    if cal is None:
+def holding(cals: Calibration | Sequence[Calibration] | None, key: Key) -> tuple[Calibration | None, str]:
+    """The calibration among cals that holds for a run with key, and why
+    P(miss) may still be unknown: no calibration, only ones for other runs
+    (the reason of the one on the run's architecture, if any), or one without hangs."""
+    cals = (cals,) if isinstance(cals, Calibration) else tuple(cals or ())
+    if not cals:
         return None, "no calibration"
-    why = cal.mismatch(key)
-    return (None, why) if why else (cal, "" if cal.hangs else "a calibration with no hangs")
+    reasons = []
+    for cal in cals:
+        why = cal.mismatch(key)
+        if not why:
+            return cal, "" if cal.hangs else "a calibration with no hangs"
+        reasons.append((cal.key is not None and cal.key.arch == key.arch, why))
+    return None, max(reasons, key=lambda r: r[0])[1]
 
 
 def load(reproducer: str, key: Key, directory: Path = CAL_DIR) -> Calibration | None:
-    """The reproducer's calibration, if it holds for a run with key."""
-    return holding(load_file(reproducer, directory), key)[0]
+    """The reproducer's calibration, if one holds for a run with key."""
+    return holding(load_files(reproducer, directory), key)[0]
+
+
+def file_for(reproducer: str, arch: str, directory: Path = CAL_DIR) -> Path:
+    """Where a calibration on arch is written: NAME.toml for the first
+    architecture's runs (as before there were others), NAME.ARCH.toml for another's."""
+    return directory / (f"{reproducer}.toml" if arch == arches.DEFAULT else f"{reproducer}.{arch}.toml")
+
+
+def load_files(reproducer: str, directory: Path = CAL_DIR) -> tuple[Calibration, ...]:
+    """Every calibration of the reproducer, whatever runs each holds for."""
+    found = [file_for(reproducer, n, directory) for n in arches.names()]
+    return tuple(c for p in found if (c := _load(p)) is not None)
 
 
 def load_file(reproducer: str, directory: Path = CAL_DIR) -> Calibration | None:
-    """The reproducer's calibration, whatever runs it holds for."""
-    path = directory / f"{reproducer}.toml"
+    """The reproducer's calibration on the first architecture, whatever runs it holds for."""
+    return _load(directory / f"{reproducer}.toml")
+
+
+def _load(path: Path) -> Calibration | None:
     if not path.is_file():
         return None
     with open(path, "rb") as f:

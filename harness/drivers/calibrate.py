@@ -49,8 +49,8 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     print(f"{len(hangs)}/{len(runs)} runs hung")
     if write_file:
         repro = loaded.spec
-        path = repro.calibration_dir / f"{repro.name}.toml"
         key = cases.key_for(loaded, opts, rec.vm["accel"], rec.vm["arch"])
+        path = pmiss.file_for(repro.name, key.arch, repro.calibration_dir)
         write(path, repro.name, canonical, key, runs, sys.argv[1:])
         cal = pmiss.load(repro.name, key, repro.calibration_dir)
         lam, k, n = cal.rate_lower_bound() if cal else (0, 0, 0)

@@ -47,7 +47,7 @@ class Loaded:
     # its name when some signatures are its own ("" when none are: any hang it makes is its finding)
     own_bug: str
     record: BugRecord | None           # [record]: the kernel bug's published record
-    calibration: pmiss.Calibration | None  # its calibration file, whatever run it holds for
+    calibrations: tuple[pmiss.Calibration, ...]  # its calibration files, whatever runs each holds for
 
     @property
     def name(self) -> str:
@@ -55,7 +55,7 @@ class Loaded:
 
     def calibration_for(self, key: Key) -> tuple[pmiss.Calibration | None, str]:
         """The calibration that holds for a run with key, and why P(miss) may still be unknown."""
-        return pmiss.holding(self.calibration, key)
+        return pmiss.holding(self.calibrations, key)
 
 
 def ensure_guest(echo: Echo, arch: str = arches.DEFAULT) -> Path:
@@ -97,7 +97,7 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
         repro = dataclasses.replace(repro, program=str(programs.build_c(Path(repro.source))))
         if time.monotonic() - t > 0.1:  # not cached
             echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
-    return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_file(repro.name, repro.calibration_dir))
+    return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_files(repro.name, repro.calibration_dir))
 
 
 def guest_files(repro: Reproducer, arch: str) -> dict[str, bytes]:
@@ -151,9 +151,9 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     if check.modules:
         echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
     initrd = initramfs.build(guest, modules=check.modules, extra=guest_files(repro.spec, kernel.arch))
-    accel_kind = "none" if check.missing else accel.choose(opts.guest.accel, kernel, initrd, echo)
+    accel_kind = "none" if check.blocked else accel.choose(opts.guest.accel, kernel, initrd, echo)
     disk = None
-    if opts.kernel.boot_image and not check.missing:
+    if opts.kernel.boot_image and not check.blocked:
         disk = boot_image.prepare(kernel, echo)  # the image loads its own modules
         initrd = disk.initrd
     key = key_for(repro, opts, accel_kind, kernel.arch)

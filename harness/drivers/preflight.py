@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base import arch as arches
 from harness.base import needs as kernel_needs
 from harness.base.needs import KernelNeeds
 from harness.base.reproducers import Reproducer
@@ -30,8 +31,16 @@ class Check:
     missing: list[str] = field(default_factory=list)   # the reproducer's options the kernel lacks
     modules: list[Path] = field(default_factory=list)  # to load in the guest, in order
     config_checked: bool = False
+    machine_lacks: str = ""  # what the guest's architecture cannot give the reproducer's path
+
+    @property
+    def blocked(self) -> bool:
+        """The path cannot run on this kernel: nothing boots."""
+        return bool(self.missing or self.machine_lacks)
 
     def reason(self) -> str:
+        if self.machine_lacks:
+            return self.machine_lacks
         return ("the kernel's config lacks " + ", ".join(f"CONFIG_{o}" for o in self.missing)
                 + ", which the reproducer's path needs (checked before booting)")
 
@@ -40,10 +49,20 @@ def _absent(kernel: Kernel, options: tuple[str, ...]) -> list[str]:
     return [o for o in options if kernel.config_value(f"CONFIG_{o}") not in ("y", "m")]
 
 
+def _machine_lacks(kernel: Kernel, repro: Reproducer | None) -> str:
+    """Why the kernel's architecture cannot run the reproducer's path ('' when it can)."""
+    a = arches.get(kernel.arch)
+    if repro and repro.nmi_rate and a.nmi == "none":
+        return (f"the reproducer's path runs in NMI context, and an {a.name} guest has no NMI "
+                f"({a.table.get('nmi_why', 'no NMI source')}): its NMI path cannot run there (checked before booting)")
+    return ""
+
+
 def check(kernel: Kernel, repro: Reproducer | None) -> Check:
     agent = kernel_needs.agent()
     needs: list[KernelNeeds] = [agent] + ([repro.needs] if repro else [])
-    out = Check(config_checked=kernel.config is not None and kernel.config.is_file())
+    out = Check(config_checked=kernel.config is not None and kernel.config.is_file(),
+                machine_lacks=_machine_lacks(kernel, repro))
     if out.config_checked:
         lacking = _absent(kernel, agent.options)
         if lacking:

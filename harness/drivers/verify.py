@@ -102,10 +102,10 @@ def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
         attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
                                                     {}, [], None, {}, "", 0)))
     try:
-        if c.check.missing:  # nothing to boot: the path cannot run on this kernel
+        if c.check.blocked:  # nothing to boot: the path cannot run on this kernel
             failed(OutcomeKind.PREFLIGHT, c.check.reason(), VerdictKind.INCONCLUSIVE)
         n = 0
-        while not c.check.missing:
+        while not c.check.blocked:
             n += 1
             att = run_attempt(c, opts, run.attempt(n), echo, n)
             attempts.append((n, att))

@@ -92,7 +92,7 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
     total = 0
     # the first run is sized for the accelerator it will most likely get;
     # every run is judged by the calibration for the one its record says it got
-    cal = policy.calibration(accel.likely(policy.opts.guest.accel))
+    cal = policy.calibration(accel.likely(policy.opts.guest.accel), policy.opts.kernel.arch or arch.DEFAULT)
     assert policy.loaded is not None
     for n in range(1, policy.max_runs + 1):
         # enough passes for the per-step target, and never fewer than a verdict needs
