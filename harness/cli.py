@@ -50,9 +50,7 @@ def arch_choices() -> list[str]:
 def arch_named(name: str | None) -> str | None:
     """--arch's value as kstall names it (arm64 -> aarch64)."""
     from harness.base import arch
-    if name is None:
-        return None
-    return name if name in arch.names() else arch.by_debian(name).name
+    return arch.named(name).name if name else None
 
 
 def add_vm_options(p: argparse.ArgumentParser) -> None:
@@ -163,6 +161,9 @@ def cmd_verify(a: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         res = verify.verify(a.kernel, repro, options_from(a), echo_stderr)
+    except BuildError as e:  # the user's program, once the kernel said its architecture
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
     except (SpecError, VMError) as e:  # bad input, or an accelerator that is not there
         if a.json:
             print(json.dumps({"verdict": VerdictKind.ERROR, "exit_code": EXIT_ERROR, "reason": str(e)}))
@@ -273,7 +274,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     from harness.drivers import matrix
     from harness.drivers.options import DEFAULT_PMISS, GuestOptions, Options, RunOptions
     try:
-        m = matrix.load(a.file)
+        m = matrix.load(a.file, getattr(a, "arch", None))
         shard = expect.parse_shard(a.shard) if a.shard else None
         cells = expect.select(m.cells, shard, a.only, a.exclude)
     except expect.MatrixError as e:
@@ -346,6 +347,10 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
         if not (a.old and a.new and a.reproducer):
             echo_stderr("error: --old, --new and REPRODUCER are needed (or --resume DIR)")
             return EXIT_USAGE
+        if a.arch:  # both ends in that architecture's flavour: 6.16.12 -> 6.16.12-arm64
+            from images.kernels import debian
+            from harness.base import arch
+            a.old, a.new = (debian.with_arch(v, arch.named(a.arch).debian) for v in (a.old, a.new))
         a.reproducer = reproducers.canonical_spec(a.reproducer)
         repro = cases.load(a.reproducer, echo_stderr)
         bisect_debian.candidates(a.old, a.new)
@@ -513,6 +518,8 @@ def _matrix_parsers(sub) -> None:
                     help="cells whose kernel, reproducer or KERNEL/REPRO id matches (glob; repeatable)")
     mx.add_argument("--exclude", action="append", metavar="PATTERN", help="leave these cells out (repeatable)")
     mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    mx.add_argument("--arch", choices=arch_choices(), help="the architecture of the rows that name none "
+                    "(a row's `arch`, or [defaults] arch; default amd64)")
     mx.add_argument("--attempts", type=int, default=2)
     mx.add_argument("--memory", type=int, default=1024, metavar="MB")
     mx.add_argument("--pmiss", type=float, help="target P(miss) for NOT_REPRODUCED cells (as verify's --pmiss)")

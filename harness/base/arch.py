@@ -149,6 +149,11 @@ def of_elf(head: bytes) -> str | None:
     return next((n for n in names() if get(n).table["elf_machine"] == machine), f"ELF machine {machine}")
 
 
+def named(name: str) -> Arch:
+    """An architecture by kstall's name (uname -m) or Debian's: aarch64 or arm64."""
+    return get(name) if name in names() else by_debian(name)
+
+
 def by_debian(name: str) -> Arch:
     for n in names():
         if get(n).debian == name:

@@ -24,21 +24,31 @@ from typing import Callable
 from harness.analysis import expect, record
 from harness.analysis.expect import FAILING, Cell, CellResult, MatrixError, judge_cell
 from harness.analysis.verdict import VerdictKind
-from harness.base import procs, reproducers, rundir as results
+from harness.base import arch, procs, reproducers, rundir as results
 from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
 from images.kernels.kernel import SpecError
+from images.kernels import schemes
 from images.kernels.schemes import resolve
 
 
-def load(path: Path) -> expect.Matrix:
-    """A matrix file, its reproducers of the user's own checked (MatrixError)."""
+def load(path: Path, arch_name: str | None = None) -> expect.Matrix:
+    """A matrix file, its reproducers of the user's own checked (MatrixError).
+    arch_name (--arch): the architecture of the rows that name none."""
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise MatrixError(f"{path}: {e}") from None
+    default_arch = arch_name or doc.get("defaults", {}).get("arch")
+    for k in doc.get("kernel", []):  # a row's architecture (or the file's) names its kernel: debian:V-arm64
+        a = k.get("arch", default_arch)
+        if a and "spec" in k:
+            try:
+                k["spec"] = schemes.for_arch(k["spec"], arch.named(a).name)
+            except KeyError as e:
+                raise MatrixError(f"{path}: {k['spec']}: {e.args[0]}") from None
     specs = {}
     for r in doc.get("reproducer", []):  # a user's reproducer: path = its .toml, directory, C file or executable
         if r.get("path"):

@@ -59,6 +59,7 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "confidence": rec.verdict.confidence if rec else None,
         "kernel_canonical": rec.kernel.get("canonical") if rec else None,
         "kernel_sha256": rec.kernel.get("sha256") if rec else None,
+        "arch": rec.kernel.get("arch") if rec else None,
         "kernel_origin": rec.kernel.get("origin") if rec else None,
         "started": rec.started if rec else None, "vm": rec.vm if rec else None,
         "count": ev.count if ev else None, "count_name": ev.count_name if ev else None,

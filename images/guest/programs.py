@@ -36,7 +36,7 @@ BUILD_TIMEOUT = 300
 
 
 class BuildError(SpecError):
-    """The user's C file does not build: a usage error."""
+    """The user's C file does not build, or their program cannot run in the guest: a usage error."""
 
 
 def include_dirs() -> list[Path]:
@@ -117,12 +117,12 @@ def guest_files(program: Path, name: str, arch: str = arches.DEFAULT) -> dict[st
     data = program.read_bytes()
     its = arches.of_elf(data[:64])
     if its is not None and its != arch:
-        raise SpecError(f"{program} is a {its} executable, and the kernel's guest is {arch}: "
+        raise BuildError(f"{program} is a {its} executable, and the kernel's guest is {arch}: "
                         f"build it for {arch} (or give kstall its C file, which it builds for the guest)")
     files = {f"bin/{name}": data}
     native = arches.get(arch).compiler() == "gcc"
     if not native and _dynamic(data):
-        raise SpecError(f"{program} is a dynamic {arch} executable: kstall gathers a program's libraries with "
+        raise BuildError(f"{program} is a dynamic {arch} executable: kstall gathers a program's libraries with "
                         f"this host's ldd, which cannot read {arch}'s; link it -static")
     for lib in libraries(program) if native else []:
         files[str(lib).lstrip("/")] = lib.resolve().read_bytes()

@@ -127,3 +127,10 @@ def test_a_calibration_holds_only_on_its_own_architecture():
     cal, why = pmiss.holding(cals, key)
     assert cal is not None and cal.key.arch == "aarch64" and why == ""
     assert pmiss.holding([c for c in cals if c.key.arch != "aarch64"], key) == (None, "no calibration on aarch64")
+
+
+def test_a_verdict_names_the_cpus_it_does_not_blame_by_what_they_do():
+    from harness.reports import views
+    cpus = [{"cpu": 0, "class": "idle", "role": "benign"}, {"cpu": 1, "class": "hrtimer_cancel self-deadlock",
+                                                             "role": "culprit"}]
+    assert views.other_cpus(cpus) == "CPU0 idle"
