@@ -56,6 +56,7 @@ class BugRecord:
     fix_subject: str          # the fixing commit's subject, as changelogs list it
     culprit_subject: str = ""  # the introducing commit's, when known
     branches: tuple[Branch, ...] = ()
+    files: tuple[str, ...] = ()  # the files the fix changes (the record's "Affected files")
 
     @staticmethod
     def parse_lines(lines: list[str], where: str) -> tuple[Branch, ...]:
@@ -82,7 +83,7 @@ class BugRecord:
         """[record] of a reproducer's data file."""
         try:
             return BugRecord(doc["cve"], doc["fix"], doc.get("culprit", ""),
-                             BugRecord.parse_lines(list(doc["lines"]), where))
+                             BugRecord.parse_lines(list(doc["lines"]), where), tuple(doc.get("files", ())))
         except KeyError as e:
             raise RecordError(f"{where}: [record] lacks {e}") from None
 
@@ -97,11 +98,33 @@ class BugRecord:
             raise RecordError(f"no {cve}.dyad under {vulns}: give --vulns a clone of the kernel's vulns repository")
         dyad = found[0]
         mbox = dyad.with_suffix(".mbox")
-        subject = ""
+        subject, files = "", ()
         if mbox.exists():
-            m = re.search(rf"^Subject: {cve}: (.+)$", mbox.read_text(errors="replace"), re.M)
+            text = mbox.read_text(errors="replace")
+            m = re.search(rf"^Subject: {cve}: (.+)$", text, re.M)
             subject = m.group(1).strip() if m else ""
-        return BugRecord(cve, subject, "", BugRecord.parse_lines(dyad.read_text().splitlines(), str(dyad)))
+            # "Affected files" then its ===== line, a sentence, and one tab-indented path per line
+            section = re.search(r"^Affected files\n=+\n(.*?)(?=^\S+.*\n=+\n|\Z)", text, re.M | re.S)
+            files = tuple(re.findall(r"^\t(\S+)$", section.group(1), re.M)) if section else ()
+        return BugRecord(cve, subject, "", BugRecord.parse_lines(dyad.read_text().splitlines(), str(dyad)), files)
+
+    def architecture_reason(self, source_dir: str, arch_name: str) -> tuple[str, bool]:
+        """What the fix's files say of a kernel whose architecture's code is
+        under arch/source_dir/: a reason, and whether the bug's code cannot be
+        in it (every file under other architectures' arch/). ("", False) when
+        the record lists no files."""
+        if not self.files:
+            return "", False
+        dirs = sorted({f.split("/")[1] for f in self.files if f.startswith("arch/") and f.count("/") > 1})
+        if not dirs:
+            return f"record: the fix is in generic code ({', '.join(self.files)}): it holds on {arch_name} too", False
+        generic = [f for f in self.files if not f.startswith("arch/")]
+        if source_dir in dirs:
+            return f"record: the fix is architecture-specific (arch/{', arch/'.join(dirs)}), {arch_name}'s included", False
+        if generic:
+            return (f"record: the fix changes arch/{', arch/'.join(dirs)} besides generic code: "
+                    f"only its generic part concerns {arch_name}"), False
+        return f"record: the fix is in arch/{', arch/'.join(dirs)} only: {arch_name} kernels do not build it", True
 
     @property
     def mainline_fix(self) -> Version | None:

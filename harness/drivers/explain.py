@@ -10,6 +10,7 @@ from typing import Callable
 
 from harness.analysis import bug_record
 from harness.analysis.bug_record import BugRecord, Prediction
+from harness.base import arch as arches
 from images.kernels import changelog, schemes
 from images.kernels.kernel import Kernel, SpecError
 
@@ -35,7 +36,14 @@ def predict(kernel: Kernel, record: BugRecord | None, echo: Echo | None = None) 
         log = changelog.Lookup(path) if path else None
     except (SpecError, OSError, ValueError) as e:
         log, no_log = None, f"could not be read ({e})"
-    return bug_record.predict(record, kernel.upstream, log, no_log)
+    p = bug_record.predict(record, kernel.upstream, log, no_log)
+    a = arches.get(kernel.arch)
+    why, elsewhere = record.architecture_reason(a.table["source_dir"], a.name)
+    if why:
+        p.reasons.append(why)
+    if elsewhere:
+        p.status = bug_record.NOT_INTRODUCED
+    return p
 
 
 def explain(spec: str, repro: str | None, cve: str | None, vulns: Path | None, echo: Echo) -> Explanation:

@@ -17,6 +17,7 @@ from images.kernels import debian, schemes
 from images.kernels.kernel import Kernel, SpecError, image_arch
 
 FIXTURE = "perf-refresh-6.16.12-arm64"
+REPO_SHARED = Path(__file__).resolve().parents[3] / "shared"
 A = arch.get("aarch64")
 
 
@@ -134,3 +135,19 @@ def test_a_verdict_names_the_cpus_it_does_not_blame_by_what_they_do():
     cpus = [{"cpu": 0, "class": "idle", "role": "benign"}, {"cpu": 1, "class": "hrtimer_cancel self-deadlock",
                                                              "role": "culprit"}]
     assert views.other_cpus(cpus) == "CPU0 idle"
+
+
+def test_explain_says_when_a_records_fix_is_architecture_specific():
+    from harness.analysis.bug_record import BugRecord
+    shared = REPO_SHARED / "kernel-cve-records"
+    if not shared.is_dir():
+        pytest.skip("no kernel-cve-records beside the repository")
+    rec = BugRecord.from_vulns(shared, "CVE-2025-37747")
+    assert rec.files == ("include/linux/perf_event.h", "kernel/events/core.c")
+    why, elsewhere = rec.architecture_reason("arm64", "aarch64")
+    assert "generic code" in why and not elsewhere
+    x86_only = BugRecord("CVE-0000-0001", "x86/mm: fix", files=("arch/x86/mm/tlb.c",))
+    why, elsewhere = x86_only.architecture_reason("arm64", "aarch64")
+    assert elsewhere and "arch/x86 only" in why
+    assert x86_only.architecture_reason("x86", "x86_64") == (
+        "record: the fix is architecture-specific (arch/x86), x86_64's included", False)
