@@ -98,13 +98,13 @@ class BugRecord:
             raise RecordError(f"no {cve}.dyad under {vulns}: give --vulns a clone of the kernel's vulns repository")
         dyad = found[0]
         mbox = dyad.with_suffix(".mbox")
-        subject, files = "", ()
+        subject, files = "", tuple[str, ...]()
         if mbox.exists():
             text = mbox.read_text(errors="replace")
             m = re.search(rf"^Subject: {cve}: (.+)$", text, re.M)
             subject = m.group(1).strip() if m else ""
             # "Affected files" then its ===== line, a sentence, and one tab-indented path per line
-            section = re.search(r"^Affected files\n=+\n(.*?)(?=^\S+.*\n=+\n|\Z)", text, re.M | re.S)
+            section = re.search(r"^Affected files\n=+\n(.*?)(?=^\S[^\n]*\n=+\n|\Z)", text, re.M | re.S)
             files = tuple(re.findall(r"^\t(\S+)$", section.group(1), re.M)) if section else ()
         return BugRecord(cve, subject, "", BugRecord.parse_lines(dyad.read_text().splitlines(), str(dyad)), files)
 
