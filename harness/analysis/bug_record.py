@@ -119,12 +119,13 @@ class BugRecord:
         if not dirs:
             return f"record: the fix is in generic code ({', '.join(self.files)}): it holds on {arch_name} too", False
         generic = [f for f in self.files if not f.startswith("arch/")]
+        where = "arch/" + ", arch/".join(dirs)
         if source_dir in dirs:
-            return f"record: the fix is architecture-specific (arch/{', arch/'.join(dirs)}), {arch_name}'s included", False
+            return f"record: the fix is architecture-specific ({where}), {arch_name}'s included", False
         if generic:
-            return (f"record: the fix changes arch/{', arch/'.join(dirs)} besides generic code: "
+            return (f"record: the fix changes {where} besides generic code: "
                     f"only its generic part concerns {arch_name}"), False
-        return f"record: the fix is in arch/{', arch/'.join(dirs)} only: {arch_name} kernels do not build it", True
+        return f"record: the fix is in {where} only: {arch_name} kernels do not build it", True
 
     @property
     def mainline_fix(self) -> Version | None:
