@@ -73,7 +73,7 @@ def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], N
         return "tcg"
     if kernel.arch != arch.host().name:  # KVM runs guests of the host's own architecture only
         if requested == "kvm":
-            raise VMError(f"--accel kvm: a {kernel.arch} kernel on a {arch.host().name} host runs under TCG only")
+            raise VMError(f"--accel kvm: a {kernel.arch} kernel on an {arch.host().name} host runs under TCG only")
         return "tcg"
     ok, why = kvm_available()
     if not ok:
