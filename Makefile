@@ -128,6 +128,7 @@ bench: deps
 	$(PYTHON) tests/bench/signal_malloc_speed.py
 	$(PYTHON) tests/bench/fault_speed.py
 	$(PYTHON) tests/bench/snapshot_speed.py
+	$(PYTHON) tests/bench/arm64_speed.py
 	$(PYTHON) tests/bench/boot_profile.py
 	$(PYTHON) tests/bench/user_reproducers.py
 	@if [ -d "$(SYZ_REPORTS)" ]; then $(PYTHON) tests/bench/syzkaller_reports.py $(SYZ_REPORTS) --misses 0; \

@@ -37,7 +37,8 @@ def status(cell: dict) -> str:
         return "SKIP"
     verdict = cell.get("verdict")
     if verdict == VerdictKind.INCONCLUSIVE:
-        return "SKIP" if "config lacks" in (cell.get("reason") or "") else "ERROR"
+        # nothing booted: the kernel (its config, its architecture) cannot run the path
+        return "SKIP" if (cell.get("vm") or {}).get("accel") == "none" else "ERROR"
     return STATUS.get(verdict, "MISS")
 
 
