@@ -144,6 +144,11 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
                             if opts.kernel.boot_image else None,
                             trust_backing=opts.kernel.trust_backing, arch=opts.kernel.arch)
     guest = ensure_guest(echo, kernel.arch)
+    if repro.spec.command and kernel.arch != arches.host().name:
+        raise programs.BuildError(f"run:{repro.spec.command} runs the host's own programs over its root filesystem, "
+                                  f"which are {arches.host().name}'s; an {kernel.arch} guest cannot run them: give "
+                                  f"kstall a {kernel.arch} program instead (a C file, which it cross-builds, or a "
+                                  "static executable)")
     if repro.spec.source and kernel.arch != arches.DEFAULT:  # load() built the C file for the default architecture
         program = str(programs.build_c(Path(repro.spec.source), kernel.arch))
         repro = dataclasses.replace(repro, spec=dataclasses.replace(repro.spec, program=program))

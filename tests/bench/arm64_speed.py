@@ -15,16 +15,7 @@ import json
 import statistics
 import tempfile
 
-from verify_speed import REPO, cache_symbols, med, timed
-
-
-def verify_runs(spec: str, runs: int, extra: list[str]) -> list[tuple[float, dict]]:
-    out = []
-    with tempfile.TemporaryDirectory() as d:
-        for _ in range(runs):
-            wall, p = timed(["verify", spec, "perf-refresh", "--json", "--results", d, *extra])
-            out.append((wall, json.loads(p.stdout)))
-    return out
+from verify_speed import REPO, cache_symbols, med, timed, verify_runs
 
 
 def main() -> None:

@@ -86,3 +86,9 @@ def test_bisect_over_arm64_versions_names_the_boundary(tmp_path):
     states = {s["candidate"]: s["state"] for s in doc["steps"]}
     assert states[doc["last_old"]] == "clean" and states[doc["first_new"]] == "reproduces"
     assert doc["old"].endswith("-arm64") and doc["new"].endswith("-arm64")
+
+
+def test_a_host_command_on_an_arm64_guest_is_a_usage_error_naming_both(tmp_path):
+    p = kstall("verify", "debian:6.17.8", "run:true", "--arch", "arm64", "--results", str(tmp_path))
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "x86_64" in p.stderr and "aarch64 guest cannot run them" in p.stderr
