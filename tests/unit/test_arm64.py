@@ -151,3 +151,16 @@ def test_explain_says_when_a_records_fix_is_architecture_specific():
     assert elsewhere and "arch/x86 only" in why
     assert x86_only.architecture_reason("x86", "x86_64") == (
         "record: the fix is architecture-specific (arch/x86), x86_64's included", False)
+
+
+def test_the_qmp_fallback_reads_arm64_registers_and_walks_the_same_frame_records():
+    # a recorded run whose GDB failed (KSTALL_GDB=/bin/false): HMP's `info registers` and `x`
+    qmp = "perf-refresh-6.16.12-arm64-qmp"
+    samples = load_samples(qmp)
+    s = Kallsyms.load(str(FIXTURES / qmp / "kallsyms"))
+    assert all(sample["via"] == "qmp" for sample in samples)
+    for cpu in (c for sample in samples for c in sample["cpus"]):
+        assert {"pc", "sp", "x29", "x30", "cpsr", "x0", "x9"} <= set(cpu["regs"])  # X00..X09 and PSTATE renamed
+        assert rewalk(cpu, s) == cpu["frames"]
+    by_cpu = {c.cpu: c for c in classify.classify_samples(samples, classify.load_signatures())}
+    assert [c.cpu for c in by_cpu.values() if c.signature.role == Role.CULPRIT] == [0]
