@@ -15,7 +15,7 @@ from harness.drivers.options import Options
 
 pytestmark = pytest.mark.e2e
 
-READERS = ((reproducers, "from_file"), (classify, "load_signatures"), (pmiss, "load_file"), (bug_record, "of"))
+READERS = ((reproducers, "from_file"), (classify, "load_signatures"), (pmiss, "load_files"), (bug_record, "of"))
 
 
 @pytest.fixture
@@ -34,8 +34,8 @@ def reads(monkeypatch) -> Counter:
 def test_a_verify_reads_the_reproducers_files_once(tmp_path, reads):
     res = verify.verify("debian:6.16.12", "perf-refresh", Options(results_root=tmp_path), lambda m: None)
     assert res.verdict.verdict == "VULNERABLE", res.verdict.reason  # a hang: debugger, classifier, decide all ran
-    # its own data file, its signatures (kstall's: perf-refresh keeps none of its own), record, calibration
-    assert reads == Counter(from_file=1, load_signatures=1, of=1, load_file=1), reads
+    # its own data file, its signatures (kstall's: perf-refresh keeps none of its own), record, calibrations
+    assert reads == Counter(from_file=1, load_signatures=1, of=1, load_files=1), reads
 
 
 def test_a_loaded_reproducer_is_read_no_more_by_the_runs_that_use_it(tmp_path, reads):
