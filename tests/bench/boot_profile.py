@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from harness.drivers import preflight  # noqa: E402
-from harness.base import reproducers  # noqa: E402
+from harness.base import paths, reproducers  # noqa: E402
 from harness.drivers.attempt import kernel_cmdline  # noqa: E402
 from harness.guest import machine as machines  # noqa: E402
 from harness.guest.vm import VM, VMConfig  # noqa: E402
@@ -102,7 +102,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=15, help="initcalls to list")
     a = ap.parse_args()
     kernel = resolve(a.kernel, progress=lambda m: print(m, file=sys.stderr))
-    initrd = initramfs.build(modules=preflight.check(kernel, reproducers.load("perf-refresh")).modules)
+    needs = preflight.check(kernel, reproducers.load("perf-refresh"))
+    initrd = initramfs.build(paths.guest_dir(kernel.arch), modules=needs.modules)
     variants = {n: VARIANTS[n] for n in a.variants.split(",")} | {f"+{c}": (None, [], c, True) for c in a.cmdline}
 
     m = machines.for_kernel(kernel)

@@ -37,7 +37,7 @@ def _kvm_that_runs_nothing(tmp: Path) -> str:
 
 def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_path, monkeypatch):
     kernels = [resolve(f"debian:{v}") for v in ("7.3.4", "6.17.8")]
-    initrd = initramfs.build()
+    initrd = initramfs.build(paths.guest_dir(kernels[0].arch))
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))  # no decision made yet
     monkeypatch.setenv("KSTALL_QEMU", _kvm_that_runs_nothing(tmp_path))
     monkeypatch.setattr(accel, "kvm_available", lambda: (True, "/dev/kvm opens (stand-in)"))
