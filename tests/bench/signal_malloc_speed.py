@@ -36,7 +36,7 @@ def verify(runs: int, repro_args: list[str]) -> tuple[list[float], list[dict]]:
 
 
 def stuck_process(threads: int) -> subprocess.Popen:
-    proc = subprocess.Popen([str(REPO / "build" / "guest" / "signal-malloc"), "--threads", str(threads),
+    proc = subprocess.Popen([str(REPO / "build" / "guest" / "x86_64" / "signal-malloc"), "--threads", str(threads),
                              "--duration", "300", "--progress-ms", "50"], stdout=subprocess.PIPE, text=True)
     counts: list[int] = []
     deadline = time.monotonic() + 30

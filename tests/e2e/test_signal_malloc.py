@@ -16,7 +16,7 @@ from harness.drivers.options import Hooks, Options
 from helpers import REPO, kstall, kstall_processes, verify_json
 
 pytestmark = pytest.mark.e2e
-GUEST = REPO / "build" / "guest"
+GUEST = REPO / "build" / "guest" / "x86_64"  # the host's own: run here as well as in the guest
 TITLE = "SIGPROF handler self-deadlock in malloc"
 
 
