@@ -200,14 +200,14 @@ def cmd_explain(a: argparse.Namespace) -> int:
 def cmd_kernels(a: argparse.Namespace) -> int:
     from images.kernels import debian
     try:
-        rows = debian.available(progress=echo_stderr)
+        from harness.base import arch
+        wanted = arch.get(arch_named(a.arch) or arch.DEFAULT).debian
+        rows = debian.available(progress=echo_stderr, arch=wanted)
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
     if not a.available:
         rows = [(k, c) for k, c in rows if c]
-    from harness.base import arch
-    wanted = arch.get(arch_named(a.arch) or arch.DEFAULT).debian
     rows = [(k, c) for k, c in rows if k.flavour.endswith(wanted) and (a.all_flavours or k.flavour == wanted)]
     if a.json:
         print(json.dumps([{"spec": k.short_spec, "canonical": k.canonical, "package": k.package,

@@ -81,7 +81,7 @@ def assets_dir() -> Path:
 def debian_debs(version: str) -> list[Path]:
     """The Debian packages of debian:<version> (image, and binary/base/modules
     where they are split), downloaded once."""
-    archive = debian.Archive()
+    archive = debian.archive_for(debian.parse_query(version)[2])
     k = debian.find(archive.kernels(), version)
     out_dir = assets_dir() / "deb" / k.release
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ def ensure(arch: str, progress: Progress | None = None) -> Path:
     d = paths.cache_dir() / "sysroot" / f"{arch}-{hashlib.sha256(' '.join(pins).encode()).hexdigest()[:12]}"
 
     def make() -> None:
-        archive = debian.Archive()
+        archive = debian.Archive(arch=a.debian)
         archive.update(progress=progress)
         work = d / "download"
         work.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,8 @@ EXTRACT_TIMEOUT = 900
 
 
 def _kernel_dir(progress: Progress | None) -> tuple[Path, str]:
-    archive = debian.Archive()
     flavour = arch.host().debian  # the appliance runs on the host
+    archive = debian.Archive(arch=flavour)
     ks = [k for k in archive.kernels(progress) if k.upstream.startswith(APPLIANCE_LINE) and k.flavour == flavour]
     if not ks:
         raise SpecError(f"no Debian {APPLIANCE_LINE}x {flavour} kernel in the suites for libguestfs's appliance")

@@ -83,10 +83,13 @@ class DebKernel:
 
 
 class Archive:
-    """Private apt state in <cache>/apt; every apt call is bounded in time."""
+    """Private apt state of one architecture's packages: <cache>/apt for the
+    first one's, <cache>/apt-ARCH for another's (so its lists are fetched only
+    by whoever asks for its kernels); every apt call is bounded in time."""
 
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root or paths.cache_dir() / "apt"
+    def __init__(self, root: Path | None = None, arch: str = DEFAULT_FLAVOUR) -> None:
+        self.arch = arch  # Debian's name
+        self.root = root or paths.cache_dir() / ("apt" if arch == DEFAULT_FLAVOUR else f"apt-{arch}")
         self.lists = self.root / "lists"
         self.index_path = self.root / "kernels.json"
 
@@ -99,7 +102,7 @@ class Archive:
                 "-o", f"Dir::Cache={self.root / 'cache'}",
                 "-o", "Dir::State::status=/dev/null",
                 "-o", "Debug::NoLocking=1",
-                "-o", f"APT::Architecture={DEFAULT_FLAVOUR}", "-o", f"APT::Architectures={','.join(DEBIAN_ARCHES)}",
+                "-o", f"APT::Architecture={self.arch}", "-o", f"APT::Architectures={self.arch}",
                 "-o", "Acquire::Languages=none", "-o", "Acquire::Retries=3"]
 
     @contextmanager
@@ -110,9 +113,7 @@ class Archive:
             yield
 
     def sources_text(self) -> str:
-        """The suites, and the architectures listed (a new one fetches every list afresh)."""
-        suites = [l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#")]
-        return f"# architectures: {','.join(DEBIAN_ARCHES)}\n" + "".join(suites)
+        return "".join(l + "\n" for l in SUITES.read_text().splitlines() if l.strip() and not l.startswith("#"))
 
     def _prepare(self) -> None:
         for d in (self.lists / "partial", self.root / "cache" / "archives" / "partial",
@@ -267,6 +268,17 @@ def with_arch(text: str, debian_arch: str) -> str:
     return text if text.endswith(DEBIAN_ARCHES) else f"{text}-{debian_arch}"
 
 
+def arch_of(name: str) -> str:
+    """Debian's architecture a flavour or package name ends with (rt-arm64,
+    linux-image-6.1.0-56-arm64); the first architecture's when none."""
+    return next((a for a in DEBIAN_ARCHES if name.endswith(a)), DEFAULT_FLAVOUR)
+
+
+def archive_for(name: str) -> Archive:
+    """The private apt state of the architecture a flavour or package name is for."""
+    return Archive(arch=arch_of(name))
+
+
 def nearest(kernels: list[DebKernel], upstream: str, n: int = 3) -> list[str]:
     versions = sorted({k.upstream for k in kernels}, key=version_key)
     key = version_key(upstream)
@@ -327,7 +339,7 @@ def download(k: DebKernel, archive: Archive, progress: Progress | None = None) -
 
 
 def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None = None) -> Kernel:
-    archive = Archive()
+    archive = archive_for(parse_query(text)[2])
     k = find(archive.kernels(progress), text)
     d = kernel_dir(k)
     why = cached.drop_if_damaged(d)
@@ -340,9 +352,9 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     return cached.load_meta(d, spec)
 
 
-def available(progress: Progress | None = None) -> list[tuple[DebKernel, bool]]:
-    """Every kernel debian: can fetch, and whether it is cached."""
-    return [(k, (kernel_dir(k) / cached.META).exists()) for k in Archive().kernels(progress)]
+def available(progress: Progress | None = None, arch: str = DEFAULT_FLAVOUR) -> list[tuple[DebKernel, bool]]:
+    """Every kernel of arch (Debian's name) debian: can fetch, and whether it is cached."""
+    return [(k, (kernel_dir(k) / cached.META).exists()) for k in Archive(arch=arch).kernels(progress)]
 
 
 
@@ -377,7 +389,7 @@ def changelog_of(kernel: Kernel, progress: Progress | None = None) -> Path | Non
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
         try:
-            url, fname, size, sha = Archive().uris(package)
+            url, fname, size, sha = archive_for(package).uris(package)
             fetch_file(url, work / fname, size, sha, package, progress)
             c = packages.Collector(work, changelog_only=True)
             c.feed(work / fname)

@@ -51,7 +51,7 @@ def candidates(old: str, new: str) -> list[str]:
     """Upstream versions from old to new (inclusive) that debian: can fetch,
     in the flavour the ends name."""
     flavour = flavour_of(old, new)
-    kernels = [k for k, _ in debian.available() if k.flavour == flavour]
+    kernels = [k for k, _ in debian.available(arch=debian.arch_of(flavour)) if k.flavour == flavour]
     versions = sorted({k.upstream for k in kernels}, key=debian.version_key)
     old, new = upstream_of(old), upstream_of(new)
     for v in (old, new):
