@@ -29,7 +29,7 @@ def cells(doc: dict) -> dict[str, tuple[str, str]]:
     return {c["id"]: (c["verdict"], c["status"]) for c in doc["cells"]}
 
 
-# the shards cover two reproducers' cells (14 of 35): enough to split and merge a
+# the shards cover two reproducers' cells on the amd64 rows (14 of 50): enough to split and merge a
 # matrix, at less than half the time of the whole again
 SHARDED = ("perf-refresh", "perf-sigtrap")
 
@@ -39,7 +39,7 @@ def default_runs(tmp_path_factory):
     """The default matrix once whole, and two reproducers' cells of it as two shards merged."""
     root = tmp_path_factory.mktemp("matrix")
     whole = kstall("matrix", "ci/matrix.toml", "--results", str(root / "whole"), timeout=1800)
-    only = [arg for r in SHARDED for arg in ("--only", r)]
+    only = [arg for r in SHARDED for arg in ("--only", r)] + ["--exclude", "*-arm64/*"]  # the whole run has those
     for i in (1, 2):
         p = kstall("matrix", "ci/matrix.toml", *only, "--shard", f"{i}/2", "--results", str(root / "shards"),
                    timeout=1800)
@@ -73,8 +73,9 @@ def test_two_merged_shards_give_the_same_cells(default_runs):
     p, merged_dir = default_runs["merged"]
     assert p.returncode == 0, p.stdout + p.stderr
     merged = json.loads((merged_dir / "matrix.json").read_text())
-    assert cells(merged) == {k: v for k, v in cells(whole).items() if k.split("/", 1)[1] in SHARDED}
-    assert len(cells(merged)) == 2 * len(whole["kernels"])
+    assert cells(merged) == {k: v for k, v in cells(whole).items()
+                             if k.split("/", 1)[1] in SHARDED and not k.split("/", 1)[0].endswith("-arm64")}
+    assert len(cells(merged)) == 2 * len([k for k in whole["kernels"] if not k.endswith("-arm64")])
     assert merged["shards"] == ["1/2", "2/2"]
     for c in merged["cells"]:
         assert (merged_dir / c["run_dir"] / "run.json").exists()

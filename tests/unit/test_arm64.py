@@ -17,7 +17,6 @@ from images.kernels import debian, schemes
 from images.kernels.kernel import Kernel, SpecError, image_arch
 
 FIXTURE = "perf-refresh-6.16.12-arm64"
-REPO_SHARED = Path(__file__).resolve().parents[3] / "shared"
 A = arch.get("aarch64")
 
 
@@ -137,12 +136,15 @@ def test_a_verdict_names_the_cpus_it_does_not_blame_by_what_they_do():
     assert views.other_cpus(cpus) == "CPU0 idle"
 
 
-def test_explain_says_when_a_records_fix_is_architecture_specific():
+def test_explain_says_when_a_records_fix_is_architecture_specific(tmp_path):
     from harness.analysis.bug_record import BugRecord
-    shared = REPO_SHARED / "kernel-cve-records"
-    if not shared.is_dir():
-        pytest.skip("no kernel-cve-records beside the repository")
-    rec = BugRecord.from_vulns(shared, "CVE-2025-37747")
+    # a record as the kernel's vulns repository keeps it (the .mbox's sections, abridged)
+    (tmp_path / "CVE-2025-37747.dyad").write_text("6.1.135:abc:6.1.136:def\n")
+    (tmp_path / "CVE-2025-37747.mbox").write_text(
+        "Subject: CVE-2025-37747: perf: Fix hang while freeing sigtrap event\n\n"
+        "Affected files\n==============\n\nThe file(s) affected by this issue are:\n"
+        "\tinclude/linux/perf_event.h\n\tkernel/events/core.c\n\n\nMitigation\n==========\n\nUpdate.\n")
+    rec = BugRecord.from_vulns(tmp_path, "CVE-2025-37747")
     assert rec.files == ("include/linux/perf_event.h", "kernel/events/core.c")
     why, elsewhere = rec.architecture_reason("arm64", "aarch64")
     assert "generic code" in why and not elsewhere
