@@ -5,13 +5,15 @@ parallelism, counting false verdicts (a decisive verdict other than the known
 one), INCONCLUSIVEs apart with their reasons, ERRORs by reason and retries, with time
 to verdict as median and p95. Not part of `make test` (about an hour).
 
-    tests/soak.py [--rounds 30] [--perf-extra 20] [--load] [--json FILE]
+    tests/soak.py [--rounds 30] [--perf-extra 20] [--arm64 0] [--load] [--json FILE]
 
 Each round is one `kstall matrix` of four cells: perf-refresh on 6.16.12
 (VULNERABLE) and 6.17.8 (NOT_REPRODUCED), bpf-ringbuf on 6.17.8 (VULNERABLE)
 and 7.3.4 (NOT_REPRODUCED); --perf-extra more rounds run the two
 perf-refresh cells alone (defaults: 50 runs of each perf-refresh cell, 30 of
-each bpf-ringbuf cell). --load keeps a CPU hog on every host core meanwhile.
+each bpf-ringbuf cell). --arm64 N rounds run perf-refresh on the arm64
+6.16.12 (VULNERABLE) and 6.17.8 (NOT_REPRODUCED). --load keeps a CPU hog on
+every host core meanwhile.
 """
 from __future__ import annotations
 
@@ -30,11 +32,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CELLS = {("debian:6.16.12", "perf-refresh"): "vulnerable", ("debian:6.17.8", "perf-refresh"): "not_reproduced",
          ("debian:6.17.8", "bpf-ringbuf"): "vulnerable", ("debian:7.3.4", "bpf-ringbuf"): "not_reproduced"}
+ARM64_CELLS = {("debian:6.16.12-arm64", "perf-refresh"): "vulnerable",
+               ("debian:6.17.8-arm64", "perf-refresh"): "not_reproduced"}
 
 
-def matrix_file(path: Path, repros: list[str]) -> Path:
+def matrix_file(path: Path, repros: list[str], known: dict = CELLS) -> Path:
     kernels: dict[str, dict[str, str]] = {}
-    for (k, r), want in CELLS.items():
+    for (k, r), want in known.items():
         if r in repros:
             kernels.setdefault(k, {})[r] = want
     def table(d: dict[str, str]) -> str:
@@ -104,6 +108,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=30, help="rounds of all four cells (default 30)")
     ap.add_argument("--perf-extra", type=int, default=20, help="more rounds of the perf-refresh cells (default 20)")
+    ap.add_argument("--arm64", type=int, default=0, help="rounds of the two arm64 perf-refresh cells (default 0)")
     ap.add_argument("--load", action="store_true", help="a CPU hog on every host core during the soak")
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--keep", action="store_true", help="keep the rounds' results directories")
@@ -111,13 +116,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kstall-soak-"))
     both = matrix_file(work / "all.toml", ["perf-refresh", "bpf-ringbuf"])
     perf = matrix_file(work / "perf.toml", ["perf-refresh"])
+    arm64 = matrix_file(work / "arm64.toml", ["perf-refresh"], ARM64_CELLS)
     hogs = [multiprocessing.Process(target=hog, daemon=True) for _ in range(os.cpu_count() or 1)] if a.load else []
     for h in hogs:
         h.start()
     cells: list[dict] = []
     t0 = time.monotonic()
     try:
-        plan = [both] * a.rounds + [perf] * a.perf_extra
+        plan = [both] * a.rounds + [perf] * a.perf_extra + [arm64] * a.arm64
         for i, m in enumerate(plan, 1):
             out = work / f"round-{i}"
             p = subprocess.run([sys.executable, str(REPO / "harness" / "kstall"), "matrix", str(m), "--results",
