@@ -620,12 +620,34 @@ def _calibrate_parser(sub) -> None:
     c.set_defaults(func=cmd_calibrate)
 
 
+def _analyze_parser(sub) -> None:
+    an = sub.add_parser("analyze", help="read recorded hangs again with today's signatures (no boot)",
+                        description="Classifies each run's kept vCPU samples with today's signature and CPU-state "
+                        "files and compares them, CPU by CPU, with what the run recorded. Exit status 0 when "
+                        "every run reads the same, 1 when one reads differently, 2 usage.",
+                        epilog="example: kstall analyze results/*-perf-refresh-*")
+    an.add_argument("runs", nargs="+", type=Path, help="run directories (with run.json and sample-*.json)")
+    an.add_argument("--json", action="store_true", help="print the readings as JSON")
+    an.set_defaults(func=cmd_analyze)
+
+
+def cmd_analyze(a: argparse.Namespace) -> int:
+    from harness.drivers import analyze
+    try:
+        readings = [analyze.read(r) for r in a.runs]
+    except analyze.AnalyzeError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
+    print(json.dumps([r.to_json() for r in readings], indent=1) if a.json else "\n".join(r.text() for r in readings))
+    return 0 if all(r.agrees for r in readings) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
-                _threads_parser, _calibrate_parser):
+                _threads_parser, _calibrate_parser, _analyze_parser):
         add(sub)
     return p
 

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall analyze RUN`: a recorded hang read again, offline, with today's
+signature and CPU-state files: the GDB samples the run kept are classified
+anew and compared, CPU by CPU, with what the run recorded. Nothing boots, so
+old runs stay comparable as signatures improve, and a matrix can be judged
+again from its run directories.
+
+What it reads again: each CPU's signature and role, and the CPU states of
+the CPUs no signature names (cpu_state.py). What it does not: the console,
+latency stalls and a process's threads (their evidence is in the record).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.analysis import classify, cpu_state
+from harness.analysis.classify import Role
+from harness.base import reproducers
+
+
+class AnalyzeError(ValueError):
+    """A directory that is no run kstall can read again."""
+
+
+@dataclass
+class Reading:
+    run: Path
+    recorded: dict                  # CPU number -> {"signature", "role", "class"} as run.json has them
+    now: dict                       # the same, read today
+    culprit_before: str             # run.json's signature ("" when none)
+    culprit_now: str
+    title_now: str
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict:
+        return {"run": str(self.run), "agrees": self.agrees, "signature_recorded": self.culprit_before,
+                "signature_now": self.culprit_now, "title_now": self.title_now, "differences": self.differences,
+                "cpus_now": self.now}
+
+    def text(self) -> str:
+        head = (f"{self.run.name}: the same reading as recorded ({self.culprit_now or 'no culprit signature'})"
+                if self.agrees else f"{self.run.name}: read differently today")
+        return "\n".join([head, *(f"  {d}" for d in self.differences)])
+
+
+def _signatures(doc: dict) -> list[classify.Signature]:
+    """Today's signatures for the run's reproducer (its own first), or kstall's alone."""
+    r = doc.get("reproducer") or {}
+    try:
+        repro = reproducers.resolve(r["name"]) if r.get("name") in reproducers.names() else None
+    except (reproducers.ReproducerError, KeyError):
+        repro = None
+    return classify.signatures_for(repro)[0] if repro else classify.load_signatures()
+
+
+def read(run: Path) -> Reading:
+    """The run's samples classified with today's files, beside its record."""
+    try:
+        doc = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError) as e:
+        raise AnalyzeError(f"{run}: no readable run.json ({e})") from None
+    samples = [json.loads(p.read_text()) for p in sorted(run.glob("sample-*.json"))]
+    if not samples:
+        raise AnalyzeError(f"{run}: no vCPU samples kept (a run without a kernel hang has nothing to read again)")
+    classes = classify.classify_samples(samples, _signatures(doc))
+    hang = cpu_state.analyze(samples, classes)
+    described = {c.cpu: c.short() for c in hang.cpus}
+    now = {c.cpu: {"signature": c.signature.name, "role": str(c.signature.role),
+                   "class": c.title if c.signature.name != "unknown" else described.get(c.cpu, c.title)}
+           for c in classes}
+    recorded = {c["cpu"]: {k: c.get(k) for k in ("signature", "role", "class")} for c in doc.get("cpus", [])}
+    culprits = [c for c in classes if c.signature.role == Role.CULPRIT]
+    culprit_now = culprits[0].signature.name if culprits else ""
+    out = Reading(run, recorded, now, doc.get("signature") or "", culprit_now,
+                  culprits[0].title if culprits else hang.title)
+    if out.culprit_before != culprit_now:
+        out.differences.append(f"culprit signature: recorded {out.culprit_before or 'none'}, "
+                               f"today {culprit_now or 'none'}")
+    for n in sorted(set(recorded) | set(now)):
+        was, is_ = recorded.get(n) or {}, now.get(n) or {}
+        if (was.get("signature"), was.get("role")) != (is_.get("signature"), is_.get("role")):
+            out.differences.append(f"CPU{n}: recorded {was.get('signature')} ({was.get('role')}), "
+                                   f"today {is_.get('signature')} ({is_.get('role')})")
+    return out

@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall analyze`: recorded real hangs read again offline with today's
+signatures give their recorded reading, and a signature changed on purpose
+shows as a difference."""
+import subprocess
+import sys
+import time
+
+from recorded import FIXTURES
+
+from harness.analysis import classify
+from harness.drivers import analyze
+
+AGREE = ("perf-refresh-6.16.12-4cpu", "bpf-ringbuf-6.16.12-nmi-culprit", "perf-refresh-6.16.12-arm64")
+
+
+def test_three_recorded_runs_read_as_they_were_recorded():
+    for name in AGREE:
+        r = analyze.read(FIXTURES / name)
+        assert r.agrees, r.text()
+        assert r.culprit_now == r.culprit_before != ""
+
+
+def test_a_signature_taken_away_shows_as_a_difference(monkeypatch):
+    kept = [s for s in classify.load_signatures() if s.name != "hrtimer_cancel_self_deadlock"]
+    monkeypatch.setattr(analyze, "_signatures", lambda doc: kept)
+    r = analyze.read(FIXTURES / "perf-refresh-6.16.12-arm64")
+    assert not r.agrees
+    assert "culprit signature: recorded hrtimer_cancel_self_deadlock, today none" in r.differences
+    assert any(d.startswith("CPU1: recorded hrtimer_cancel_self_deadlock (culprit), today unknown")
+               for d in r.differences)
+
+
+def test_the_command_is_quick_and_says_so_by_its_exit_status(tmp_path):
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "harness/kstall", "analyze", *(str(FIXTURES / n) for n in AGREE)],
+                       capture_output=True, text=True, cwd=FIXTURES.parents[1], timeout=60)
+    took = time.monotonic() - t0
+    assert p.returncode == 0 and p.stdout.count("the same reading as recorded") == 3, p.stdout + p.stderr
+    print(f"analyze on 3 recorded runs: {took:.2f}s")
+    changed = subprocess.run([sys.executable, "harness/kstall", "analyze",
+                              str(FIXTURES / "perf-sigtrap-6.1.192-int3-loop")],
+                             capture_output=True, text=True, cwd=FIXTURES.parents[1], timeout=60)
+    assert changed.returncode == 1 and "read differently today" in changed.stdout  # recorded before its signature
+    bad = subprocess.run([sys.executable, "harness/kstall", "analyze", str(tmp_path)], capture_output=True, text=True,
+                         cwd=FIXTURES.parents[1], timeout=60)
+    assert bad.returncode == 2 and "no readable run.json" in bad.stderr
