@@ -24,6 +24,26 @@ def no_leftover_processes():
     assert kstall_processes() == [], "a qemu or gdb outlived its run"
 
 
+# Measured 2026-11-26: about 1 run in 40 of perf-refresh on the fixed 6.17.8 arm64
+# kernel crashes instead: a WARNING in ctx_sched_in (kernel/events/core.c:4091),
+# then a NULL pointer dereference in perf_ctx_sched_task_cb, both on the way
+# back to user space after a context switch (tests/fixtures/consoles/
+# 6.17.8-arm64-perf-ctx-sched-in-oops.log). A second kernel bug, or TCG's: not
+# the freeze these tests are about, so a run that meets that oops is run once more.
+OTHER_OOPS = ("perf_ctx_sched_task_cb", "ctx_sched_in")
+
+
+def verify_fixed(tmp_path, *args: str) -> tuple[int, dict, str]:
+    """verify_json, once more when the run met the other perf oops above (said in the test's output)."""
+    rc, doc, err = verify_json(tmp_path, *args)
+    console = Path(doc.get("results_dir") or tmp_path) / "console.log"
+    text = console.read_text(errors="replace") if console.is_file() else ""
+    if doc.get("verdict") == "CRASHED" and all(f in text for f in OTHER_OOPS):
+        print(f"the other 6.17.8 arm64 perf oops met ({doc['line']}): running once more")
+        rc, doc, err = verify_json(tmp_path, *args)
+    return rc, doc, err
+
+
 def culprits(doc: dict) -> list[dict]:
     return [c for c in doc["cpus"] if c["role"] == "culprit"]
 
@@ -40,7 +60,7 @@ def test_6_16_12_arm64_freezes_in_the_hrtimer_cancel_loop_and_names_the_other_cp
 
 
 def test_6_17_8_arm64_is_not_reproduced_with_a_p_miss_calibrated_on_arm64(tmp_path):
-    rc, doc, err = verify_json(tmp_path, "debian:6.17.8", "perf-refresh", "--arch", "arm64")
+    rc, doc, err = verify_fixed(tmp_path, "debian:6.17.8", "perf-refresh", "--arch", "arm64")
     assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
     pm = doc["evidence"]["p_miss"]
     assert pm["p_miss"] is not None and pm["p_miss"] <= 1e-6, pm
@@ -50,7 +70,7 @@ def test_6_17_8_arm64_is_not_reproduced_with_a_p_miss_calibrated_on_arm64(tmp_pa
 def test_a_users_c_file_is_cross_built_and_gives_the_same_verdicts(tmp_path):
     rc, doc, err = verify_json(tmp_path, "debian:6.16.12", str(PROGRAMS / "other_refresh.c"), "--arch", "arm64")
     assert rc == 1 and doc["signature"] == "hrtimer_cancel_self_deadlock", err[-2000:]
-    rc, doc, err = verify_json(tmp_path, "debian:6.17.8", str(PROGRAMS / "other_refresh.c"), "--arch", "arm64")
+    rc, doc, err = verify_fixed(tmp_path, "debian:6.17.8", str(PROGRAMS / "other_refresh.c"), "--arch", "arm64")
     assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
 
 
