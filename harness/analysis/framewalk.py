@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from harness.analysis.kallsyms import Kallsyms
-from harness.analysis.stackwalk import Frame, read_region
+from harness.analysis.stackwalk import Frame, function_at, read_region
 from harness.base.arch import Arch
 
 CODE_BEFORE = 0  # a record's return address is the caller's own: no call to decode
@@ -90,7 +90,7 @@ def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code
     record's: the pc may be in a leaf (or before its own record is pushed),
     whose caller only the link register names."""
     pc = regs[a.pc]
-    out = [Frame(pc, syms.fmt(pc), _function(syms, pc), True, 0)]
+    out = [Frame(pc, syms.fmt(pc), function_at(syms, pc), True, 0)]
     fp, seen = regs.get(a.fp, 0), set[int]()
     first = True
     while fp and fp % 8 == 0 and fp not in seen and len(out) < max_frames:
@@ -98,19 +98,19 @@ def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code
         hit = _interrupted(regions, fp, a)
         if hit:  # the interrupted context: exactly where it was, then its link register
             pc_i, lr_i, fp = hit
-            if _function(syms, pc_i):
-                out.append(Frame(pc_i, syms.fmt(pc_i), _function(syms, pc_i), True, 0, interrupted=True))
-            if _function(syms, strip(lr_i)) not in ("", _function(syms, pc_i)):
-                out.append(Frame(strip(lr_i), syms.fmt(strip(lr_i)), _function(syms, strip(lr_i)), False, 0))
+            if function_at(syms, pc_i):
+                out.append(Frame(pc_i, syms.fmt(pc_i), function_at(syms, pc_i), True, 0, interrupted=True))
+            if function_at(syms, strip(lr_i)) not in ("", function_at(syms, pc_i)):
+                out.append(Frame(strip(lr_i), syms.fmt(strip(lr_i)), function_at(syms, strip(lr_i)), False, 0))
             continue
         nxt, ret = _word(regions, fp), _word(regions, fp + 8)
         if nxt is None or ret is None:
             break
         ret = strip(ret)
-        fn = _function(syms, ret)
+        fn = function_at(syms, ret)
         if first:
             lr = strip(regs.get(a.table["lr"], 0))
-            lfn = _function(syms, lr)
+            lfn = function_at(syms, lr)
             if lfn and lr != ret and lfn not in (fn, out[0].function):
                 out.append(Frame(lr, syms.fmt(lr), lfn, False, 0))
             first = False
@@ -119,8 +119,3 @@ def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code
         out.append(Frame(ret, syms.fmt(ret), fn, True, fp + 8))
         fp = nxt
     return out
-
-
-def _function(syms: Kallsyms, addr: int) -> str:
-    s = syms.lookup(addr)
-    return s.name if s else ""

@@ -92,7 +92,7 @@ def decode_call(code: bytes, ret: int) -> tuple[str, int | None] | None:
     return None
 
 
-def _function(syms: Kallsyms, addr: int) -> str:
+def function_at(syms: Kallsyms, addr: int) -> str:
     s = syms.lookup(addr)
     if s is None:
         return ""
@@ -119,13 +119,13 @@ def walk(pc: int, regions: list[tuple[int, bytes]], code: dict[int, bytes], syms
          max_frames: int = 48) -> list[Frame]:
     """Frames from pc outwards. regions: (base address, bytes) in walk order;
     code: return address -> the CODE_BEFORE bytes before it."""
-    top = _function(syms, pc)
+    top = function_at(syms, pc)
     frames = [Frame(pc, syms.fmt(pc), top, True, 0)]
     since_reliable = {top} if top else set()
     for base, data in regions:
         for off in range(0, len(data) - 7, 8):
             word = int.from_bytes(data[off:off + 8], "little")
-            fn = _function(syms, word)
+            fn = function_at(syms, word)
             if not fn:
                 continue
             if _iret_frame(data, off):
@@ -137,7 +137,7 @@ def walk(pc: int, regions: list[tuple[int, bytes]], code: dict[int, bytes], syms
             if call is None:
                 continue
             kind, target = call
-            tfn = _function(syms, target) if target is not None else ""
+            tfn = function_at(syms, target) if target is not None else ""
             if tfn.startswith(_INDIRECT_TARGET_PREFIXES):
                 kind, tfn = "indirect", ""
             reliable = kind == "direct" and tfn in since_reliable

@@ -70,10 +70,8 @@ def read(run: Path) -> Reading:
         raise AnalyzeError(f"{run}: no vCPU samples kept (a run without a kernel hang has nothing to read again)")
     classes = classify.classify_samples(samples, _signatures(doc))
     hang = cpu_state.analyze(samples, classes)
-    described = {c.cpu: c.short() for c in hang.cpus}
-    now = {c.cpu: {"signature": c.signature.name, "role": str(c.signature.role),
-                   "class": c.title if c.signature.name != "unknown" else described.get(c.cpu, c.title)}
-           for c in classes}
+    cpu_state.note_waits(classes, hang)  # as a live run does: a CPU no signature names, by its state
+    now = {c.cpu: {"signature": c.signature.name, "role": str(c.signature.role), "class": c.title} for c in classes}
     recorded = {c["cpu"]: {k: c.get(k) for k in ("signature", "role", "class")} for c in doc.get("cpus", [])}
     culprits = [c for c in classes if c.signature.role == Role.CULPRIT]
     culprit_now = culprits[0].signature.name if culprits else ""

@@ -137,13 +137,15 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     """The case verify runs: the kernel fetched (or built), checked against
     what the reproducer needs, its initramfs and accelerator."""
     # before the kernel: a first --boot-image installs the guest binaries into the image's layer
-    ensure_guest(echo, opts.kernel.arch or arches.DEFAULT)
+    asked = opts.kernel.arch or arches.DEFAULT
+    guest = ensure_guest(echo, asked)
     build_opts = dataclasses.replace(opts.kernel.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
                             boot_layer=functools.partial(boot_image.make_layer, arch=opts.kernel.arch or arches.DEFAULT)
                             if opts.kernel.boot_image else None,
                             trust_backing=opts.kernel.trust_backing, arch=opts.kernel.arch)
-    guest = ensure_guest(echo, kernel.arch)
+    if kernel.arch != asked:  # a package or image of another architecture than asked for
+        guest = ensure_guest(echo, kernel.arch)
     if repro.spec.command and kernel.arch != arches.host().name:
         raise programs.BuildError(f"run:{repro.spec.command} runs the host's own programs over its root filesystem, "
                                   f"which are {arches.host().name}'s; an {kernel.arch} guest cannot run them: give "
