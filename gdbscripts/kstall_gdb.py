@@ -4,6 +4,9 @@
     kstall-symbols KALLSYMS          text symbols captured from the guest
     kstall-layout LAYOUT.json        where the kernel keeps who waits for whom
                                      (harness/analysis/kernel_waits.py)
+    kstall-bt [all]                  the selected vCPU's stack (every vCPU's) as
+                                     kstall walks it, for a developer's gdb
+                                     without DWARF (kstall attach)
     kstall-sample OUT.json [BYTES]   registers, stack bytes, code bytes around
                                      return addresses and a symbolized stack
                                      for every vCPU, and the kernel's records
@@ -174,6 +177,26 @@ class SampleCommand(gdb.Command):
         gdb.write(f"kstall: sampled {len(cpus)} cpus in {doc['dump_seconds']}s\n")
 
 
+class BacktraceCommand(gdb.Command):
+    """kstall-bt [all]: the selected vCPU's stack, or every vCPU's, as kstall walks it."""
+
+    def __init__(self) -> None:
+        super().__init__("kstall-bt", gdb.COMMAND_STACK)
+
+    def invoke(self, arg: str, from_tty: bool) -> None:
+        selected = gdb.selected_thread()
+        threads = sorted(gdb.selected_inferior().threads(), key=lambda t: t.num) if arg.strip() == "all" \
+            else [selected]
+        for t in threads:
+            cpu = dump_cpu(t, 16384)
+            gdb.write(f"CPU {cpu['cpu']} [{cpu['state']}] (thread {t.num}, {cpu['unwinder']}):\n")
+            for i, f in enumerate(cpu["frames"]):
+                gdb.write(f"  #{i:<2} {f['text']}{'' if f.get('reliable', True) else ' ?'}\n")
+        if selected is not None:
+            selected.switch()
+
+
 SymbolsCommand()
 LayoutCommand()
 SampleCommand()
+BacktraceCommand()

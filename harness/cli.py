@@ -83,6 +83,15 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
 
 
+def add_handover_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("the hang handed over")
+    g.add_argument("--hold", type=float, nargs="?", const=600.0, metavar="SECONDS",
+                   help="on a hang, keep the guest stopped after the verdict for `kstall attach RUN` "
+                   "(default 600 s; Ctrl-C releases it)")
+    g.add_argument("--vmcore", action="store_true", help="on a hang, write the guest's memory and every vCPU's "
+                   "registers to RUN/vmcore (an ELF core: `kstall inspect RUN`)")
+
+
 def add_build_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("build: kernels")
     g.add_argument("--config", action="append", type=Path, default=[], metavar="FRAGMENT",
@@ -139,7 +148,8 @@ def options_from(a: argparse.Namespace):
                          pmiss_target=o.DEFAULT_PMISS if a.pmiss is None else a.pmiss, pmiss_given=a.pmiss is not None,
                          repro_args=list(a.repro_args or []), attempts=a.attempts, freeze_after=a.freeze_after,
                          stuck_after=a.stuck_after),
-        debug=o.DebugOptions(samples=a.samples, vmlinux=a.vmlinux), results_root=a.results)
+        debug=o.DebugOptions(samples=a.samples, vmlinux=a.vmlinux, hold=getattr(a, "hold", None),
+                             vmcore=getattr(a, "vmcore", False)), results_root=a.results)
 
 
 def build_options_from(a: argparse.Namespace):
@@ -169,7 +179,10 @@ def cmd_verify(a: argparse.Namespace) -> int:
             print(json.dumps({"verdict": VerdictKind.ERROR, "exit_code": EXIT_ERROR, "reason": str(e)}))
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
-    print(json.dumps(res.record.to_json(), indent=2, default=str) if a.json else text.run_text(res.record))
+    print(json.dumps(res.record.to_json(), indent=2, default=str) if a.json else text.run_text(res.record),
+          flush=True)
+    if res.held is not None:
+        res.held.serve(echo_stderr)
     return res.verdict.exit_code
 
 
@@ -224,9 +237,14 @@ def cmd_kernels(a: argparse.Namespace) -> int:
 
 def cmd_symbols(a: argparse.Namespace) -> int:
     from harness.drivers import symbols
-    from images.kernels import symcache
+    from images.kernels import debuginfo, symcache
     try:
         kernel = schemes.resolve(a.kernel, progress=echo_stderr)
+        if a.debuginfo:
+            f = debuginfo.fetch(kernel, None if a.debuginfo is True else Path(a.debuginfo), echo_stderr)
+            print(f"{f.vmlinux} (build ID {f.build_id}" + (", cached)" if f.cached else
+                  f"; {f.read_mb:.0f} MB of {f.package} read in {f.seconds:.1f}s)"))
+            return 0
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
@@ -467,6 +485,7 @@ def _verify_parser(sub) -> None:
                    "(refused otherwise: kstall would read them and hand them to QEMU)")
     add_build_options(v)
     add_vm_options(v)
+    add_handover_options(v)
     v.set_defaults(func=cmd_verify)
 
 
@@ -500,6 +519,10 @@ def _kernel_parsers(sub) -> None:
     s.add_argument("kernel")
     s.add_argument("--refresh", action="store_true", help="capture again even if cached")
     s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    s.add_argument("--debuginfo", nargs="?", const=True, metavar="FILE",
+                   help="fetch the kernel's vmlinux with DWARF instead (for attach and inspect; never needed for "
+                   "a verdict): from Debian's -dbg package, streamed, keeping only the vmlinux; or from FILE (a "
+                   "vmlinux, a -dbg .deb, a debuginfo .rpm). Checked against the kernel's build ID, cached by it")
     s.set_defaults(func=cmd_symbols)
 
 
@@ -589,6 +612,7 @@ def _bisect_step_parser(sub) -> None:
     add_step_pmiss(st)
     add_build_options(st)
     add_vm_options(st)
+    add_handover_options(st)
     st.set_defaults(func=cmd_bisect_step)
 
 
@@ -642,12 +666,32 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     return 0 if all(r.agrees for r in readings) else 1
 
 
+def _attach_parser(sub) -> None:
+    at = sub.add_parser("attach", help="gdb on a guest verify --hold keeps stopped, with the kernel's symbols",
+                        description="Starts gdb (gdb-multiarch for arm64) on the held guest's gdbstub, with the "
+                        "kernel's vmlinux when kstall has its debug info (kstall symbols KERNEL --debuginfo), "
+                        "else a symbol file made from the captured kallsyms, and kstall's gdb commands "
+                        "(kstall-bt [all]: a vCPU's stack as kstall walked it). One debugger at a time.",
+                        epilog="example: kstall attach results/<run> --ex 'kstall-bt all' --ex 'p (long)jiffies' "
+                        "--batch")
+    at.add_argument("run", type=Path, help="the run directory verify --hold printed")
+    at.add_argument("--ex", action="append", default=[], metavar="CMD", help="a gdb command run once attached "
+                    "(repeatable)")
+    at.add_argument("--batch", action="store_true", help="run the --ex commands and exit (gdb -batch)")
+    at.set_defaults(func=cmd_attach)
+
+
+def cmd_attach(a: argparse.Namespace) -> int:
+    from harness.drivers import attach
+    return attach.attach(a.run, a.ex, a.batch, echo_stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
-                _threads_parser, _calibrate_parser, _analyze_parser):
+                _threads_parser, _calibrate_parser, _analyze_parser, _attach_parser):
         add(sub)
     return p
 

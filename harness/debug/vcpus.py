@@ -197,7 +197,7 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int,
 _REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)  # HMP's 'info registers': NAME=hex
 
 
-def _hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
+def hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
     """n bytes of guest virtual memory through HMP 'x' on that CPU; None if
     unmapped. Output lines look like 'ffa0000000493c28: 0x... 0x...'."""
     out = qmp.hmp(f"x /{(n + 7) // 8}gx {addr:#x}", cpu=cpu, timeout=10)
@@ -224,15 +224,15 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
         user = a.in_user_mode(regs)
         regions = []
         if not user and sp:
-            regions = [r for r in walker.regions(lambda at, k: _hmp_bytes(qmp, n, at, k), regs, a,
+            regions = [r for r in walker.regions(lambda at, k: hmp_bytes(qmp, n, at, k), regs, a,
                                                  stack_bytes - (sp & 7), syms) if r[1]]
         code = {}
         if syms is not None:
             for at in walker.candidates(regions, syms):
-                b = _hmp_bytes(qmp, n, at - 8, 8)
+                b = hmp_bytes(qmp, n, at - 8, 8)
                 if b:
                     code[at] = b[8 - walker.CODE_BEFORE:]
-        words = {} if user else kernel_waits.register_words(lambda at, k: _hmp_bytes(qmp, n, at, k), regs, a)
+        words = {} if user else kernel_waits.register_words(lambda at, k: hmp_bytes(qmp, n, at, k), regs, a)
         frames = ([f.to_json() for f in walker.frames(regs, a, regions, code, syms)] if syms and not user else
                   [{"addr": f"{pc:#x}", "text": f"{pc:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown", "arch": a.name,
@@ -240,7 +240,7 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
                      "frames": frames, "unwinder": a.unwinder if syms else "none"})
-    waits = kernel_waits.read(lambda a, k: _hmp_bytes(qmp, 0, a, k), layout or {}, len(cpus))
+    waits = kernel_waits.read(lambda a, k: hmp_bytes(qmp, 0, a, k), layout or {}, len(cpus))
     doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp",
            "waits": waits}
     (out_dir / f"sample-{index}.json").write_text(json.dumps(doc))

@@ -30,17 +30,18 @@ from harness.base import paths, reproducers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
-from harness.debug import process, vcpus as debug
+from harness.debug import process, vcpus as debug, vmcore
 from harness.drivers import layouts
 from harness.drivers.case import Case
 from harness.drivers.options import FREEZE_CEILING, FREEZE_FLOOR, Options
-from harness.guest import hostfs, machine, snapshot
+from harness.guest import hold, hostfs, machine, snapshot
 from harness.guest.cores import Gate
 from harness.guest.hostwait import HostWait
 from harness.guest.nmi import NmiInjector
+from harness.guest.qmp import QMPError
 from harness.guest.vm import VM, VMConfig, VMError
 from harness.guest.watch import Calls, Limits, Watch
-from images.kernels import symcache
+from images.kernels import debuginfo, symcache
 from images.kernels.kernel import SpecError
 
 Echo = Callable[[str], None]
@@ -81,6 +82,14 @@ class Attempt:
     snapshot: dict | None = None  # restored from, or saved to
     stalls: dict | None = None  # the reproducer's latency measurement (harness/analysis/latency.py)
     hang: cpu_state.Hang | sleeping.SleepingHang | None = None  # a hang no signature named
+    vmcore: dict | None = None  # RUN/vmcore written (harness/guest/vmcore.py)
+    held: hold.Held | None = None  # the hung guest, kept stopped for the developer's debugger
+
+    def release(self) -> None:
+        """Stop a held guest (an attempt that is retried, or a run that ends)."""
+        if self.held is not None:
+            self.held.release()
+            self.held = None
 
 
 @dataclass
@@ -158,6 +167,7 @@ class _Run:
         self.dumped = False  # a process hang: its threads were dumped (or tried to be)
         self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
+        self.vmcore: dict | None = None
 
     def prepare_debugger(self) -> None:
         """A kernel hang may be coming: start GDB now, off the path to the verdict."""
@@ -224,6 +234,37 @@ class _Run:
             return True
         self.hang = hang
         return bool(self.hang.culprits) and not self.own_bug
+
+    def hand_over(self, vm: VM, outcome: Outcome, interrupted: BaseException | None) -> bool:
+        """A hang's guest, once read: stopped, written as a core (--vmcore);
+        whether it is to be held for the developer's debugger (--hold)."""
+        d = self.opts.debug
+        if not outcome.kind.hang or interrupted is not None or not vm.alive() or (not d.vmcore and d.hold is None):
+            return False
+        try:
+            vm.qmp.cmd("stop")
+        except (QMPError, OSError) as e:
+            self.echo(f"could not stop the guest to hand it over ({e})")
+            return False
+        if d.vmcore:
+            self.echo("writing the guest's memory and registers to vmcore")
+            v = self.variables()
+            try:
+                self.vmcore = vmcore.write(vm, self.out_dir, arches.get(self.kernel.arch),
+                                           v.symbols.by_name.get("vmcoreinfo_note") if v else None, vm.cfg.cpus)
+            except Exception as e:  # noqa: BLE001 - the core is an extra: the verdict stands without it
+                self.vmcore = {"error": f"internal error: {type(e).__name__}: {e}"}
+            self.echo(f"vmcore: {self.vmcore['error']}" if "error" in self.vmcore else
+                      f"vmcore: {self.vmcore['disk_bytes'] / 1e6:.0f} MB on disk "
+                      f"({self.vmcore['bytes'] / 1e6:.0f} MB ELF) in {self.vmcore['seconds']}s"
+                      + (f"; {self.vmcore['missing']}" if self.vmcore.get("missing") else ""))
+        return d.hold is not None
+
+    def debugger(self) -> dict:
+        """What a debugger attached to the held guest loads (harness/drivers/attach.py)."""
+        t = self.debug_target()
+        return {"arch": t.arch.name, "symbols": str(t.symbols or ""), "layout": str(t.layout or ""),
+                "vmlinux": str(t.vmlinux or debuginfo.cached_vmlinux(self.kernel) or "")}
 
     def variables(self) -> kernel_waits.Variables | None:
         """The kernel's variables, which name the locks CPUs spin on."""
@@ -292,48 +333,61 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
         r.close_debugger()
         raise
     saved: dict = {}
-    with vm, contextlib.ExitStack() as stack:
-        if gate:
-            stack.callback(gate.close)
-        nmi = NmiInjector(vm.qmp, repro.nmi_rate, plan.duration + 30)
-        stack.callback(nmi.stop)
-        stack.callback(r.close_debugger)
+    held = False  # the guest outlives this function: verify stops it after the hold
+    try:
+        with contextlib.ExitStack() as stack:
+            if gate:
+                stack.callback(gate.close)
+            nmi = NmiInjector(vm.qmp, repro.nmi_rate, plan.duration + 30)
+            stack.callback(nmi.stop)
+            stack.callback(r.close_debugger)
 
-        def on_line(line: str) -> None:
-            if line.startswith("# nmi-source: inject") and repro.nmi_rate:
-                nmi.start()
-                echo(f"no PMU in the guest: injecting {repro.nmi_rate:g} NMIs/s over QMP (they land on CPU0)")
-            elif line.startswith("# nmi-source: stop"):
-                nmi.stop()  # the reproducer is done with them
+            def on_line(line: str) -> None:
+                if line.startswith("# nmi-source: inject") and repro.nmi_rate:
+                    nmi.start()
+                    echo(f"no PMU in the guest: injecting {repro.nmi_rate:g} NMIs/s over QMP (they land on CPU0)")
+                elif line.startswith("# nmi-source: stop"):
+                    nmi.stop()  # the reproducer is done with them
 
-        def save() -> None:
-            try:
-                saved.update(snap.save(vm, {"kernel": kernel.canonical, "kernel_sha256": kernel.sha256,
-                                            "hello": w.agent.hello, "shape": vm.shape()}))
-                echo(f"saved a snapshot at the agent's gate ({(saved['bytes'] + saved['ram_bytes']) / 1e6:.0f} MB "
-                     f"in {saved['save_s']}s): later runs of this kernel restore it")
-                snapshot.prune()
-            except snapshot.SnapshotError as e:
-                echo(f"could not save a snapshot ({e}): later runs boot cold")
-        echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {c.accel.upper()}), "
-             f"{repro.name} {plan.until(repro.count_name)}")
-        def hook() -> None:
-            r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
-            r.host_wait.start()
-            stack.callback(r.host_wait.stop)
-            calls.host_delay = r.host_wait.silence  # a silence the host made is no freeze
-            if early_gdb:  # if not yet: GDB starts with the reproducer, ready when a hang comes
-                r.prepare_debugger()
-            if opts.hooks.on_repro_start:
-                opts.hooks.on_repro_start(vm, number)
-        calls = Calls(on_repro_start=hook, on_line=on_line, on_ready=save if snap and restored is None else None,
-                      on_suspect=r.prepare_debugger)
-        w = Watch(vm, plan.limits, echo=echo, calls=calls, gate=gate, cancel=opts.hooks.cancel, go=plan.go,
-                  restored=restored, want_syms=r.syms_path is None)
-        outcome, raise_later = watch_until_decided(r, vm, w, nmi)
-        r.keep_symbols(w)
-    a = conclude(r, w, plan, outcome, t0, nmi.summary() if nmi.started_at else None)
-    a.interrupted, a.snapshot = raise_later, snapshot_doc(snap, restored, saved)
+            def save() -> None:
+                try:
+                    saved.update(snap.save(vm, {"kernel": kernel.canonical, "kernel_sha256": kernel.sha256,
+                                                "hello": w.agent.hello, "shape": vm.shape()}))
+                    echo(f"saved a snapshot at the agent's gate ({(saved['bytes'] + saved['ram_bytes']) / 1e6:.0f} MB "
+                         f"in {saved['save_s']}s): later runs of this kernel restore it")
+                    snapshot.prune()
+                except snapshot.SnapshotError as e:
+                    echo(f"could not save a snapshot ({e}): later runs boot cold")
+            echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {c.accel.upper()}), "
+                 f"{repro.name} {plan.until(repro.count_name)}")
+            def hook() -> None:
+                r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
+                r.host_wait.start()
+                stack.callback(r.host_wait.stop)
+                calls.host_delay = r.host_wait.silence  # a silence the host made is no freeze
+                if early_gdb:  # if not yet: GDB starts with the reproducer, ready when a hang comes
+                    r.prepare_debugger()
+                if opts.hooks.on_repro_start:
+                    opts.hooks.on_repro_start(vm, number)
+            calls = Calls(on_repro_start=hook, on_line=on_line, on_ready=save if snap and restored is None else None,
+                          on_suspect=r.prepare_debugger)
+            w = Watch(vm, plan.limits, echo=echo, calls=calls, gate=gate, cancel=opts.hooks.cancel, go=plan.go,
+                      restored=restored, want_syms=r.syms_path is None)
+            outcome, raise_later = watch_until_decided(r, vm, w, nmi)
+            r.keep_symbols(w)
+            held = r.hand_over(vm, outcome, raise_later)
+    finally:
+        if not held:
+            vm.stop()
+    try:
+        a = conclude(r, w, plan, outcome, t0, nmi.summary() if nmi.started_at else None)
+    except BaseException:
+        if held:
+            vm.stop()
+        raise
+    a.interrupted, a.snapshot, a.vmcore = raise_later, snapshot_doc(snap, restored, saved), r.vmcore
+    if held:
+        a.held = hold.Held(vm, r.opts.debug.hold or 0, r.debugger())
     if restored is not None and outcome.kind == OutcomeKind.BOOT_FAILURE:  # the snapshot's fault: the next boots
         snap.discard()
         a.verdict.retry = Retry.SNAPSHOT

@@ -64,6 +64,8 @@ class DebugOptions:
     samples: int = 3
     sample_interval: float = 0.05  # guest run between two samples: a CPU passing through moves on in it
     vmlinux: Path | None = None   # with DWARF: GDB shows inlined frames
+    hold: float | None = None  # seconds a hung guest is kept stopped for the developer's debugger (--hold)
+    vmcore: bool = False  # a hang's guest written as RUN/vmcore (--vmcore)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from harness.drivers.attempt import Attempt, run_attempt
 from harness.drivers.case import Case, Loaded
 from harness.drivers.options import Options
 from harness.guest.cores import Cancelled
+from harness.guest.hold import Held
 from harness.guest.vm import VMError
 from harness.reports import views
 from images.kernels import symcache
@@ -39,6 +40,7 @@ Echo = Callable[[str], None]
 class Result:
     record: RunRecord
     run_dir: Path | None
+    held: Held | None = None  # the hung guest, kept for `kstall attach` until Held.wait() ends
 
     @property
     def verdict(self) -> Verdict:
@@ -60,6 +62,17 @@ def verify(spec: str, repro: str | Loaded, opts: Options, echo: Echo) -> Result:
         echo(f"the record predicts: {prediction.text()} ({'; '.join(prediction.reasons)})")
     run = rundir.RunDir(f"{c.kernel.origin.get('label') or c.kernel.canonical}-{loaded.name}", opts.results_root)
     attempts, interrupted, tb = run_attempts(c, opts, run, echo)
+    final = attempts[-1][1]
+    try:
+        return _finish(run, spec, c, opts, attempts, t_start, prediction, interrupted, tb, echo)
+    except BaseException:
+        final.release()  # a held guest goes with a run that could not be written
+        raise
+
+
+def _finish(run: rundir.RunDir, spec: str, c: Case, opts: Options, attempts: list[tuple[int, Attempt]],
+            t_start: float, prediction, interrupted: BaseException | None, tb: str, echo: Echo) -> Result:
+    """The run written from its final attempt; a held guest published, or released."""
     n, final = attempts[-1]
     adir = run.work / f"attempt-{n}"
     if adir.exists():
@@ -81,11 +94,15 @@ def verify(spec: str, repro: str | Loaded, opts: Options, echo: Echo) -> Result:
         echo(record.verdict.reason)
     else:
         record.results_dir = str(path)
-    if interrupted is not None:
+    if interrupted is not None:  # (the caller releases a held guest on the way out)
         if path is not None:
             echo(f"interrupted; partial results kept in {path}")
         raise interrupted
-    return Result(record, path)
+    if final.held is not None and path is not None:
+        final.held.publish(path)
+    else:
+        final.release()
+    return Result(record, path, final.held)
 
 
 def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
@@ -112,6 +129,7 @@ def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
             interrupted = att.interrupted
             if interrupted or not another_attempt(att.verdict.retry, n, opts.run.attempts):
                 break
+            att.release()
             echo(f"attempt {n}: {att.verdict.reason}; retrying")
     except (VMError, SpecError) as e:
         failed(OutcomeKind.ERROR, str(e))
@@ -166,7 +184,8 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
                     "command": repro.command or None, "args": opts.run.repro_args, "count_name": repro.count_name,
                     "min_count": repro.min_count, "count_target": final.count_target},
         vm={"cpus": c.cpus, "memory_mb": opts.guest.memory_mb, "accel": c.accel, "arch": kernel.arch,
-            "cmdline": final.cmdline, "go": final.go, "boot_image": opts.kernel.boot_image, "snapshot": final.snapshot},
+            "cmdline": final.cmdline, "go": final.go, "boot_image": opts.kernel.boot_image, "snapshot": final.snapshot,
+            "vmcore": final.vmcore, "hold_s": opts.debug.hold if final.held else None},
         evidence=Evidence(count=w.get("count"), count_name=repro.count_name, stalls=final.stalls,
                           nmi_injection=w.get("nmi"), p_miss=final.verdict.p_miss or None,
                           heartbeats=w.get("heartbeats"), max_heartbeat_gap_s=w.get("max_heartbeat_gap_s"),

@@ -101,7 +101,10 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
         # the step judges P(miss) over all its runs: a run need not reach the target alone
         opts = dataclasses.replace(policy.opts, run=dataclasses.replace(policy.opts.run, count=count,
                                                                         pmiss_target=1.0, pmiss_given=False))
-        rec = verify.verify(spec, policy.loaded, opts, echo).record
+        res = verify.verify(spec, policy.loaded, opts, echo)
+        if res.held is not None:  # bisect-step --hold: the developer looks before git bisect goes on
+            res.held.serve(echo)
+        rec = res.record
         recs.append(rec)
         v = rec.verdict.verdict
         runs = [r.results_dir for r in recs if r.results_dir]

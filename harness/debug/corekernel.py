@@ -1,0 +1,225 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A QEMU ELF core made readable by every kernel debugger (verify --vmcore).
+
+QEMU's core (dump-guest-memory without paging) maps guest *physical*
+memory, and has a VMCOREINFO note only when the guest's fw_cfg driver handed
+its own to QEMU's vmcoreinfo device. crash and drgn then lack the kernel's
+layout, and gdb, which reads a core by virtual address, reads no kernel
+address at all. kstall adds both at the end of the file, leaving QEMU's
+bytes as they are:
+
+  - the VMCOREINFO note the kernel keeps for kdump (its `vmcoreinfo_note`,
+    read from the live guest before the dump), after QEMU's own notes;
+  - one PT_LOAD per run of the kernel's own mappings (its page tables,
+    walked in the core from VMCOREINFO's root: the architecture table's
+    `pagetable` row), pointing at the same file bytes as the physical
+    segment that holds them;
+
+QEMU's stream is written HEADROOM bytes into the file (harness/debug/vmcore.py;
+the gap is a hole, no disk), and the new ELF header, program headers and
+notes go in front of it: crash reads a core's headers and notes only from
+before its first memory byte, and its first program header must be the
+notes'. User mappings are left out: a hang's story is the kernel's; so are
+a page's many aliases (ALIASES), and mappings beyond the headroom's room.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.base.arch import Arch
+
+PT_LOAD, PT_NOTE = 1, 4
+_PHDR = struct.Struct("<IIQQQQQQ")
+_NOTE_NAME = b"VMCOREINFO\0"
+PAGE = 4096
+_MAX_TABLES = 1 << 16  # a guest's kernel page tables: a few thousand at most
+# a physical page mapped at more virtual addresses than this is kept at the
+# first ones only: x86's espfix maps one page 65536 times, which would be more
+# program headers than ELF counts, and tells a debugger nothing
+ALIASES = 8
+HEADROOM = 1 << 20  # room for about 18,000 program headers
+
+
+class CoreError(RuntimeError):
+    pass
+
+
+@dataclass
+class Segment:
+    type: int
+    flags: int
+    offset: int
+    vaddr: int
+    paddr: int
+    filesz: int
+    memsz: int
+    align: int
+
+    def pack(self) -> bytes:
+        return _PHDR.pack(self.type, self.flags, self.offset, self.vaddr, self.paddr, self.filesz, self.memsz,
+                          self.align)
+
+
+def vmcoreinfo_note(text: bytes) -> bytes:
+    """An ELF note named VMCOREINFO holding text, as kdump writes one."""
+    def pad(b: bytes) -> bytes:
+        return b + bytes(-len(b) % 4)
+    return struct.pack("<III", len(_NOTE_NAME), len(text), 0) + pad(_NOTE_NAME) + pad(text)
+
+
+def note_text(raw: bytes) -> bytes | None:
+    """The VMCOREINFO text of the kernel's note as read from its memory."""
+    if len(raw) < 24:
+        return None
+    namesz, descsz, _ = struct.unpack_from("<III", raw)
+    start = 12 + ((namesz + 3) & ~3)
+    if raw[12:12 + namesz].rstrip(b"\0") != b"VMCOREINFO" or start + descsz > len(raw):
+        return None
+    return raw[start:start + descsz]
+
+
+def parse_vmcoreinfo(text: bytes) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.decode(errors="replace").splitlines() if "=" in line)
+
+
+class Core:
+    """An ELF64 little-endian core file's program headers and physical memory."""
+
+    def __init__(self, path: Path, at: int = 0) -> None:
+        """The ELF file that starts `at` bytes into path (its offsets made the file's)."""
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        head = os.pread(self.fd, 64, at)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            os.close(self.fd)
+            raise CoreError(f"{path}: not a little-endian ELF64 file")
+        self.header = bytearray(head)
+        phoff, = struct.unpack_from("<Q", head, 0x20)
+        phnum, = struct.unpack_from("<H", head, 0x38)
+        table = os.pread(self.fd, phnum * _PHDR.size, at + phoff)
+        self.segments = [Segment(*_PHDR.unpack_from(table, i * _PHDR.size)) for i in range(phnum)]
+        for seg in self.segments:
+            seg.offset += at
+        self.ram = sorted((s for s in self.segments if s.type == PT_LOAD), key=lambda s: s.paddr)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def offset_of(self, paddr: int) -> tuple[int, int] | None:
+        """(file offset, bytes left in its segment) of a physical address."""
+        for s in self.ram:
+            if s.paddr <= paddr < s.paddr + s.filesz:
+                return s.offset + paddr - s.paddr, s.paddr + s.filesz - paddr
+        return None
+
+    def read_phys(self, paddr: int, n: int) -> bytes | None:
+        at = self.offset_of(paddr)
+        if at is None or at[1] < n:
+            return None
+        return os.pread(self.fd, n, at[0])
+
+    def notes(self) -> bytes:
+        return b"".join(os.pread(self.fd, s.filesz, s.offset) for s in self.segments if s.type == PT_NOTE)
+
+
+def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int, int, int]]:
+    """(virtual, physical, size) of every kernel mapping, runs merged."""
+    pt = a.table["pagetable"]
+    root_sym, number = info.get(f"SYMBOL({pt['root']})"), info.get(f"NUMBER({pt['map_number']})")
+    if root_sym is None or number is None:
+        raise CoreError(f"VMCOREINFO has no SYMBOL({pt['root']}) or NUMBER({pt['map_number']})")
+    root = int(root_sym, 16) - pt["kernel_map"] + pt["map_sign"] * int(number, 0)
+    levels, mask, leaf_bit, leaf_when = pt["levels"], pt["addr_mask"], pt["leaf_bit"], pt["leaf_when"]
+    out: list[tuple[int, int, int]] = []
+    tables = 0
+
+    def walk(table: int, level: int, base: int) -> None:
+        nonlocal tables
+        tables += 1
+        data = core.read_phys(table, PAGE) if tables < _MAX_TABLES else None
+        if data is None:
+            return
+        shift = 12 + 9 * (levels - 1 - level)
+        for i, e in enumerate(struct.unpack("<512Q", data)):
+            if not e & 1 or (level == 0 and i < pt["first_index"]):
+                continue
+            va, pa = base | (i << shift), e & mask
+            if level == levels - 1:
+                out.append((va, pa, PAGE))
+            elif (e >> leaf_bit) & 1 == leaf_when:
+                if level > 0:  # (no architecture maps a whole root entry as one block)
+                    out.append((va, pa & ~((1 << shift) - 1), 1 << shift))
+            else:
+                walk(pa, level + 1, va)
+    walk(root, 0, 0xffff000000000000)
+    merged: list[tuple[int, int, int]] = []
+    seen: dict[int, int] = {}
+    for va, pa, size in sorted(out):
+        seen[pa] = seen.get(pa, 0) + 1
+        if seen[pa] > ALIASES:
+            continue
+        if merged and merged[-1][0] + merged[-1][2] == va and merged[-1][1] + merged[-1][2] == pa:
+            merged[-1] = (merged[-1][0], merged[-1][1], merged[-1][2] + size)
+        else:
+            merged.append((va, pa, size))
+    return merged
+
+
+def _virtual_segments(core: Core, maps: list[tuple[int, int, int]]) -> list[Segment]:
+    out = []
+    for va, pa, size in maps:
+        while size > 0:
+            at = core.offset_of(pa)
+            if at is None:  # device memory, or RAM the core does not hold: skip a page
+                va, pa, size = va + PAGE, pa + PAGE, size - PAGE
+                continue
+            n = min(size, at[1])
+            out.append(Segment(PT_LOAD, 7, at[0], va, pa, n, n, 0))
+            va, pa, size = va + n, pa + n, size - n
+    return out
+
+
+def complete(path: Path, a: Arch, raw_note: bytes | None) -> dict:
+    """Write the ELF header, program headers and notes in front of QEMU's core,
+    which starts HEADROOM bytes into path, with VMCOREINFO and the kernel's
+    mappings added when they can be; what was added, or what is missing."""
+    core = Core(path, HEADROOM)
+    try:
+        text = note_text(raw_note) if raw_note else None
+        own = core.notes()
+        has_own = b"VMCOREINFO" in own
+        doc: dict = {"vmcoreinfo": "qemu" if has_own else ("kstall" if text else None)}
+        virtual: list[Segment] = []
+        if text is None and not has_own:
+            doc["missing"] = ("VMCOREINFO (the kernel's vmcoreinfo_note could not be read): crash and drgn "
+                              "cannot find the kernel's layout, and gdb reads physical memory only; it still "
+                              "has every vCPU's registers")
+        else:
+            info = parse_vmcoreinfo(text if text is not None else own[own.index(b"VMCOREINFO"):])
+            try:
+                virtual = _virtual_segments(core, kernel_mappings(core, a, info))
+            except CoreError as e:
+                doc["missing"] = f"the kernel's mappings ({e}): gdb reads physical memory only"
+        notes = own + (vmcoreinfo_note(text) if text is not None and not has_own else b"")
+        keep = [s for s in core.segments if s.type != PT_NOTE]
+        first_data = min((s.offset for s in keep if s.filesz), default=HEADROOM)
+        room = (first_data - 64 - len(notes)) // _PHDR.size - 1 - len(keep)
+        if room < 0:
+            raise CoreError("no room in front of the core for its headers")
+        if len(virtual) > room:
+            doc["kernel_mappings_left_out"] = len(virtual) - room
+            virtual = virtual[:room]
+        phdrs = keep + virtual
+        note_at = 64 + _PHDR.size * (1 + len(phdrs))
+        table = Segment(PT_NOTE, 0, note_at, 0, 0, len(notes), len(notes), 0).pack() + \
+            b"".join(s.pack() for s in phdrs)
+        struct.pack_into("<QQ", core.header, 0x20, 64, 0)  # e_phoff; e_shoff: no sections
+        struct.pack_into("<HHHH", core.header, 0x38, 1 + len(phdrs), 0, 0, 0)  # e_phnum, e_shentsize/num/strndx
+        os.pwrite(core.fd, bytes(core.header) + table + notes, 0)
+        return doc | {"kernel_mappings": len(virtual),
+                      "kernel_mapped_mb": round(sum(s.filesz for s in virtual) / 1e6, 1)}
+    finally:
+        core.close()

@@ -1,0 +1,64 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall attach RUN`: the developer's gdb on a held guest (verify --hold).
+
+gdb (the architecture's: gdb-multiarch for arm64) is started on the guest's
+gdbstub socket with the kernel's symbols: the vmlinux with DWARF when kstall
+has it (`kstall symbols KERNEL --debuginfo`), else an ELF symbol file made
+from the captured kallsyms (harness/debug/symfile.py), so that `bt`, `x/i
+$pc` and `print (long)jiffies` speak in names. kstall's gdb commands are
+loaded too: `kstall-bt [all]` walks a vCPU's stack as kstall did for the
+verdict, which works without DWARF on the CPUs that spin.
+
+kstall execs gdb, handing it the guest's attach lock (harness/guest/hold.py):
+the terminal, Ctrl-C and gdb's exit are gdb's own, and the lock lasts as
+long as gdb does.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.base import arch as arches
+from harness.debug.gdb import gdb_binary
+from harness.debug.symfile import for_capture
+from harness.debug.vcpus import GDB_SCRIPT
+from harness.guest import hold
+
+
+def gdb_command(doc: dict, commands: list[str], batch: bool) -> list[str]:
+    a = arches.get(doc["arch"])
+    args = [gdb_binary(a.gdb), "-q", "-ex", f"set architecture {a.gdb_arch}"]
+    if doc.get("vmlinux"):
+        args += ["-ex", f"file {doc['vmlinux']}"]
+    elif doc.get("symbols"):
+        args += ["-ex", f"file {for_capture(Path(doc['symbols']), a)}"]
+    args += ["-ex", f"source {GDB_SCRIPT}"]
+    if doc.get("symbols"):
+        args += ["-ex", f"kstall-symbols {doc['symbols']}"]
+    if doc.get("layout"):
+        args += ["-ex", f"kstall-layout {doc['layout']}"]
+    args += ["-ex", f"target remote {doc['gdb_socket']}"]
+    for c in commands:
+        args += ["-ex", c]
+    return args + (["-batch"] if batch else [])
+
+
+def attach(run_dir: Path, commands: list[str], batch: bool, echo) -> int:
+    """Exec gdb on the held guest (returns only on a refusal: 1)."""
+    try:
+        doc = hold.read(run_dir)
+        with hold.attach_lock(doc) as fd:
+            argv = gdb_command(doc, commands, batch)
+            echo(f"attaching {argv[0]} to the held guest of {run_dir.name} "
+                 f"({doc['vmlinux'] and 'DWARF from ' + doc['vmlinux'] or 'symbols from the captured kallsyms'}); "
+                 "`kstall-bt all` walks every vCPU's stack as kstall did")
+            os.set_inheritable(fd, True)
+            try:
+                os.execvp(argv[0], argv)
+            except OSError as e:
+                echo(f"error: cannot run {argv[0]}: {e.strerror}")
+                return 1
+    except hold.NotHeld as e:
+        echo(f"error: {e}")
+        return 1
+    return 1

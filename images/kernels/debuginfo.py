@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A kernel's DWARF: the vmlinux of its distribution's debug-info package,
+fetched once and cached by its build ID (images/kernels/buildid.py).
+
+Debian's linux-image-<release>-dbg is about 860 MB, 5.6 GB unpacked, most of
+it the modules' debug info. kstall needs only the vmlinux, so the package is
+streamed straight from the mirror (ar, then data.tar.xz, then tar) and that
+one member is kept; the rest of the stream is only hashed, so the .deb's
+SHA-256 is still checked. A debuginfo .rpm (or .deb) the user already has is
+read the same way from the file. Nothing here is needed for a verdict: the
+vmlinux is for the developer's debugger (kstall attach, kstall inspect).
+
+    debuginfo/<build-id>.vmlinux       the vmlinux, named by its build ID
+    debuginfo/<arch>-<sha>.build-id    the build IDs in a booted kernel's image (read once)
+"""
+from __future__ import annotations
+
+import hashlib
+import lzma
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.base import kernel_cache, paths, procs
+from images.kernels import buildid, debian
+from images.kernels.download import why_failed
+from images.kernels.kernel import Kernel, Progress, SpecError
+from images.kernels.packages import tar_command
+
+DEBUGINFO = "debuginfo"
+# where distributions put the kernel's vmlinux with DWARF (Debian: boot/;
+# Fedora and SUSE: lib/modules/<release>/)
+_MEMBER = re.compile(r"(?:\./)?usr/lib/debug/(?:boot/vmlinux-[^/]+|lib/modules/[^/]+/vmlinux)")
+_AR_MAGIC = b"!<arch>\n"
+_CHUNK = 1 << 20
+
+
+@dataclass
+class Fetched:
+    vmlinux: Path
+    build_id: str
+    package: str = ""
+    read_mb: float = 0.0     # what came over the network (or out of the file)
+    seconds: float = 0.0
+    cached: bool = False
+
+
+def cache_path(build_id: str) -> Path:
+    return kernel_cache.directory(DEBUGINFO) / f"{build_id}.vmlinux"
+
+
+def booted_build_ids(kernel: Kernel) -> list[str]:
+    """The build IDs in the kernel's image, kept beside the cache (reading them unpacks a bzImage)."""
+    memo = kernel_cache.path(DEBUGINFO, kernel.key, "build-id")
+    if memo.is_file():
+        return memo.read_text().split()
+    found = buildid.of_kernel_image(kernel.vmlinuz)
+    paths.write_atomic(memo, "".join(f"{b}\n" for b in found))
+    return found
+
+
+def cached_vmlinux(kernel: Kernel) -> Path | None:
+    """The vmlinux with DWARF of this kernel, if kstall has one: a build's own, or a fetched one."""
+    if kernel.vmlinux and kernel.vmlinux.is_file():
+        return kernel.vmlinux
+    return next((cache_path(b) for b in booted_build_ids(kernel) if cache_path(b).is_file()), None)
+
+
+def package_name(kernel: Kernel) -> str:
+    """Debian's debug-info package of a debian: kernel: the image package's name with -dbg."""
+    package = kernel.origin.get("package", "")
+    if not package.startswith("linux-image-"):
+        raise SpecError(f"{kernel.canonical} is not a Debian package kernel: give its debug info as a file "
+                        "(kstall symbols KERNEL --debuginfo FILE: a vmlinux, a -dbg .deb or a debuginfo .rpm)")
+    return package.removesuffix("-unsigned") + "-dbg"
+
+
+class _Stream:
+    """A .deb's data.tar member as a file object, read from an HTTP response:
+    ar's 60-byte headers skipped, xz decompressed as it arrives, every byte
+    of the package hashed."""
+
+    def __init__(self, response, label: str, size: int, progress: Progress | None) -> None:
+        self.r, self.label, self.size, self.progress = response, label, size, progress
+        self.sha = hashlib.sha256()
+        self.read_bytes = 0
+        self.t0 = self.last = time.monotonic()
+        self.left_in_member = 0
+        self.unxz = lzma.LZMADecompressor()
+        self.out = bytearray()
+        self.tty = sys.stderr.isatty()
+        if self._raw(len(_AR_MAGIC)) != _AR_MAGIC:
+            raise SpecError(f"{label}: not a Debian package (no ar header)")
+        self._to_data_member()
+
+    def _raw(self, n: int) -> bytes:
+        try:
+            b = self.r.read(n)
+        except OSError as e:
+            raise SpecError(f"download of {self.label} broke off after {self.read_bytes} bytes: {why_failed(e)}") \
+                from None
+        self.sha.update(b)
+        self.read_bytes += len(b)
+        now = time.monotonic()
+        if self.progress and (now - self.last > (0.5 if self.tty else 10)):
+            self.last = now
+            pct = 100 * self.read_bytes // max(self.size, 1)
+            rate = self.read_bytes / max(now - self.t0, 1e-3) / 1e6
+            self.progress(f"{self.label}: {pct}% of {self.size / 1e6:.0f} MB read ({rate:.0f} MB/s)")
+        return b
+
+    def _to_data_member(self) -> None:
+        while True:
+            header = self._raw(60)
+            if len(header) < 60:
+                raise SpecError(f"{self.label}: no data.tar member")
+            name, size = header[:16].decode(errors="replace").strip().rstrip("/"), int(header[48:58])
+            if name.startswith("data.tar"):
+                if not name.endswith(".xz"):
+                    raise SpecError(f"{self.label}: its {name} is not xz-compressed, which kstall reads as it streams")
+                self.left_in_member = size
+                return
+            self._raw(size + (size & 1))
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self.out) < n) and self.left_in_member > 0:
+            chunk = self._raw(min(_CHUNK, self.left_in_member))
+            if not chunk:
+                raise SpecError(f"download of {self.label} broke off after {self.read_bytes} of {self.size} bytes")
+            self.left_in_member -= len(chunk)
+            self.out += self.unxz.decompress(chunk)
+        take = len(self.out) if n < 0 else min(n, len(self.out))
+        data = bytes(self.out[:take])
+        del self.out[:take]
+        return data
+
+    def drain(self) -> None:
+        """The rest of the package, hashed only."""
+        while self._raw(_CHUNK):
+            pass
+
+
+def _keep_member(tar: tarfile.TarFile, dest_dir: Path) -> tuple[Path, str] | None:
+    """The vmlinux member of a streamed package, written to a temporary file in dest_dir."""
+    for m in tar:
+        if not (m.isfile() and _MEMBER.fullmatch(m.name)):
+            continue
+        src = tar.extractfile(m)
+        if src is None:
+            continue
+        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".vmlinux-")
+        with open(fd, "wb") as f:
+            while chunk := src.read(_CHUNK):
+                f.write(chunk)
+        return Path(tmp), m.name
+    return None
+
+
+def _publish(tmp: Path, booted: list[str], what: str) -> Path:
+    got = buildid.of_elf(tmp)
+    if got is None:
+        tmp.unlink()
+        raise SpecError(f"{what}: its vmlinux has no build ID")
+    if booted and got not in booted:
+        tmp.unlink()
+        raise SpecError(f"{what}: its vmlinux (build ID {got}) is not this kernel's, whose image holds "
+                        f"build IDs {', '.join(booted)}")
+    dest = cache_path(got)
+    tmp.rename(dest)
+    return dest
+
+
+def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
+    """Stream kernel's -dbg package from Debian's mirror, keeping its vmlinux."""
+    import urllib.request  # here: most runs download nothing (images/kernels/download.py)
+    package = package_name(kernel)
+    archive = debian.archive_for(package)
+    archive.update(progress=progress)
+    try:
+        url, _, size, sha = archive.uris(package)
+    except SpecError:
+        raise SpecError(f"Debian's archive has no {package} (debug info is published for some kernels only: "
+                        "none for the trixie backports): give it as a file, "
+                        "kstall symbols KERNEL --debuginfo FILE") from None
+    version = kernel.origin.get("version")
+    if version and f"_{version.replace(':', '%3a')}_" not in url:
+        raise SpecError(f"Debian's archive has {package} only at another version than {version} "
+                        f"({url.rsplit('/')[-1]})")
+    booted = booted_build_ids(kernel)
+    dest_dir = kernel_cache.directory(DEBUGINFO)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    if progress:
+        progress(f"{package}: streaming {size / 1e6:.0f} MB from {url.split('/')[2]}, keeping only its vmlinux")
+    t0 = time.monotonic()
+    try:
+        r = urllib.request.urlopen(url, timeout=60)
+    except OSError as e:
+        raise SpecError(f"cannot download {package}: {why_failed(e)}") from None
+    with r:
+        s = _Stream(r, package, size, progress)
+        try:
+            with tarfile.open(fileobj=s, mode="r|") as tar:  # type: ignore[arg-type]  # read() is all it needs
+                kept = _keep_member(tar, dest_dir)
+        except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
+            raise SpecError(f"{package}: unreadable package ({e})") from None
+        if kept is None:
+            raise SpecError(f"{package} holds no vmlinux under usr/lib/debug")
+        try:
+            s.drain()
+        except BaseException:
+            kept[0].unlink(missing_ok=True)
+            raise
+    if s.read_bytes != size or s.sha.hexdigest() != sha:
+        kept[0].unlink(missing_ok=True)
+        raise SpecError(f"{package} is corrupt ({s.read_bytes} of {size} bytes, sha256 mismatch)")
+    path = _publish(kept[0], booted, package)
+    return Fetched(path, buildid.of_elf(path) or "", package, round(s.read_bytes / 1e6, 1),
+                   round(time.monotonic() - t0, 1))
+
+
+def from_file(kernel: Kernel, given: Path, progress: Progress | None = None) -> Fetched:
+    """The user's own debug info: a vmlinux, or a package holding one (.deb, .rpm)."""
+    if not given.is_file():
+        raise SpecError(f"{given}: no such file")
+    booted = booted_build_ids(kernel)
+    dest_dir = kernel_cache.directory(DEBUGINFO)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    if given.name.endswith((".deb", ".rpm")):
+        if progress:
+            progress(f"{given.name}: reading its vmlinux")
+        proc = subprocess.Popen(tar_command(given), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                preexec_fn=procs.die_with_parent)
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                kept = _keep_member(tar, dest_dir)
+        except tarfile.TarError as e:
+            raise SpecError(f"{given.name}: unreadable package ({e})") from None
+        finally:
+            proc.kill()
+            proc.wait(60)
+        if kept is None:
+            raise SpecError(f"{given.name} holds no vmlinux under usr/lib/debug")
+        tmp = kept[0]
+    else:
+        fd, name = tempfile.mkstemp(dir=dest_dir, prefix=".vmlinux-")
+        with open(fd, "wb") as out, open(given, "rb") as src:
+            while chunk := src.read(_CHUNK):
+                out.write(chunk)
+        tmp = Path(name)
+    size = given.stat().st_size
+    path = _publish(tmp, booted, given.name)
+    return Fetched(path, buildid.of_elf(path) or "", given.name, round(size / 1e6, 1), round(time.monotonic() - t0, 1))
+
+
+def fetch(kernel: Kernel, given: Path | None = None, progress: Progress | None = None) -> Fetched:
+    """The kernel's vmlinux with DWARF: the cached one, the given file's, or Debian's -dbg package's."""
+    have = cached_vmlinux(kernel)
+    if have is not None and given is None:
+        return Fetched(have, buildid.of_elf(have) or "", cached=True)
+    return from_file(kernel, given, progress) if given is not None else fetch_debian(kernel, progress)
