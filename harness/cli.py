@@ -686,12 +686,34 @@ def cmd_attach(a: argparse.Namespace) -> int:
     return attach.attach(a.run, a.ex, a.batch, echo_stderr)
 
 
+def _inspect_parser(sub) -> None:
+    ins = sub.add_parser("inspect", help="open a run's vmcore in crash, drgn or gdb with the right vmlinux",
+                         description="Prints what kstall knows of the hang (every CPU's stack, state and waits), "
+                         "then opens RUN/vmcore (verify --vmcore) in the debugger with the kernel's vmlinux "
+                         "(kstall symbols KERNEL --debuginfo fetches it; gdb falls back to the captured symbols). "
+                         "Not on a terminal, or with --print, it prints the debugger's command instead.",
+                         epilog="example: kstall inspect results/<run> --with crash --ex 'bt -a'")
+    ins.add_argument("run", type=Path, help="a run directory with a vmcore")
+    ins.add_argument("--with", dest="tool", choices=("gdb", "crash", "drgn"), default="gdb",
+                     help="the debugger (default gdb: it reads the core for every kernel, DWARF or not)")
+    ins.add_argument("--ex", action="append", default=[], metavar="CMD",
+                     help="a command to run in batch (crash and gdb: their commands; drgn: Python); repeatable")
+    ins.add_argument("--print", dest="print_only", action="store_true", help="print the command, do not run it")
+    ins.set_defaults(func=cmd_inspect)
+
+
+def cmd_inspect(a: argparse.Namespace) -> int:
+    from harness.drivers import inspect
+    return inspect.inspect(a.run, a.tool, a.ex, a.print_only, echo_stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
-                _threads_parser, _calibrate_parser, _analyze_parser, _attach_parser):
+                _threads_parser, _calibrate_parser, _analyze_parser, _attach_parser,
+                _inspect_parser):
         add(sub)
     return p
 

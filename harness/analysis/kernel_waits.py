@@ -63,7 +63,7 @@ def layout(btf_blob: bytes, symbols_text: str) -> dict:
         out["missing"]["per_cpu_offset"] = f"no symbol {spec['per_cpu_offset']}"
         return out
     out["per_cpu_offset"] = addrs[spec["per_cpu_offset"]]
-    for part, build in (("csd", _csd_layout), ("rqspinlock", _rqspinlock_layout)):
+    for part, build in (("csd", _csd_layout), ("rqspinlock", _rqspinlock_layout), ("running", _running_layout)):
         if part not in parts:
             continue
         if parts[part]["variable"] not in addrs:
@@ -96,6 +96,11 @@ def _rqspinlock_layout(types: btf.Btf, r: dict) -> dict:
     return {"count": types.member(held, r["count"]).offset, "locks": locks.offset, "max": arr[1]}
 
 
+def _running_layout(types: btf.Btf, r: dict) -> dict:
+    return {"curr": types.member(types.find(btf.STRUCT, r["struct"]), r["curr"]).offset,
+            "pid": types.member(types.find(btf.STRUCT, r["task_struct"]), r["pid"]).offset}
+
+
 def _bytes(mem: Reader, addr: int, size: int) -> bytes | None:
     """size bytes at addr (a per-CPU address wraps past 2**64, as in the kernel), or None."""
     data = mem(addr & (2**64 - 1), size)
@@ -124,6 +129,19 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
         out["csd"] = _csd_waits(mem, lay["csd"], offs)
     if "rqspinlock" in lay:
         out["rqspinlock"] = _held_locks(mem, lay["rqspinlock"], offs)
+    if "running" in lay:
+        out["running"] = _running(mem, lay["running"], offs)
+    return out
+
+
+def _running(mem: Reader, r: dict, offs: list) -> dict[str, dict]:
+    """{cpu: {"task": address, "pid": n}}: the task each CPU's runqueue runs."""
+    out: dict[str, dict] = {}
+    for n, off in enumerate(offs):
+        task = _word(mem, r["variable"] + off + r["curr"], 8)
+        pid = _word(mem, task + r["pid"], 4) if task else None
+        if task and pid is not None:
+            out[str(n)] = {"task": f"{task:#x}", "pid": pid}
     return out
 
 

@@ -14,6 +14,11 @@ bytes as they are:
     walked in the core from VMCOREINFO's root: the architecture table's
     `pagetable` row), pointing at the same file bytes as the physical
     segment that holds them;
+  - in each vCPU's register note (NT_PRSTATUS), the pid of the task that
+    CPU runs, where QEMU writes the CPU's number plus one: kdump writes the
+    pid, and drgn and crash unwind a running task from the note that bears
+    its pid (read through kernel_waits' `running` layout, the same reads
+    a live guest answers);
 
 QEMU's stream is written HEADROOM bytes into the file (harness/debug/vmcore.py;
 the gap is a hole, no disk), and the new ELF header, program headers and
@@ -24,11 +29,13 @@ a page's many aliases (ALIASES), and mappings beyond the headroom's room.
 """
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.analysis import kernel_waits
 from harness.base.arch import Arch
 
 PT_LOAD, PT_NOTE = 1, 4
@@ -124,6 +131,38 @@ class Core:
     def notes(self) -> bytes:
         return b"".join(os.pread(self.fd, s.filesz, s.offset) for s in self.segments if s.type == PT_NOTE)
 
+    def map_virtual(self, segments: list[Segment]) -> None:
+        self.virtual = sorted(segments, key=lambda s: s.vaddr)
+        self._starts = [s.vaddr for s in self.virtual]
+
+    def read_virtual(self, addr: int, n: int) -> bytes | None:
+        """n bytes at a kernel virtual address (map_virtual first), or None."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return None
+        s = self.virtual[i]
+        if addr + n > s.vaddr + s.filesz:
+            return None
+        return os.pread(self.fd, n, s.offset + addr - s.vaddr)
+
+
+NT_PRSTATUS, PR_PID_AT = 1, 32  # elf_prstatus: pr_info, pr_cursig, pr_sigpend, pr_sighold, then pr_pid
+
+
+def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
+    """notes with the k-th NT_PRSTATUS (QEMU writes one per vCPU, in order) bearing CPU k's task's pid."""
+    out = bytearray(notes)
+    at, cpu = 0, 0
+    while at + 12 <= len(out):
+        namesz, descsz, kind = struct.unpack_from("<III", out, at)
+        desc = at + 12 + ((namesz + 3) & ~3)
+        if kind == NT_PRSTATUS and bytes(out[at + 12:at + 16]) == b"CORE":
+            if cpu in pids and descsz >= PR_PID_AT + 4:
+                struct.pack_into("<I", out, desc + PR_PID_AT, pids[cpu])
+            cpu += 1
+        at = desc + ((descsz + 3) & ~3)
+    return bytes(out)
+
 
 def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int, int, int]]:
     """(virtual, physical, size) of every kernel mapping, runs merged."""
@@ -182,7 +221,16 @@ def _virtual_segments(core: Core, maps: list[tuple[int, int, int]]) -> list[Segm
     return out
 
 
-def complete(path: Path, a: Arch, raw_note: bytes | None) -> dict:
+def _running_pids(core: Core, virtual: list[Segment], layout: dict | None, cpus: int) -> dict[int, int]:
+    """CPU number -> pid of the task it runs, read from the core."""
+    if not virtual or not layout or "running" not in layout:
+        return {}
+    core.map_virtual(virtual)
+    running = kernel_waits.read(core.read_virtual, layout, cpus).get("running") or {}
+    return {int(cpu): t["pid"] for cpu, t in running.items()}
+
+
+def complete(path: Path, a: Arch, raw_note: bytes | None, layout: dict | None = None, cpus: int = 0) -> dict:
     """Write the ELF header, program headers and notes in front of QEMU's core,
     which starts HEADROOM bytes into path, with VMCOREINFO and the kernel's
     mappings added when they can be; what was added, or what is missing."""
@@ -203,7 +251,10 @@ def complete(path: Path, a: Arch, raw_note: bytes | None) -> dict:
                 virtual = _virtual_segments(core, kernel_mappings(core, a, info))
             except CoreError as e:
                 doc["missing"] = f"the kernel's mappings ({e}): gdb reads physical memory only"
-        notes = own + (vmcoreinfo_note(text) if text is not None and not has_own else b"")
+        pids = _running_pids(core, virtual, layout, cpus)
+        if pids:
+            doc["cpu_tasks"] = {str(k): v for k, v in sorted(pids.items())}
+        notes = label_cpus(own, pids) + (vmcoreinfo_note(text) if text is not None and not has_own else b"")
         keep = [s for s in core.segments if s.type != PT_NOTE]
         first_data = min((s.offset for s in keep if s.filesz), default=HEADROOM)
         room = (first_data - 64 - len(notes)) // _PHDR.size - 1 - len(keep)

@@ -95,7 +95,7 @@ def read_vmcoreinfo(vm: VM, address: int | None, cpus: int) -> bytes | None:
     return None
 
 
-def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int) -> dict:
+def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, layout: dict | None) -> dict:
     """RUN/vmcore of a stopped guest, made whole for crash, drgn and gdb
     (harness/debug/corekernel.py); what run.json says of it."""
     dest = out_dir / NAME
@@ -124,7 +124,7 @@ def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int) 
         return {"error": error, "seconds": seconds}
     dumped = time.monotonic()
     try:
-        added = corekernel.complete(dest, a, note)
+        added = corekernel.complete(dest, a, note, layout, cpus)
     except (corekernel.CoreError, OSError) as e:
         dest.unlink(missing_ok=True)
         return {"error": f"the core QEMU wrote is unusable: {e}", "seconds": round(time.monotonic() - t0, 2)}

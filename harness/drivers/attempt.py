@@ -250,8 +250,10 @@ class _Run:
             self.echo("writing the guest's memory and registers to vmcore")
             v = self.variables()
             try:
+                lay = self.layout()
                 self.vmcore = vmcore.write(vm, self.out_dir, arches.get(self.kernel.arch),
-                                           v.symbols.by_name.get("vmcoreinfo_note") if v else None, vm.cfg.cpus)
+                                           v.symbols.by_name.get("vmcoreinfo_note") if v else None, vm.cfg.cpus,
+                                           json.loads(lay.read_text()) if lay else None)
             except Exception as e:  # noqa: BLE001 - the core is an extra: the verdict stands without it
                 self.vmcore = {"error": f"internal error: {type(e).__name__}: {e}"}
             self.echo(f"vmcore: {self.vmcore['error']}" if "error" in self.vmcore else

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import kernel_cache, paths, procs
+from harness.base.kernel_cache import KernelKey
 from images.kernels import buildid, debian
 from images.kernels.download import why_failed
 from images.kernels.kernel import Kernel, Progress, SpecError
@@ -54,21 +55,28 @@ def cache_path(build_id: str) -> Path:
     return kernel_cache.directory(DEBUGINFO) / f"{build_id}.vmlinux"
 
 
-def booted_build_ids(kernel: Kernel) -> list[str]:
+def booted_build_ids(key: KernelKey, vmlinuz: Path) -> list[str]:
     """The build IDs in the kernel's image, kept beside the cache (reading them unpacks a bzImage)."""
-    memo = kernel_cache.path(DEBUGINFO, kernel.key, "build-id")
+    memo = kernel_cache.path(DEBUGINFO, key, "build-id")
     if memo.is_file():
         return memo.read_text().split()
-    found = buildid.of_kernel_image(kernel.vmlinuz)
+    if not vmlinuz.is_file():
+        return []
+    found = buildid.of_kernel_image(vmlinuz)
     paths.write_atomic(memo, "".join(f"{b}\n" for b in found))
     return found
 
 
 def cached_vmlinux(kernel: Kernel) -> Path | None:
     """The vmlinux with DWARF of this kernel, if kstall has one: a build's own, or a fetched one."""
-    if kernel.vmlinux and kernel.vmlinux.is_file():
-        return kernel.vmlinux
-    return next((cache_path(b) for b in booted_build_ids(kernel) if cache_path(b).is_file()), None)
+    return for_image(kernel.key, kernel.vmlinuz, kernel.vmlinux)
+
+
+def for_image(key: KernelKey, vmlinuz: Path, own: Path | None = None) -> Path | None:
+    """The same, from what a run recorded of its kernel (run.json's kernel)."""
+    if own is not None and own.is_file():
+        return own
+    return next((cache_path(b) for b in booted_build_ids(key, vmlinuz) if cache_path(b).is_file()), None)
 
 
 def package_name(kernel: Kernel) -> str:
@@ -191,7 +199,7 @@ def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
     if version and f"_{version.replace(':', '%3a')}_" not in url:
         raise SpecError(f"Debian's archive has {package} only at another version than {version} "
                         f"({url.rsplit('/')[-1]})")
-    booted = booted_build_ids(kernel)
+    booted = booted_build_ids(kernel.key, kernel.vmlinuz)
     dest_dir = kernel_cache.directory(DEBUGINFO)
     dest_dir.mkdir(parents=True, exist_ok=True)
     if progress:
@@ -227,7 +235,7 @@ def from_file(kernel: Kernel, given: Path, progress: Progress | None = None) -> 
     """The user's own debug info: a vmlinux, or a package holding one (.deb, .rpm)."""
     if not given.is_file():
         raise SpecError(f"{given}: no such file")
-    booted = booted_build_ids(kernel)
+    booted = booted_build_ids(kernel.key, kernel.vmlinuz)
     dest_dir = kernel_cache.directory(DEBUGINFO)
     dest_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

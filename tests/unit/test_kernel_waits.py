@@ -44,7 +44,8 @@ def test_a_blob_that_is_not_btf_is_a_btf_error(blob, bad):
 
 SYMBOLS = ("ffffffff8283bfc0 D __per_cpu_offset\nffffffff83c6db00 d cfd_data\n"
            "ffffffff83c6dbc0 D rqspinlock_held_locks\nffffffff83000000 D tasklist_lock\n"
-           "ffffffff83000040 d other_lock\nffffffff83000080 d after_other_lock\n")
+           "ffffffff83000040 d other_lock\nffffffff83000080 d after_other_lock\n"
+           "0000000000020000 A runqueues\n")
 
 
 def test_layout_and_a_walk_over_a_guests_memory(blob):
@@ -68,7 +69,12 @@ def test_layout_and_a_walk_over_a_guests_memory(blob):
     held0 = lay["rqspinlock"]["variable"] + offs[0]
     put(held0 + lay["rqspinlock"]["count"], "<I", 2)
     put(held0 + lay["rqspinlock"]["locks"], "<2Q", 0xFFFFC90000001000, 0xFFFFC90000001000)
+    task = 0xFFFF888000300000
+    put(lay["running"]["variable"] + offs[1] + lay["running"]["curr"], "<Q", task)  # CPU1 runs pid 90
+    put(task + lay["running"]["pid"], "<I", 90)
     out = kernel_waits.read(read, lay, 2)
+    assert lay["running"]["curr"] == 48 and lay["running"]["pid"] == 16
+    assert out["running"] == {"1": {"task": "0xffff888000300000", "pid": 90}}
     assert out["csd"] == {"1": [0]}  # CPU0's own cfd_data is unreadable here: skipped, not a failure
     assert out["rqspinlock"] == {"0": ["0xffffc90000001000", "0xffffc90000001000"]}
     assert kernel_waits.read(lambda a, n: None, lay, 2) == {"error": "__per_cpu_offset unreadable"}

@@ -1,0 +1,170 @@
+# SPDX-License-Identifier: GPL-2.0
+"""`kstall inspect RUN [--with crash|drgn|gdb]`: a run's vmcore in the developer's debugger.
+
+The core (verify --vmcore) is opened with the right vmlinux: the one with
+DWARF kstall has for the kernel (a build's own, or `kstall symbols KERNEL
+--debuginfo`), else, for gdb, the symbol file made from the captured
+kallsyms. crash and drgn need DWARF; a debugger version known not to read
+a kernel that new (debuggers.toml, measured here) is named with the one it
+would take. On a terminal the debugger is started (exec); otherwise, or
+with --print, its exact command is printed. With --ex the commands run in
+batch and the debugger exits.
+
+Whatever the debuggers can do, kstall says what it knows first: each CPU's
+stack as kstall walked it, its state, and who waits for whom.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.base import arch as arches
+from harness.base.kernel_cache import KernelKey
+from harness.debug.gdb import gdb_binary
+from harness.debug.symfile import for_capture
+from harness.debug.vcpus import GDB_SCRIPT
+from images.kernels import debuginfo
+
+TOOLS = ("gdb", "crash", "drgn")
+KNOWN = Path(__file__).resolve().parent.parent / "debug" / "debuggers.toml"
+
+
+class InspectError(RuntimeError):
+    pass
+
+
+@dataclass
+class Run:
+    path: Path
+    doc: dict
+    vmcore: Path
+    vmlinux: Path | None
+    symbols: Path | None
+
+    @property
+    def arch(self) -> arches.Arch:
+        return arches.get(self.doc["kernel"].get("arch") or arches.DEFAULT)
+
+    @property
+    def upstream(self) -> str:
+        return self.doc["kernel"].get("upstream") or ""
+
+
+def load(run: Path) -> Run:
+    try:
+        doc = json.loads((run / "run.json").read_text())
+    except (OSError, ValueError) as e:
+        raise InspectError(f"{run}: no readable run.json ({e})") from None
+    core = run / "vmcore"
+    if not core.is_file():
+        why = (doc.get("vm") or {}).get("vmcore") or {}
+        raise InspectError(f"{run}: no vmcore" + (f" ({why['error']})" if why.get("error") else
+                                                  " (verify --vmcore writes one when a run hangs)"))
+    k = doc["kernel"]
+    vmlinux = debuginfo.for_image(KernelKey(k["sha256"], k.get("arch") or arches.DEFAULT), Path(k["vmlinuz"]),
+                                  Path(k["vmlinux"]) if k.get("vmlinux") else None)
+    syms = (doc.get("symbols") or {}).get("cached") or (doc.get("symbols") or {}).get("path")
+    return Run(run, doc, core, vmlinux, Path(syms) if syms and Path(syms).is_file() else None)
+
+
+def _version_of(tool: str) -> str:
+    """The installed debugger's version, as Debian packaged it (dpkg's record: no need to run it)."""
+    package = {"crash": "crash", "drgn": "python3-drgn"}.get(tool)
+    status = Path("/var/lib/dpkg/status")
+    if not package or not status.is_file():
+        return ""
+    for block in status.read_text(errors="replace").split("\n\n"):
+        if block.startswith(f"Package: {package}\n"):
+            for line in block.splitlines():
+                if line.startswith("Version: "):
+                    return line.split()[1].split(":")[-1].split("-")[0]
+    return ""
+
+
+def _kernel_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")[:2] if x.isdigit())
+
+
+def too_new(tool: str, upstream: str) -> str:
+    """Why the installed tool cannot read this kernel, from what was measured here ("" if nothing is known)."""
+    version = _version_of(tool)
+    known = tomllib.loads(KNOWN.read_text()).get(tool, {}).get(version)
+    if not known or not upstream or _kernel_key(upstream) <= _kernel_key(known["reads_up_to"]):
+        return ""
+    return (f"{tool} {version} reads kernels up to {known['reads_up_to']} here ({known['why']}); "
+            f"{upstream} needs {known['newer']}")
+
+
+def command(r: Run, tool: str, commands: list[str], script_dir: Path) -> list[str]:
+    a = r.arch
+    if tool == "gdb":
+        args = [gdb_binary(a.gdb), "-q", "-ex", f"set architecture {a.gdb_arch}"]
+        symbols = r.vmlinux or (for_capture(r.symbols, a) if r.symbols else None)
+        if symbols:
+            args += ["-ex", f"file {symbols}"]
+        args += ["-ex", f"core-file {r.vmcore}", "-ex", f"source {GDB_SCRIPT}"]
+        if r.symbols:
+            args += ["-ex", f"kstall-symbols {r.symbols}"]
+        for c in commands:
+            args += ["-ex", c]
+        return args + (["-batch"] if commands else [])
+    if r.vmlinux is None:
+        raise InspectError(f"{tool} needs the kernel's vmlinux with DWARF, which kstall does not have: fetch it "
+                           f"with `kstall symbols {r.doc['kernel'].get('spec')} --debuginfo` (or give a file: "
+                           "--debuginfo FILE); gdb opens the core without it (--with gdb)")
+    if tool == "crash":
+        args = ["crash", "-s", str(r.vmlinux), str(r.vmcore)]
+        if commands:
+            script = script_dir / "crash.input"
+            script.write_text("".join(f"{c}\n" for c in commands) + "quit\n")
+            args += ["-i", str(script)]
+        return args
+    args = ["drgn", "-c", str(r.vmcore), "-s", str(r.vmlinux)]
+    if commands:
+        script = script_dir / "drgn_commands.py"
+        script.write_text("".join(f"{c}\n" for c in commands))
+        args.append(str(script))
+    return args
+
+
+def what_kstall_knows(r: Run) -> str:
+    """The stacks, CPU states and waits kstall recorded: there with no DWARF at all."""
+    out = [f"{r.path.name}: {r.doc.get('line', '')}"]
+    bt = r.path / "backtraces.txt"
+    if bt.is_file():
+        out.append(bt.read_text().rstrip())
+    hang = r.doc.get("hang") or {}
+    for w in hang.get("waits", []) if isinstance(hang.get("waits"), list) else []:
+        out.append(f"  {w}")
+    return "\n".join(out)
+
+
+def inspect(run: Path, tool: str, commands: list[str], print_only: bool, echo) -> int:
+    try:
+        r = load(run)
+        why = too_new(tool, r.upstream) if tool != "gdb" else ""
+        if why:
+            raise InspectError(why + "; gdb reads the core for every kernel (--with gdb)")
+        package = {"crash": "crash", "drgn": "python3-drgn"}.get(tool, r.arch.table.get("gdb_package", "gdb"))
+        tmp = Path(tempfile.mkdtemp(prefix="kstall-inspect-"))
+        argv = command(r, tool, commands, tmp)
+    except InspectError as e:
+        echo(f"error: {e}")
+        return 1
+    echo(what_kstall_knows(r))
+    if print_only or (not commands and not sys.stdin.isatty()):
+        print(" ".join(argv))
+        return 0
+    if shutil.which(argv[0]) is None:
+        echo(f"error: {argv[0]} is not installed (Debian package {package})")
+        return 1
+    echo(f"opening {r.vmcore} with {argv[0]}" + (f" and {r.vmlinux}" if r.vmlinux else
+                                                 " and the symbols captured from the guest (no DWARF)"))
+    os.execvp(argv[0], argv)
+    return 1  # (not reached)
