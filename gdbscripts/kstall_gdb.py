@@ -91,36 +91,16 @@ def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
     frame = gdb.selected_frame()
     inf = gdb.selected_inferior()
     a = arch.by_gdb(inf.architecture().name())
-    walker = unwind.for_arch(a)
     regs = {r: _u64(frame.read_register(r)) for r in a.registers}
     details = _thread_details(t)
     m = re.search(r"CPU#(\d+)(?:\s*\[(\w+)\s*\])?", details)
     cpu = {"cpu": int(m.group(1)) if m else t.num - 1, "thread": t.num,
            "state": (m.group(2) if m and m.group(2) else "unknown"), "arch": a.name,
            "regs": {k: f"{v:#x}" for k, v in regs.items()}}
-    syms = _state["syms"]
-    user = a.in_user_mode(regs)
-    regions = [] if user else walker.regions(lambda at, n: _read(inf, at, n), regs, a, max_bytes, syms)
-    code: dict[int, bytes] = {}
-    if syms is not None:
-        for addr in walker.candidates(regions, syms):
-            b = _read(inf, addr - walker.CODE_BEFORE, walker.CODE_BEFORE)
-            if b is not None:
-                code[addr] = b
-    cpu["regions"] = [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions]
-    # what registers point at: the lock a CPU spins on is among them
-    cpu["words"] = {} if user else kernel_waits.register_words(lambda at, n: _read(inf, at, n), regs, a)
-    cpu["code"] = {f"{a:#x}": b.hex() for a, b in code.items()}
-    if _has_dwarf() and not user:
+    cpu |= unwind.walk_cpu(lambda at, n: _read(inf, at, n), regs, a, _state["syms"], max_bytes)
+    if _has_dwarf() and not a.in_user_mode(regs):
         cpu["frames"] = _dwarf_frames()
         cpu["unwinder"] = "dwarf"
-    elif syms is not None and not user:
-        cpu["frames"] = [f.to_json() for f in walker.frames(regs, a, regions, code, syms)]
-        cpu["unwinder"] = a.unwinder
-    else:
-        cpu["frames"] = [{"addr": f"{regs[a.pc]:#x}", "text": f"{regs[a.pc]:#x}", "function": "",
-                          "reliable": True, "slot": None, "inlined": False}]
-        cpu["unwinder"] = "none"
     return cpu
 
 

@@ -111,6 +111,8 @@ class Core:
         for seg in self.segments:
             seg.offset += at
         self.ram = sorted((s for s in self.segments if s.type == PT_LOAD), key=lambda s: s.paddr)
+        self.virtual: list[Segment] = []
+        self._starts: list[int] = []
 
     def close(self) -> None:
         os.close(self.fd)
@@ -164,6 +166,15 @@ def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
     return bytes(out)
 
 
+def va_bits_of(pt: dict, info: dict[str, str]) -> int:
+    """The kernel's virtual address width, as VMCOREINFO says it runs."""
+    if "t1sz_number" in pt and f"NUMBER({pt['t1sz_number']})" in info:
+        return 64 - int(info[f"NUMBER({pt['t1sz_number']})"], 0)
+    if info.get(f"NUMBER({pt.get('five_level_number')})", "0").strip() == "1":
+        return 57
+    return pt["va_bits"]
+
+
 def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int, int, int]]:
     """(virtual, physical, size) of every kernel mapping, runs merged."""
     pt = a.table["pagetable"]
@@ -171,7 +182,11 @@ def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int
     if root_sym is None or number is None:
         raise CoreError(f"VMCOREINFO has no SYMBOL({pt['root']}) or NUMBER({pt['map_number']})")
     root = int(root_sym, 16) - pt["kernel_map"] + pt["map_sign"] * int(number, 0)
-    levels, mask, leaf_bit, leaf_when = pt["levels"], pt["addr_mask"], pt["leaf_bit"], pt["leaf_when"]
+    va_bits = va_bits_of(pt, info)
+    levels = -(-(va_bits - 12) // 9)
+    top = 1 << (va_bits - 12 - 9 * (levels - 1))  # the root's entries
+    first = top // 2 if pt["kernel_half"] else 0
+    mask, leaf_bit, leaf_when = pt["addr_mask"], pt["leaf_bit"], pt["leaf_when"]
     out: list[tuple[int, int, int]] = []
     tables = 0
 
@@ -183,7 +198,7 @@ def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int
             return
         shift = 12 + 9 * (levels - 1 - level)
         for i, e in enumerate(struct.unpack("<512Q", data)):
-            if not e & 1 or (level == 0 and i < pt["first_index"]):
+            if not e & 1 or (level == 0 and not first <= i < top):
                 continue
             va, pa = base | (i << shift), e & mask
             if level == levels - 1:
@@ -193,7 +208,7 @@ def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int
                     out.append((va, pa & ~((1 << shift) - 1), 1 << shift))
             else:
                 walk(pa, level + 1, va)
-    walk(root, 0, 0xffff000000000000)
+    walk(root, 0, (2**64 - 1) & ~((1 << va_bits) - 1))
     merged: list[tuple[int, int, int]] = []
     seen: dict[int, int] = {}
     for va, pa, size in sorted(out):

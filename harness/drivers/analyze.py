@@ -6,7 +6,10 @@ old runs stay comparable as signatures improve, and a matrix can be judged
 again from its run directories.
 
 What it reads again: each CPU's signature and role, and the CPU states of
-the CPUs no signature names (cpu_state.py). What it does not: the console,
+the CPUs no signature names (cpu_state.py). When the run kept a vmcore
+(verify --vmcore), every CPU is also read from it, as a sample of its own
+(harness/debug/coresample.py): the stacks and the waits the kernel records,
+at the moment the core was taken. What it does not read: the console,
 latency stalls and a process's threads (their evidence is in the record).
 """
 from __future__ import annotations
@@ -17,7 +20,11 @@ from pathlib import Path
 
 from harness.analysis import classify, cpu_state
 from harness.analysis.classify import Role
+from harness.analysis.kallsyms import Kallsyms
+from harness.base import arch as arches
 from harness.base import reproducers
+from harness.debug import corekernel, coresample
+from harness.drivers import layouts
 
 
 class AnalyzeError(ValueError):
@@ -33,6 +40,7 @@ class Reading:
     culprit_now: str
     title_now: str
     differences: list[str] = field(default_factory=list)
+    core: dict = field(default_factory=dict)  # CPU number -> its class read from the vmcore
 
     @property
     def agrees(self) -> bool:
@@ -41,12 +49,13 @@ class Reading:
     def to_json(self) -> dict:
         return {"run": str(self.run), "agrees": self.agrees, "signature_recorded": self.culprit_before,
                 "signature_now": self.culprit_now, "title_now": self.title_now, "differences": self.differences,
-                "cpus_now": self.now}
+                "cpus_now": self.now, "cpus_in_vmcore": self.core or None}
 
     def text(self) -> str:
         head = (f"{self.run.name}: the same reading as recorded ({self.culprit_now or 'no culprit signature'})"
                 if self.agrees else f"{self.run.name}: read differently today")
-        return "\n".join([head, *(f"  {d}" for d in self.differences)])
+        core = [f"  vmcore: CPU{n} {c['class']}" for n, c in sorted(self.core.items())]
+        return "\n".join([head, *(f"  {d}" for d in self.differences), *core])
 
 
 def _signatures(doc: dict) -> list[classify.Signature]:
@@ -85,4 +94,24 @@ def read(run: Path) -> Reading:
         if (was.get("signature"), was.get("role")) != (is_.get("signature"), is_.get("role")):
             out.differences.append(f"CPU{n}: recorded {was.get('signature')} ({was.get('role')}), "
                                    f"today {is_.get('signature')} ({is_.get('role')})")
+    if (run / "vmcore").is_file():
+        _read_core(run, doc, out)
     return out
+
+
+def _read_core(run: Path, doc: dict, out: Reading) -> None:
+    """The CPUs as the vmcore has them; a culprit the record names that no CPU of the core shows is a difference."""
+    a = arches.get(doc["kernel"].get("arch") or arches.DEFAULT)
+    kallsyms = Path((doc.get("symbols") or {}).get("cached") or "")
+    syms = Kallsyms.load(kallsyms) if kallsyms.is_file() else None
+    lay = layouts.cached(kallsyms) if syms else None
+    try:
+        s = coresample.sample(run / "vmcore", a, syms, json.loads(lay.read_text()) if lay else None)
+    except (corekernel.CoreError, OSError) as e:
+        out.differences.append(f"vmcore: unreadable ({e})")
+        return
+    classes = classify.classify_samples([s], _signatures(doc))
+    out.core = {c.cpu: {"signature": c.signature.name, "role": str(c.signature.role), "class": c.title}
+                for c in classes}
+    if out.culprit_before and not any(c.signature.name == out.culprit_before for c in classes):
+        out.differences.append(f"vmcore: no CPU in {out.culprit_before}, the culprit recorded")

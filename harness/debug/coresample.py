@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Every vCPU of a vmcore as one kstall sample, in the format the gdb script
+writes from a live guest (gdbscripts/kstall_gdb.py, kstall-sample): the
+registers from the core's NT_PRSTATUS notes (the architecture table's
+`prstatus_registers`), the kernel memory through the kernel mappings kstall
+added to the core (harness/debug/corekernel.py), walked by the same
+unwinder, and who waits for whom read by the same kernel_waits reads. So
+`kstall analyze` reads a hang again from its core as from its samples."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from harness.analysis import kernel_waits, unwind
+from harness.analysis.kallsyms import Kallsyms
+from harness.base.arch import Arch
+from harness.debug.corekernel import NT_PRSTATUS, PT_LOAD, Core
+
+PR_REG_AT = 112  # elf_prstatus: pr_info, pr_cursig, pr_sigpend/hold, 4 pids, 4 timevals, then pr_reg
+KERNEL_HALF = 0xffff000000000000
+STACK_BYTES = 16384
+
+
+def _prstatus_registers(notes: bytes, a: Arch) -> list[dict[str, int]]:
+    names = a.table["prstatus_registers"]
+    out, at = [], 0
+    while at + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from("<III", notes, at)
+        desc = at + 12 + ((namesz + 3) & ~3)
+        if kind == NT_PRSTATUS and notes[at + 12:at + 16] == b"CORE" and descsz >= PR_REG_AT + 8 * len(names):
+            values = struct.unpack_from(f"<{len(names)}Q", notes, desc + PR_REG_AT)
+            out.append(dict(zip(names, values)))
+        at = desc + ((descsz + 3) & ~3)
+    return out
+
+
+def sample(path: Path, a: Arch, syms: Kallsyms | None, layout: dict | None) -> dict:
+    """{"cpus": [...], "waits": {...}, "source": "vmcore"} of the core at path."""
+    core = Core(path)
+    try:
+        core.map_virtual([s for s in core.segments if s.type == PT_LOAD and s.vaddr >= KERNEL_HALF])
+        cpus = []
+        for n, all_regs in enumerate(_prstatus_registers(core.notes(), a)):
+            regs = {r: all_regs.get(r, 0) for r in a.registers}
+            cpu = {"cpu": n, "thread": n + 1, "state": "stopped", "arch": a.name,
+                   "regs": {k: f"{v:#x}" for k, v in regs.items()}}
+            cpus.append(cpu | unwind.walk_cpu(core.read_virtual, regs, a, syms, STACK_BYTES))
+        waits = kernel_waits.read(core.read_virtual, layout, len(cpus)) if layout else {}
+        return {"cpus": cpus, "waits": waits, "source": "vmcore"}
+    finally:
+        core.close()
