@@ -86,7 +86,7 @@ def _has_dwarf() -> bool:
     return any(o.filename and o.lookup_global_symbol("start_kernel") is not None for o in gdb.objfiles())
 
 
-def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
+def dump_cpu(t: "gdb.InferiorThread", max_bytes: int, dwarf: bool = True) -> dict:
     t.switch()
     frame = gdb.selected_frame()
     inf = gdb.selected_inferior()
@@ -98,7 +98,7 @@ def dump_cpu(t: "gdb.InferiorThread", max_bytes: int) -> dict:
            "state": (m.group(2) if m and m.group(2) else "unknown"), "arch": a.name,
            "regs": {k: f"{v:#x}" for k, v in regs.items()}}
     cpu |= unwind.walk_cpu(lambda at, n: _read(inf, at, n), regs, a, _state["syms"], max_bytes)
-    if _has_dwarf() and not a.in_user_mode(regs):
+    if dwarf and _has_dwarf() and not a.in_user_mode(regs):
         cpu["frames"] = _dwarf_frames()
         cpu["unwinder"] = "dwarf"
     return cpu
@@ -168,7 +168,7 @@ class BacktraceCommand(gdb.Command):
         threads = sorted(gdb.selected_inferior().threads(), key=lambda t: t.num) if arg.strip() == "all" \
             else [selected]
         for t in threads:
-            cpu = dump_cpu(t, 16384)
+            cpu = dump_cpu(t, 16384, dwarf=False)  # kstall's walk: it crosses the IRQ entry DWARF stops at
             gdb.write(f"CPU {cpu['cpu']} [{cpu['state']}] (thread {t.num}, {cpu['unwinder']}):\n")
             for i, f in enumerate(cpu["frames"]):
                 gdb.write(f"  #{i:<2} {f['text']}{'' if f.get('reliable', True) else ' ?'}\n")

@@ -149,6 +149,10 @@ class Core:
 
 
 NT_PRSTATUS, PR_PID_AT = 1, 32  # elf_prstatus: pr_info, pr_cursig, pr_sigpend, pr_sighold, then pr_pid
+# An idle CPU runs its idle task, pid 0 on every CPU; gdb makes one thread of
+# notes that share a pid, losing CPUs, so an idle CPU k is labelled IDLE_PID + k,
+# above any pid the kernel gives (PID_MAX_LIMIT is 2**22)
+IDLE_PID = 0x40000000
 
 
 def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
@@ -160,7 +164,7 @@ def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
         desc = at + 12 + ((namesz + 3) & ~3)
         if kind == NT_PRSTATUS and bytes(out[at + 12:at + 16]) == b"CORE":
             if cpu in pids and descsz >= PR_PID_AT + 4:
-                struct.pack_into("<I", out, desc + PR_PID_AT, pids[cpu])
+                struct.pack_into("<I", out, desc + PR_PID_AT, pids[cpu] or IDLE_PID + cpu)
             cpu += 1
         at = desc + ((descsz + 3) & ~3)
     return bytes(out)

@@ -18,6 +18,8 @@ from pathlib import Path
 from harness.base import paths
 from harness.base.arch import Arch
 from harness.analysis.kallsyms import DATA_TYPES, TEXT_TYPES
+from harness.debug.gdb import gdb_binary
+from harness.debug.vcpus import GDB_SCRIPT
 from images.kernels import symcache
 
 _SHT_NULL, _SHT_SYMTAB, _SHT_STRTAB, _SHT_NOBITS = 0, 2, 3, 8
@@ -126,3 +128,22 @@ def for_capture(kallsyms: Path, a: Arch) -> Path:
     if not out.is_file() or out.stat().st_mtime < kallsyms.stat().st_mtime:
         paths.write_atomic(out, build(kallsyms, symcache.beside(kallsyms, "datasyms"), a))
     return out
+
+
+def developer_gdb(a: Arch, vmlinux: Path | None, symbols: Path | None, layout: Path | None, target: str,
+                  commands: list[str], batch: bool) -> list[str]:
+    """The developer's gdb on a guest or a core (target: `target remote SOCKET`
+    or `core-file VMCORE`): DWARF when there is a vmlinux, else this module's
+    symbol file, and kstall's gdb commands (kstall-bt) loaded."""
+    args = [gdb_binary(a.gdb), "-q", "-ex", f"set architecture {a.gdb_arch}"]
+    names = vmlinux or (for_capture(symbols, a) if symbols else None)
+    if names:
+        args += ["-ex", f"file {names}"]
+    args += ["-ex", target, "-ex", f"source {GDB_SCRIPT}"]
+    if symbols:
+        args += ["-ex", f"kstall-symbols {symbols}"]
+    if layout:
+        args += ["-ex", f"kstall-layout {layout}"]
+    for c in commands:
+        args += ["-ex", c]
+    return args + (["-batch"] if batch else [])

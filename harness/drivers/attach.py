@@ -19,28 +19,15 @@ import os
 from pathlib import Path
 
 from harness.base import arch as arches
-from harness.debug.gdb import gdb_binary
-from harness.debug.symfile import for_capture
-from harness.debug.vcpus import GDB_SCRIPT
+from harness.debug.symfile import developer_gdb
 from harness.guest import hold
 
 
 def gdb_command(doc: dict, commands: list[str], batch: bool) -> list[str]:
-    a = arches.get(doc["arch"])
-    args = [gdb_binary(a.gdb), "-q", "-ex", f"set architecture {a.gdb_arch}"]
-    if doc.get("vmlinux"):
-        args += ["-ex", f"file {doc['vmlinux']}"]
-    elif doc.get("symbols"):
-        args += ["-ex", f"file {for_capture(Path(doc['symbols']), a)}"]
-    args += ["-ex", f"source {GDB_SCRIPT}"]
-    if doc.get("symbols"):
-        args += ["-ex", f"kstall-symbols {doc['symbols']}"]
-    if doc.get("layout"):
-        args += ["-ex", f"kstall-layout {doc['layout']}"]
-    args += ["-ex", f"target remote {doc['gdb_socket']}"]
-    for c in commands:
-        args += ["-ex", c]
-    return args + (["-batch"] if batch else [])
+    def path(key: str) -> Path | None:
+        return Path(doc[key]) if doc.get(key) else None
+    return developer_gdb(arches.get(doc["arch"]), path("vmlinux"), path("symbols"), path("layout"),
+                         f"target remote {doc['gdb_socket']}", commands, batch)
 
 
 def attach(run_dir: Path, commands: list[str], batch: bool, echo) -> int:

@@ -26,9 +26,7 @@ from pathlib import Path
 
 from harness.base import arch as arches
 from harness.base.kernel_cache import KernelKey
-from harness.debug.gdb import gdb_binary
-from harness.debug.symfile import for_capture
-from harness.debug.vcpus import GDB_SCRIPT
+from harness.debug.symfile import developer_gdb
 from images.kernels import debuginfo
 
 TOOLS = ("gdb", "crash", "drgn")
@@ -102,18 +100,8 @@ def too_new(tool: str, upstream: str) -> str:
 
 
 def command(r: Run, tool: str, commands: list[str], script_dir: Path) -> list[str]:
-    a = r.arch
     if tool == "gdb":
-        args = [gdb_binary(a.gdb), "-q", "-ex", f"set architecture {a.gdb_arch}"]
-        symbols = r.vmlinux or (for_capture(r.symbols, a) if r.symbols else None)
-        if symbols:
-            args += ["-ex", f"file {symbols}"]
-        args += ["-ex", f"core-file {r.vmcore}", "-ex", f"source {GDB_SCRIPT}"]
-        if r.symbols:
-            args += ["-ex", f"kstall-symbols {r.symbols}"]
-        for c in commands:
-            args += ["-ex", c]
-        return args + (["-batch"] if commands else [])
+        return developer_gdb(r.arch, r.vmlinux, r.symbols, None, f"core-file {r.vmcore}", commands, bool(commands))
     if r.vmlinux is None:
         raise InspectError(f"{tool} needs the kernel's vmlinux with DWARF, which kstall does not have: fetch it "
                            f"with `kstall symbols {r.doc['kernel'].get('spec')} --debuginfo` (or give a file: "

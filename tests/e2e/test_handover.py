@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The hang handed over, on real kernels: a held guest that the developer's
+gdb attaches to (kstall attach), one debugger at a time, gone with a
+SIGKILLed kstall; and a vmcore of a real hang that drgn and gdb open with
+Debian's vmlinux and that kstall analyze reads again."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import KSTALL, kstall, kstall_processes, verify_json, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    yield
+    assert kstall_processes() == [], "a qemu or gdb outlived its run"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_held_guest_takes_one_debugger_and_goes_with_a_killed_kstall(tmp_path):
+    out, err = open(tmp_path / "out", "w"), open(tmp_path / "err", "w")
+    holder = subprocess.Popen([*KSTALL, "verify", "debian:6.16.12", "perf-refresh", "--hold", "60", "--json",
+                               "--results", str(tmp_path / "results")], stdout=out, stderr=err)
+    try:
+        held = wait_for(lambda: next((tmp_path / "results").glob("*/held.json"), None), 180, 0.1)
+        assert held, (tmp_path / "err").read_text()[-2000:]
+        run = held.parent
+        doc = json.loads(held.read_text())
+        assert json.loads((run / "run.json").read_text())["verdict"] == "VULNERABLE"
+        # the culprit's stack as kstall walks it, and a kernel variable read by name (no DWARF for 6.16.12)
+        p = kstall("attach", str(run), "--ex", "kstall-bt all", "--ex", "p (long)jiffies", "--batch", timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert "hrtimer_cancel" in p.stdout and "CPU 1" in p.stdout, p.stdout[-3000:]
+        jiffies = [line for line in p.stdout.splitlines() if line.startswith("$1 = ")]
+        assert jiffies and int(jiffies[0].split("=")[1]) > 0, p.stdout[-1000:]
+        # a second debugger while one is attached is refused, naming why
+        first = subprocess.Popen([*KSTALL, "attach", str(run), "--ex", "shell sleep 5", "--batch"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: "attaching" in (first.stderr.readline() if first.stderr else ""), 30, 0.05)
+            time.sleep(0.5)  # past kstall's lock, into gdb
+            second = kstall("attach", str(run), "--ex", "info threads", "--batch", timeout=60)
+            assert second.returncode == 1 and "another debugger is attached" in second.stderr, second.stderr
+        finally:
+            first.wait(60)
+        # kstall SIGKILLed while holding: its QEMU goes too (it dies with its parent)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+        assert wait_for(lambda: not alive(doc["qemu_pid"]), 10, 0.05), "QEMU outlived the kstall holding it"
+        p = kstall("attach", str(run), "--batch")
+        assert p.returncode == 1 and "not held" in p.stderr or "gone" in p.stderr, p.stderr
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(30)
+        out.close()
+        err.close()
+
+
+def test_a_vmcore_of_the_6_1_bpf_timer_hang_opens_in_drgn_and_gdb_and_reads_again(tmp_path):
+    got = kstall("symbols", "debian:6.1.170", "--debuginfo", timeout=1800)  # once per machine, then cached
+    assert got.returncode == 0, got.stderr[-2000:]
+    t0 = time.monotonic()
+    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "bpf-timer", "--vmcore", "--hold", "2")
+    assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
+    assert time.monotonic() - t0 < 170  # the hold ended by itself, and the guest with it
+    run = Path(doc["results_dir"])
+    core = doc["vm"]["vmcore"]
+    assert (run / "vmcore").is_file() and not (run / "held.json").exists(), core
+    assert core["vmcoreinfo"] == "kstall" and core["kernel_mappings"] > 0, core
+    assert core["disk_bytes"] <= (doc["vm"]["memory_mb"] << 20) // 4, core
+    pids = core["cpu_tasks"]
+    assert len(pids) == 2 and all(p > 0 for p in pids.values()), core
+    # drgn unwinds each CPU's running task from the core's register notes
+    code = ("from drgn.helpers.linux.pid import find_task",
+            f"for p in {sorted(pids.values())}: print('TASK', p, prog.stack_trace(find_task(prog, p)))")
+    p = kstall("inspect", str(run), "--with", "drgn", *[a for c in code for a in ("--ex", c)], timeout=300)
+    traces = p.stdout.split("TASK ")[1:]
+    assert len(traces) == 2 and all("hrtimer_cancel" in t for t in traces), p.stdout[-3000:] + p.stderr[-2000:]
+    # gdb on the same core, with Debian's DWARF: both CPUs as kstall walks them
+    p = kstall("inspect", str(run), "--with", "gdb", "--ex", "kstall-bt all", timeout=300)
+    cpus = p.stdout.split("CPU ")[1:]
+    assert len(cpus) == 2 and all("hrtimer_cancel" in c for c in cpus), p.stdout[-3000:] + p.stderr[-2000:]
+    # read again offline from the samples and the core: the recorded verdict
+    p = kstall("analyze", str(run), "--json")
+    (reading,) = json.loads(p.stdout)
+    assert p.returncode == 0 and reading["agrees"], p.stdout
+    assert {c["signature"] for c in reading["cpus_in_vmcore"].values()} == {"bpf_timer_cancel_each_other"}, p.stdout

@@ -1,0 +1,171 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The parts of the hang handed over that need no guest: the ELF symbol file
+gdb reads kernel names from, build IDs, the debug-info package streamed, a
+core made whole for debuggers (checked with the real gdb), the attach lock,
+and what inspect says of a debugger too old for a kernel."""
+from __future__ import annotations
+
+import io
+import lzma
+import struct
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from harness.base import arch
+from harness.debug import corekernel, coresample, symfile
+from harness.drivers import inspect
+from harness.guest import hold
+from images.kernels import buildid, debuginfo
+from images.kernels.kernel import SpecError
+
+X86 = arch.get("x86_64")
+TEXT = "ffffffff81000000 T _stext\nffffffff81000100 T hrtimer_cancel\nffffffff81000200 T _etext\n"
+DATA = "0000000000031ac0 A runqueues\nffffffff82000000 D jiffies\nffffffff82000008 D jiffies_64\n"
+
+
+def gdb(*commands: str) -> str:
+    args = ["gdb", "-nx", "-q", "-batch"] + [a for c in commands for a in ("-ex", c)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
+
+
+def test_the_symbol_file_names_functions_and_variables_for_gdb(tmp_path):
+    (tmp_path / "k.kallsyms").write_text(TEXT)
+    (tmp_path / "k.datasyms").write_text(DATA)
+    elf = tmp_path / "k.elf"
+    elf.write_bytes(symfile.build(tmp_path / "k.kallsyms", tmp_path / "k.datasyms", X86))
+    out = gdb(f"file {elf}", "info symbol 0xffffffff81000110", "p &jiffies", "p &runqueues")
+    assert "hrtimer_cancel + 16 in section .text" in out
+    assert "<data variable, no debug info> *) 0xffffffff82000000" in out  # data: `print (long)jiffies` reads it
+    assert "0x31ac0" in out  # a per-CPU variable: an offset, an absolute symbol
+
+
+def test_build_ids_from_an_elf_and_from_raw_bytes():
+    ids = buildid.in_bytes(b"junk" + struct.pack("<III", 4, 20, 3) + b"GNU\0" + bytes(range(20)) + b"tail")
+    assert ids == [bytes(range(20)).hex()]
+    readelf = subprocess.run(["readelf", "-n", "/usr/bin/true"], capture_output=True, text=True).stdout
+    assert buildid.of_elf(Path("/usr/bin/true")) in readelf
+
+
+def _deb(member: str, payload: bytes) -> bytes:
+    """A .deb (ar: debian-binary, control.tar.xz, data.tar.xz) holding one file."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as t:
+        info = tarfile.TarInfo(member)
+        info.size = len(payload)
+        t.addfile(info, io.BytesIO(payload))
+    parts = [("debian-binary", b"2.0\n"), ("control.tar.xz", lzma.compress(b"")),
+             ("data.tar.xz", lzma.compress(data.getvalue()))]
+    out = b"!<arch>\n"
+    for name, body in parts:
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{644:<8}{len(body):<10}`\n".encode() + body + b"\n" * (len(body) & 1)
+    return out
+
+
+def test_the_dbg_package_is_streamed_and_only_its_vmlinux_kept(tmp_path):
+    vmlinux = Path("/usr/bin/true").read_bytes()  # any ELF with a build ID stands for one
+    deb = _deb("./usr/lib/debug/boot/vmlinux-6.1.0-47-amd64", vmlinux)
+    s = debuginfo._Stream(io.BytesIO(deb), "test-dbg", len(deb), None)
+    with tarfile.open(fileobj=s, mode="r|") as tar:  # type: ignore[arg-type]
+        kept, name = debuginfo._keep_member(tar, tmp_path)
+    s.drain()
+    assert name.endswith("vmlinux-6.1.0-47-amd64") and kept.read_bytes() == vmlinux
+    assert s.read_bytes == len(deb)  # the whole package hashed
+    with pytest.raises(SpecError, match="is not this kernel's"):
+        debuginfo._publish(kept, ["00" * 20], "test-dbg")
+    with pytest.raises(SpecError, match="not a Debian package"):
+        debuginfo._Stream(io.BytesIO(b"<html>"), "x", 6, None)
+
+
+# a small x86-64 core as QEMU writes it, HEADROOM bytes into the file: two
+# vCPUs' register notes and 64 KiB of RAM holding the kernel's page tables
+# (root at 0x1000) and one page mapped at 0xffffffff81000000
+PAGE = 4096
+
+
+def _prstatus(rip: int, cpu: int = 0) -> bytes:
+    regs = dict.fromkeys(X86.table["prstatus_registers"], 0) | {"rip": rip, "rsp": 0xffffffff81000f00}
+    desc = bytearray(336)
+    struct.pack_into("<I", desc, corekernel.PR_PID_AT, cpu + 1)  # QEMU's label: the CPU's number plus one
+    struct.pack_into(f"<{len(regs)}Q", desc, coresample.PR_REG_AT, *regs.values())
+    return struct.pack("<III", 5, len(desc), 1) + b"CORE\0\0\0\0" + bytes(desc)
+
+
+def _core(path: Path) -> None:
+    ram = bytearray(16 * PAGE)
+    for level, (table, index, child) in enumerate([(0x1000, 511, 0x2000), (0x2000, 510, 0x3000),
+                                                   (0x3000, 8, 0x4000), (0x4000, 0, 0x5000)]):
+        struct.pack_into("<Q", ram, table + 8 * index, child | 1)
+    ram[0x5000:0x5008] = b"KSTALL!!"
+    notes = _prstatus(0xffffffff81000110, 0) + _prstatus(0xffffffff81000120, 1)
+    phoff, nphdr = 64, 2
+    notes_at = phoff + nphdr * 56
+    ram_at = notes_at + len(notes)
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 4, 62, 1, 0, phoff, 0, 0, 64, 56,
+                                                              nphdr, 64, 0, 0)
+    phdrs = struct.pack("<IIQQQQQQ", 4, 0, notes_at, 0, 0, len(notes), len(notes), 0) + \
+        struct.pack("<IIQQQQQQ", 1, 7, ram_at, 0, 0, len(ram), len(ram), 0)
+    with open(path, "wb") as f:
+        f.seek(corekernel.HEADROOM)
+        f.write(header + phdrs + notes + bytes(ram))
+
+
+def _vmcoreinfo_in_memory() -> bytes:
+    return corekernel.vmcoreinfo_note(b"OSRELEASE=6.1.0\nSYMBOL(init_top_pgt)=ffffffff80001000\n"
+                                      b"NUMBER(phys_base)=0\n") + bytes(64)
+
+
+def test_a_core_made_whole_reads_kernel_addresses_in_gdb_and_carries_vmcoreinfo(tmp_path):
+    core = tmp_path / "vmcore"
+    _core(core)
+    doc = corekernel.complete(core, X86, _vmcoreinfo_in_memory())
+    assert doc["vmcoreinfo"] == "kstall" and doc["kernel_mappings"] == 1 and "missing" not in doc
+    out = gdb(f"core-file {core}", "x/s 0xffffffff81000000", "info threads")
+    assert '"KSTALL!!"' in out and "LWP 2" in out, out
+    c = corekernel.Core(core)
+    assert b"VMCOREINFO" in c.notes() and c.segments[0].type == corekernel.PT_NOTE  # crash reads the first
+    c.close()
+    regs = [cpu["regs"]["rip"] for cpu in coresample.sample(core, X86, None, None)["cpus"]]
+    assert regs == ["0xffffffff81000110", "0xffffffff81000120"]
+
+
+def test_a_core_without_vmcoreinfo_still_opens_and_says_what_the_debuggers_miss(tmp_path):
+    core = tmp_path / "vmcore"
+    _core(core)
+    doc = corekernel.complete(core, X86, None)
+    assert doc["vmcoreinfo"] is None and "crash and drgn cannot find the kernel's layout" in doc["missing"]
+    assert "LWP 2" in gdb(f"core-file {core}", "info threads")  # every vCPU's registers, still
+
+
+def test_the_cpu_notes_bear_the_pid_each_cpu_runs():
+    notes = _prstatus(1, 0) + _prstatus(2, 1) + _prstatus(3, 2)
+    labelled = corekernel.label_cpus(notes, {0: 90, 1: 0, 2: 0})
+    pids = [struct.unpack_from("<I", labelled, k * len(_prstatus(1)) + 20 + corekernel.PR_PID_AT)[0]
+            for k in range(3)]
+    assert pids == [90, corekernel.IDLE_PID + 1, corekernel.IDLE_PID + 2]  # two idle CPUs stay two threads
+
+
+def test_one_debugger_at_a_time_and_a_gone_holder_is_said(tmp_path):
+    sock = tmp_path / "gdb.sock"
+    sock.touch()
+    doc = {"gdb_socket": str(sock)}
+    with hold.attach_lock(doc):
+        with pytest.raises(hold.NotHeld, match="another debugger is attached"):
+            with hold.attach_lock(doc):
+                pass
+    with hold.attach_lock(doc):  # released with its descriptor
+        pass
+    with pytest.raises(hold.NotHeld, match="not held"):
+        hold.read(tmp_path)
+    (tmp_path / hold.HELD).write_text('{"gdb_socket": "%s", "holder_pid": 999999999, "holder_start": "1"}' % sock)
+    with pytest.raises(hold.NotHeld, match="gone"):
+        hold.read(tmp_path)
+
+
+def test_inspect_names_a_debugger_too_old_for_the_kernel(monkeypatch):
+    monkeypatch.setattr(inspect, "_version_of", lambda tool: "8.0.2")
+    assert "crash 8.0.2 reads kernels up to 6.1" in inspect.too_new("crash", "6.12.107")
+    assert inspect.too_new("crash", "6.1.170") == ""
+    assert inspect.too_new("drgn", "6.12.107") == ""  # nothing measured against it
