@@ -5,8 +5,9 @@ anew and compared, CPU by CPU, with what the run recorded. Nothing boots, so
 old runs stay comparable as signatures improve, and a matrix can be judged
 again from its run directories.
 
-What it reads again: each CPU's signature and role, and the CPU states of
-the CPUs no signature names (cpu_state.py). When the run kept a vmcore
+What it reads again: each CPU's signature and role, the CPU states of the
+CPUs no signature names (cpu_state.py), and the titles of the kernel's
+reports in the run's console.log (console-patterns.toml). When the run kept a vmcore
 (verify --vmcore), every CPU is also read from it, as a sample of its own
 (harness/debug/coresample.py): the stacks and the waits the kernel records,
 at the moment the core was taken. What it does not read: the console,
@@ -18,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import classify, cpu_state
+from harness.analysis import classify, console, cpu_state
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import Kallsyms
 from harness.base import arch as arches
@@ -41,6 +42,7 @@ class Reading:
     title_now: str
     differences: list[str] = field(default_factory=list)
     core: dict = field(default_factory=dict)  # CPU number -> its class read from the vmcore
+    titles: list[str] | None = None  # the console's report titles read today (None: no console kept)
 
     @property
     def agrees(self) -> bool:
@@ -49,13 +51,14 @@ class Reading:
     def to_json(self) -> dict:
         return {"run": str(self.run), "agrees": self.agrees, "signature_recorded": self.culprit_before,
                 "signature_now": self.culprit_now, "title_now": self.title_now, "differences": self.differences,
-                "cpus_now": self.now, "cpus_in_vmcore": self.core or None}
+                "cpus_now": self.now, "cpus_in_vmcore": self.core or None, "console_titles_now": self.titles}
 
     def text(self) -> str:
         head = (f"{self.run.name}: the same reading as recorded ({self.culprit_now or 'no culprit signature'})"
                 if self.agrees else f"{self.run.name}: read differently today")
         core = [f"  vmcore: CPU{n} {c['class']}" for n, c in sorted(self.core.items())]
-        return "\n".join([head, *(f"  {d}" for d in self.differences), *core])
+        titles = [f"  console: {t}" for t in self.titles or []]
+        return "\n".join([head, *(f"  {d}" for d in self.differences), *core, *titles])
 
 
 def _signatures(doc: dict) -> list[classify.Signature]:
@@ -75,8 +78,8 @@ def read(run: Path) -> Reading:
     except (OSError, ValueError) as e:
         raise AnalyzeError(f"{run}: no readable run.json ({e})") from None
     samples = [json.loads(p.read_text()) for p in sorted(run.glob("sample-*.json"))]
-    if not samples:
-        raise AnalyzeError(f"{run}: no vCPU samples kept (a run without a kernel hang has nothing to read again)")
+    if not samples and not (run / "console.log").is_file():
+        raise AnalyzeError(f"{run}: no vCPU samples and no console kept: nothing to read again")
     classes = classify.classify_samples(samples, _signatures(doc))
     hang = cpu_state.analyze(samples, classes)
     cpu_state.note_waits(classes, hang)  # as a live run does: a CPU no signature names, by its state
@@ -86,7 +89,7 @@ def read(run: Path) -> Reading:
     culprit_now = culprits[0].signature.name if culprits else ""
     out = Reading(run, recorded, now, doc.get("signature") or "", culprit_now,
                   culprits[0].title if culprits else hang.title)
-    if out.culprit_before != culprit_now:
+    if samples and out.culprit_before != culprit_now:  # (without samples the culprit was read another way)
         out.differences.append(f"culprit signature: recorded {out.culprit_before or 'none'}, "
                                f"today {culprit_now or 'none'}")
     for n in sorted(set(recorded) | set(now)):
@@ -96,7 +99,27 @@ def read(run: Path) -> Reading:
                                    f"today {is_.get('signature')} ({is_.get('role')})")
     if (run / "vmcore").is_file():
         _read_core(run, doc, out)
+    if (run / "console.log").is_file():
+        _read_console(run, doc, out)
     return out
+
+
+def _read_console(run: Path, doc: dict, out: Reading) -> None:
+    """The kernel's reports in the console titled with today's patterns. A
+    report the run recorded is found again by its first line: a title that
+    changed, or a report no pattern matches any more, is a difference. The
+    log may go on past the verdict (a held guest, a core being written), so
+    a report the run never saw is listed, not counted."""
+    reports = console.scan((run / "console.log").read_text(errors="replace"))
+    today = {r.line: r.title for r in reports}
+    recorded = [r for r in (doc.get("evidence") or {}).get("console_reports") or [] if r.get("title")]
+    out.titles = [t["title"] for t in console.titles([{"kind": r.kind, "title": r.title} for r in reports])]
+    for r in recorded:
+        first = (r.get("excerpt") or [""])[0]
+        if first in today and today[first] != r["title"]:
+            out.differences.append(f"console: recorded {r['title']!r}, today {today[first]!r}")
+        elif first not in today:
+            out.differences.append(f"console: {r['title']!r} is no report by today's patterns")
 
 
 def _read_core(run: Path, doc: dict, out: Reading) -> None:

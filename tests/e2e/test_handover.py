@@ -50,7 +50,7 @@ def test_a_held_guest_takes_one_debugger_and_goes_with_a_killed_kstall(tmp_path)
         jiffies = [line for line in p.stdout.splitlines() if line.startswith("$1 = ")]
         assert jiffies and int(jiffies[0].split("=")[1]) > 0, p.stdout[-1000:]
         # a second debugger while one is attached is refused, naming why
-        first = subprocess.Popen([*KSTALL, "attach", str(run), "--ex", "shell sleep 5", "--batch"],
+        first = subprocess.Popen([*KSTALL, "attach", str(run), "--ex", "shell sleep 2", "--batch"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             assert wait_for(lambda: "attaching" in (first.stderr.readline() if first.stderr else ""), 30, 0.05)
@@ -77,7 +77,7 @@ def test_a_vmcore_of_the_6_1_bpf_timer_hang_opens_in_drgn_and_gdb_and_reads_agai
     got = kstall("symbols", "debian:6.1.170", "--debuginfo", timeout=1800)  # once per machine, then cached
     assert got.returncode == 0, got.stderr[-2000:]
     t0 = time.monotonic()
-    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "bpf-timer", "--vmcore", "--hold", "2")
+    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "bpf-timer", "--vmcore", "--hold", "1")
     assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
     assert time.monotonic() - t0 < 170  # the hold ended by itself, and the guest with it
     run = Path(doc["results_dir"])

@@ -2,6 +2,7 @@
 """`kstall analyze`: recorded real hangs read again offline with today's
 signatures give their recorded reading, and a signature changed on purpose
 shows as a difference."""
+import json
 import subprocess
 import sys
 import time
@@ -45,3 +46,24 @@ def test_the_command_is_quick_and_says_so_by_its_exit_status(tmp_path):
     bad = subprocess.run([sys.executable, "harness/kstall", "analyze", str(tmp_path)], capture_output=True, text=True,
                          cwd=FIXTURES.parents[1], timeout=60)
     assert bad.returncode == 2 and "no readable run.json" in bad.stderr
+
+
+def _console_run(tmp_path, log: str, recorded_title: str):
+    from harness.analysis import console
+    text = (FIXTURES / "consoles" / log).read_text(errors="replace")
+    first = console.scan(text)[0]
+    report = first.to_json() | {"title": recorded_title}
+    (tmp_path / "console.log").write_text(text)
+    (tmp_path / "run.json").write_text(json.dumps({"reproducer": {"name": "console-trigger"}, "cpus": [],
+                                                   "evidence": {"console_reports": [report]}}))
+    return first.title
+
+
+def test_the_console_is_titled_again_and_a_changed_title_is_a_difference(tmp_path):
+    title = _console_run(tmp_path, "6.16.12-hung-task.log", "")  # (today's title, to record it as it was)
+    _console_run(tmp_path, "6.16.12-hung-task.log", title)
+    r = analyze.read(tmp_path)
+    assert r.agrees and title in r.titles, r.text()
+    _console_run(tmp_path, "6.16.12-hung-task.log", "INFO: task hung in something_else")
+    r = analyze.read(tmp_path)
+    assert r.differences == [f"console: recorded 'INFO: task hung in something_else', today {title!r}"]
