@@ -10,6 +10,8 @@ says where a kernel's artefact lives and what its key is:
     pvh/<arch>-<sha>.elf|.none                    the PVH boot file (images/guest/pvh.py)
     snapshots/<hash of key, machine, QEMU>.*      its guests saved at the gate (harness/guest/snapshot.py)
     kvm-probe.json, under <arch>-<sha>            whether KVM ran it (harness/guest/accel.py)
+    debuginfo/<build-id>.vmlinux                  its vmlinux with DWARF (images/kernels/debuginfo.py)
+    debuginfo/<arch>-<sha>.build-id               the build IDs its image holds
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from harness.base import paths
 
-SYMBOLS, PVH, SNAPSHOTS = "symbols", "pvh", "snapshots"
+SYMBOLS, PVH, SNAPSHOTS, DEBUGINFO = "symbols", "pvh", "snapshots", "debuginfo"
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ from images.kernels.download import why_failed
 from images.kernels.kernel import Kernel, Progress, SpecError
 from images.kernels.packages import tar_command
 
-DEBUGINFO = "debuginfo"
 # where distributions put the kernel's vmlinux with DWARF (Debian: boot/;
 # Fedora and SUSE: lib/modules/<release>/)
 _MEMBER = re.compile(r"(?:\./)?usr/lib/debug/(?:boot/vmlinux-[^/]+|lib/modules/[^/]+/vmlinux)")
@@ -52,12 +51,12 @@ class Fetched:
 
 
 def cache_path(build_id: str) -> Path:
-    return kernel_cache.directory(DEBUGINFO) / f"{build_id}.vmlinux"
+    return kernel_cache.directory(kernel_cache.DEBUGINFO) / f"{build_id}.vmlinux"
 
 
 def booted_build_ids(key: KernelKey, vmlinuz: Path) -> list[str]:
     """The build IDs in the kernel's image, kept beside the cache (reading them unpacks a bzImage)."""
-    memo = kernel_cache.path(DEBUGINFO, key, "build-id")
+    memo = kernel_cache.path(kernel_cache.DEBUGINFO, key, "build-id")
     if memo.is_file():
         return memo.read_text().split()
     if not vmlinuz.is_file():
@@ -200,7 +199,7 @@ def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
         raise SpecError(f"Debian's archive has {package} only at another version than {version} "
                         f"({url.rsplit('/')[-1]})")
     booted = booted_build_ids(kernel.key, kernel.vmlinuz)
-    dest_dir = kernel_cache.directory(DEBUGINFO)
+    dest_dir = kernel_cache.directory(kernel_cache.DEBUGINFO)
     dest_dir.mkdir(parents=True, exist_ok=True)
     if progress:
         progress(f"{package}: streaming {size / 1e6:.0f} MB from {url.split('/')[2]}, keeping only its vmlinux")
@@ -236,7 +235,7 @@ def from_file(kernel: Kernel, given: Path, progress: Progress | None = None) -> 
     if not given.is_file():
         raise SpecError(f"{given}: no such file")
     booted = booted_build_ids(kernel.key, kernel.vmlinuz)
-    dest_dir = kernel_cache.directory(DEBUGINFO)
+    dest_dir = kernel_cache.directory(kernel_cache.DEBUGINFO)
     dest_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     if given.name.endswith((".deb", ".rpm")):
