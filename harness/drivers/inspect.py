@@ -122,14 +122,12 @@ def command(r: Run, tool: str, commands: list[str], script_dir: Path) -> list[st
 
 
 def what_kstall_knows(r: Run) -> str:
-    """The stacks, CPU states and waits kstall recorded: there with no DWARF at all."""
+    """The stacks, CPU states and waits kstall recorded (backtraces.txt: each
+    CPU's class or state, whom it waits for, its stack): there with no DWARF at all."""
     out = [f"{r.path.name}: {r.doc.get('line', '')}"]
     bt = r.path / "backtraces.txt"
     if bt.is_file():
         out.append(bt.read_text().rstrip())
-    hang = r.doc.get("hang") or {}
-    for w in hang.get("waits", []) if isinstance(hang.get("waits"), list) else []:
-        out.append(f"  {w}")
     return "\n".join(out)
 
 
