@@ -5,8 +5,7 @@ QEMU's core (dump-guest-memory without paging) maps guest *physical*
 memory, and has a VMCOREINFO note only when the guest's fw_cfg driver handed
 its own to QEMU's vmcoreinfo device. crash and drgn then lack the kernel's
 layout, and gdb, which reads a core by virtual address, reads no kernel
-address at all. kstall adds both at the end of the file, leaving QEMU's
-bytes as they are:
+address at all. kstall adds what they need, leaving QEMU's bytes as they are:
 
   - the VMCOREINFO note the kernel keeps for kdump (its `vmcoreinfo_note`,
     read from the live guest before the dump), after QEMU's own notes;
@@ -18,7 +17,7 @@ bytes as they are:
     CPU runs, where QEMU writes the CPU's number plus one: kdump writes the
     pid, and drgn and crash unwind a running task from the note that bears
     its pid (read through kernel_waits' `running` layout, the same reads
-    a live guest answers);
+    a live guest answers).
 
 QEMU's stream is written HEADROOM bytes into the file (harness/debug/vmcore.py;
 the gap is a hole, no disk), and the new ELF header, program headers and

@@ -169,3 +169,52 @@ def test_inspect_names_a_debugger_too_old_for_the_kernel(monkeypatch):
     assert "crash 8.0.2 reads kernels up to 6.1" in inspect.too_new("crash", "6.12.107")
     assert inspect.too_new("crash", "6.1.170") == ""
     assert inspect.too_new("drgn", "6.12.107") == ""  # nothing measured against it
+
+
+ARM = arch.get("aarch64")
+
+
+def test_arm64_page_tables_of_the_width_the_kernel_runs_are_walked():
+    """Debian's arm64 6.16 runs 52-bit addresses under QEMU's -cpu max: five
+    levels, the first of 16 entries; a 2 MiB block at level 3 of 5."""
+    ram = bytearray(16 * PAGE)
+    base = 0x40000000  # arm64 virt's RAM
+    # root (16 entries) -> entry 15 -> L0 index 0 -> L1 index 2 -> L2 block at index 1
+    for table, index, child in [(0x1000, 15, 0x2000), (0x2000, 0, 0x3000), (0x3000, 2, 0x4000)]:
+        struct.pack_into("<Q", ram, table + 8 * index, (base + child) | 0b11)
+    struct.pack_into("<Q", ram, 0x4000 + 8 * 1, (base + 0x200000) | 0b01)  # bit 1 clear: a block
+
+    class Ram:
+        def read_phys(self, paddr: int, n: int) -> bytes | None:
+            at = paddr - base
+            return bytes(ram[at:at + n]) if 0 <= at and at + n <= len(ram) else None
+    voffset = 0xffff80003fe00000  # the kernel image's virtual minus physical address
+    info = {"SYMBOL(swapper_pg_dir)": f"{base + 0x1000 + voffset:x}", "NUMBER(kimage_voffset)": hex(voffset),
+            "NUMBER(TCR_EL1_T1SZ)": "12"}
+    maps = corekernel.kernel_mappings(Ram(), ARM, info)  # type: ignore[arg-type]
+    assert maps == [(0xffff000000000000 | (2 << 30) | (1 << 21), base + 0x200000, 1 << 21)]
+    assert corekernel.va_bits_of(ARM.table["pagetable"], {}) == 48  # a kernel that says nothing: 48 bits
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="mounting a small tmpfs takes root")
+def test_a_full_disk_loses_the_core_and_still_lets_qemu_finish(tmp_path):
+    import os
+    import threading
+    from harness.debug import vmcore
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "kstall-test", str(small)], check=True)
+    try:
+        r, w = os.pipe()
+        copy = vmcore._SparseCopy(r, small / "vmcore", 0)
+        copy.start()
+        wrote = []  # QEMU's side: it must not block on a pipe nobody drains
+        writer = threading.Thread(target=lambda: wrote.append(os.write(w, b"\x01" * (4 << 20))))
+        writer.start()
+        writer.join(30)
+        os.close(w)
+        copy.join(30)
+        assert wrote == [4 << 20] and not copy.is_alive()
+        assert "No space left" in copy.error
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
