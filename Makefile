@@ -31,7 +31,7 @@ REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer sign
 BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
 	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man
 
 all: guest
 
@@ -41,6 +41,7 @@ help:
 	@echo "make unit    unit tests only (no guest boots)"
 	@echo "make guest   build the static guest binaries into $(GUEST)/ (GUEST_ARCH=aarch64: arm64's)"
 	@echo "make bench   print speed figures (medians over several runs)"
+	@echo "make man     kstall(1) into $(BUILD)/man/, from the argparse definitions --help prints"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
@@ -131,6 +132,7 @@ bench: deps
 	$(PYTHON) tests/bench/arm64_speed.py
 	$(PYTHON) tests/bench/boot_profile.py
 	$(PYTHON) tests/bench/user_reproducers.py
+	$(PYTHON) tests/bench/handover_speed.py
 	@if [ -d "$(SYZ_REPORTS)" ]; then $(PYTHON) tests/bench/syzkaller_reports.py $(SYZ_REPORTS) --misses 0; \
 	else echo "kstall: bench: no syzkaller report corpus at $(SYZ_REPORTS) (set SYZ_REPORTS=DIR)"; fi
 
@@ -144,6 +146,12 @@ check-bisect: deps
 check-selftest: deps
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_selftest.py
+
+# the man page and --help come from one parser (harness/cli.py build_parser)
+man: deps
+	@mkdir -p $(BUILD)/man
+	PYTHONPATH=$(CURDIR) argparse-manpage --module harness.cli --function build_parser --project-name kstall \
+		--url https://kstall.invalid --output $(BUILD)/man/kstall.1
 
 clean:
 	rm -rf $(BUILD)

@@ -707,13 +707,33 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return inspect.inspect(a.run, a.tool, a.ex, a.print_only, echo_stderr)
 
 
+def _doctor_parser(sub) -> None:
+    d = sub.add_parser("doctor", help="what this host can do for kstall, and the fix for what it lacks",
+                       description="Checks QEMU and a debugger per guest architecture, KVM (and what kstall "
+                       "recorded of it this host boot), the guest programs, libguestfs, crash and drgn, the "
+                       "cache and its free disk, Debian's suites and the user. Exit status 1 when something a "
+                       "verify needs is missing (each such line says its fix).")
+    d.add_argument("--offline", action="store_true", help="do not ask Debian's mirror")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from harness.drivers import doctor
+    text, code = doctor.report(doctor.examine(a.offline), a.json)
+    print(text)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from harness.base.version import version
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
+    p.add_argument("--version", action="version", version=f"kstall {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
                 _threads_parser, _calibrate_parser, _analyze_parser, _attach_parser,
-                _inspect_parser):
+                _inspect_parser, _doctor_parser):
         add(sub)
     return p
 
@@ -764,8 +784,13 @@ def sweep_leftovers(a: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["__complete"]:  # the shell's completion (harness/completion/kstall), not a command
+        from harness.drivers import complete
+        print("\n".join(complete.candidates(args[1] if len(args) > 1 else "", build_parser())))
+        return 0
     procs.raise_on_termination()
-    a = parse_args(list(sys.argv[1:] if argv is None else argv))
+    a = parse_args(args)
     # an error kstall did not foresee is never a verdict: ERROR (4), and for
     # git bisect run, whose 1-127 mean "bad", an abort (128)
     failed = EXIT_ERROR

@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: GPL-2.0
+"""kstall as an installed tool: its version and its doctor."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from harness.base import arch
+from harness.base.paths import REPO
+from harness.drivers import doctor
+
+
+def test_the_version_is_the_trees():
+    p = subprocess.run([sys.executable, str(REPO / "harness" / "kstall"), "--version"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and re.fullmatch(r"kstall 0\.\d+\+g[0-9a-f]{12}(\.dirty)?\n", p.stdout), p.stdout
+
+
+def test_the_doctor_names_what_a_verify_lacks_and_its_fix(monkeypatch):
+    findings = doctor.examine(offline=True)
+    text, code = doctor.report(findings, as_json=False)
+    assert code == 0, text  # this host runs kstall
+    assert {f"QEMU for {n}" for n in arch.names()} <= {f.what for f in findings}
+    monkeypatch.setenv("KSTALL_QEMU", "/nonexistent/qemu")  # the host's QEMU gone
+    text, code = doctor.report(doctor.examine(offline=True), as_json=False)
+    host = arch.host()
+    assert code == 1 and f"FAIL  QEMU for {host.name}" in text and f"fix: apt install {host.qemu_package}" in text
+
+
+def test_the_man_page_has_every_command_help_has(tmp_path):
+    from harness.cli import build_parser
+    from harness.drivers.complete import _subcommands
+    out = tmp_path / "kstall.1"
+    p = subprocess.run(["argparse-manpage", "--module", "harness.cli", "--function", "build_parser",
+                        "--project-name", "kstall", "--url", "https://kstall.invalid", "--output", str(out)],
+                       capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin"})
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    assert all(f"kstall {name}" in page for name in _subcommands(build_parser())), page[:2000]
+
+
+def test_the_shell_completes_commands_options_and_debian_versions():
+    script = (f"source {REPO / 'harness' / 'completion' / 'kstall'}\n"
+              'try() { COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}; read -ra COMP_WORDS <<< "$1"; _kstall;'
+              ' echo "${COMPREPLY[*]}"; }\n'
+              f"try '{REPO / 'harness' / 'kstall'} ver'\n"
+              f"try '{REPO / 'harness' / 'kstall'} verify --vmc'\n"
+              f"try '{REPO / 'harness' / 'kstall'} verify debian:6.16.12 perf-re'\n")
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.stdout.splitlines() == ["verify", "--vmcore", "perf-refresh"], p.stdout + p.stderr
+    from harness.base import paths
+    from harness.drivers import complete
+    from harness.cli import build_parser
+    specs = complete.candidates("kstall verify debian:6.16.", build_parser())
+    assert all(s.startswith("debian:6.16.") for s in specs)  # from the index kstall keeps, when it has one
+    if (paths.cache_dir() / "apt" / "kernels.json").is_file():
+        p = subprocess.run(["bash", "-c", script.split("try '")[0] + f"try '{REPO / 'harness' / 'kstall'} verify "
+                            "debian:6.16.'\n"], capture_output=True, text=True, timeout=60)
+        assert "6.16.12" in p.stdout.split(), p.stdout  # bash completes after the colon it splits at
