@@ -31,7 +31,7 @@ REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer sign
 BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
 	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb
 
 all: guest
 
@@ -42,6 +42,7 @@ help:
 	@echo "make guest   build the static guest binaries into $(GUEST)/ (GUEST_ARCH=aarch64: arm64's)"
 	@echo "make bench   print speed figures (medians over several runs)"
 	@echo "make man     kstall(1) into $(BUILD)/man/, from the argparse definitions --help prints"
+	@echo "make deb     kstall_<version>_<arch>.deb into $(BUILD)/deb/ (ci/build_deb.py)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
@@ -152,6 +153,10 @@ man: deps
 	@mkdir -p $(BUILD)/man
 	PYTHONPATH=$(CURDIR) argparse-manpage --module harness.cli --function build_parser --project-name kstall \
 		--url https://kstall.invalid --output $(BUILD)/man/kstall.1
+
+deb: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) ci/build_deb.py
 
 clean:
 	rm -rf $(BUILD)

@@ -1,5 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Where kstall keeps things: the repository, the cache, results, guest binaries."""
+"""Where kstall keeps things: the repository, the cache, results, guest binaries.
+
+REPO is the tree kstall runs from: a checkout, or the installed tree
+(/usr/lib/kstall, which the package marks with INSTALLED). An installed tree
+is read only: its guest binaries come built, and results go to the user's
+state directory ($XDG_STATE_HOME/kstall/results, ~/.local/state/kstall/results),
+never into /usr and never, unasked, into whatever directory the user stands in.
+"""
 from __future__ import annotations
 
 import os
@@ -7,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+INSTALLED = (REPO / "INSTALLED").is_file()  # written by `make deb` into the package's tree
 
 
 def cache_dir() -> Path:
@@ -18,9 +26,15 @@ def cache_dir() -> Path:
 
 
 def results_dir() -> Path:
-    """One directory per run below this: results/ unless KSTALL_RESULTS."""
+    """One directory per run below this: KSTALL_RESULTS, else a checkout's
+    results/, else (installed) the user's state directory."""
     env = os.environ.get("KSTALL_RESULTS")
-    return Path(env) if env else REPO / "results"
+    if env:
+        return Path(env)
+    if not INSTALLED:
+        return REPO / "results"
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "kstall" / "results"
 
 
 def guest_dir(arch: str) -> Path:

@@ -63,7 +63,9 @@ def ensure_guest(echo: Echo, arch: str = arches.DEFAULT) -> Path:
     not), once: a fresh clone's matrix starts its cells side by side, and
     two makes writing one binary broke both."""
     guest = paths.guest_dir(arch)
-    if os.environ.get("KSTALL_GUEST_DIR"):  # a guest the caller assembled: used as it is
+    if os.environ.get("KSTALL_GUEST_DIR") or paths.INSTALLED:  # assembled by the caller, or shipped built
+        if paths.INSTALLED and not (guest / "init").is_file():
+            raise SpecError(f"no {arch} guest programs in {guest}: this kstall package was built without them")
         return guest
     make = ["make", "-C", str(paths.REPO), "guest", f"GUEST_ARCH={arch}", *sysroot.make_args(arch, echo)]
 
