@@ -31,7 +31,7 @@ REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer sign
 BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
 	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb check-install
 
 all: guest
 
@@ -43,6 +43,7 @@ help:
 	@echo "make bench   print speed figures (medians over several runs)"
 	@echo "make man     kstall(1) into $(BUILD)/man/, from the argparse definitions --help prints"
 	@echo "make deb     kstall_<version>_<arch>.deb into $(BUILD)/deb/ (ci/build_deb.py)"
+	@echo "make check-install  the package installed in a clean bookworm root, run as a user (minutes; root)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
@@ -157,6 +158,11 @@ man: deps
 deb: deps
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) ci/build_deb.py
+
+# Not part of `make test`: a clean root and its packages take minutes
+check-install: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/check_install.py
 
 clean:
 	rm -rf $(BUILD)

@@ -81,7 +81,8 @@ def stage(root: Path, ver: str) -> None:
     doc.mkdir(parents=True)
     (doc / "copyright").write_text(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nUpstream-Name: kstall\n\n"
-        "Files: *\nCopyright: 2025-2026 the kstall authors\nLicense: GPL-2\n On Debian systems the full text of the GNU "
+        "Files: *\nCopyright: 2025-2026 the kstall authors\nLicense: GPL-2\n"
+        " On Debian systems the full text of the GNU "
         "General Public License version 2 is in /usr/share/common-licenses/GPL-2.\n")
     stamp = time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime())
     (doc / "changelog").write_text(f"kstall ({ver}) unstable; urgency=medium\n\n  * Built from the tree by "

@@ -12,6 +12,7 @@ from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict, VerdictKind
+from harness.base import paths
 
 
 def decide(f: Findings) -> Verdict:
@@ -80,7 +81,7 @@ def unmet_requirements(f: Findings) -> list[str]:
                    f"{f.pmiss_target:g} (the run ended before it got there: --duration?)")
     elif reached is None and f.pmiss_given:
         spec = repro.source or repro.program or repro.name  # what calibrate takes: a user's file by its path
-        out.append(f"P(miss) unknown: calibrate first (harness/kstall calibrate KERNEL {spec} --write, on a "
+        out.append(f"P(miss) unknown: calibrate first ({paths.COMMAND} calibrate KERNEL {spec} --write, on a "
                    f"kernel known to be affected), so that --pmiss {f.pmiss_target:g} can be checked")
     return out
 

@@ -186,7 +186,7 @@ def p_miss(cal: Calibration | None, count: int, count_name: str, unknown: str = 
     passes; unknown: why no calibration gives its rate (holding())."""
     if cal is None or not cal.hangs:
         return {"p_miss": None, "p_miss_log10": None, "text": f"P(miss) unknown ({unknown})",
-                "method": f"{unknown}: `harness/kstall calibrate` on an affected kernel, with this run's "
+                "method": f"{unknown}: `{paths.COMMAND} calibrate` on an affected kernel, with this run's "
                           "arguments, vCPUs, accelerator and architecture, measures its hang rate"}
     lam, k, n = cal.rate_lower_bound()
     log10 = -lam * count / math.log(10)

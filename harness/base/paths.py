@@ -15,6 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALLED = (REPO / "INSTALLED").is_file()  # written by `make deb` into the package's tree
+COMMAND = "kstall" if INSTALLED else "harness/kstall"  # how messages tell the user to run kstall
 
 
 def cache_dir() -> Path:

@@ -71,7 +71,10 @@ def build_c(source: Path, arch: str = arches.DEFAULT) -> Path:
             p = subprocess.run([cc, *flags, *(f"-I{d}" for d in include), "-o", str(out), str(source)],
                                capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         except FileNotFoundError:
-            raise BuildError(f"{cc} not found: run `make deps`") from None
+            a = arches.get(arch)
+            package = "gcc" if cc == "gcc" else a.table.get("cross_package", cc)
+            raise BuildError(f"{cc} not found: " + (f"apt install {package}" if paths.INSTALLED else
+                                                     "run `make deps`")) from None
         except subprocess.TimeoutExpired:
             raise BuildError(f"building {source} took longer than {BUILD_TIMEOUT}s") from None
         if p.returncode != 0:

@@ -296,7 +296,7 @@ def find(kernels: list[DebKernel], text: str) -> DebKernel:
         newest = kernels[-1].upstream if kernels else "none"
         raise SpecError(f"no Debian kernel {text} ({flavour}) in the suites of images/debian-suites.list; "
                         f"nearest: {', '.join(near) or 'none'}; newest: {newest}. "
-                        "List them all with `harness/kstall kernels --available`.")
+                        f"List them all with `{paths.COMMAND} kernels --available`.")
     # the same upstream in several suites (+deb12, +deb13): the newest packaging
     return max(hits, key=lambda k: (version_key(k.abi), version_key(k.version)))
 
