@@ -21,7 +21,7 @@ from harness.drivers.attempt import repro_arguments
 from harness.drivers.options import Options
 from images.guest import programs
 
-PROGRAMS = paths.REPO / "tests" / "programs"
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"  # this checkout's, whichever tree is tested
 
 
 def test_a_c_file_is_a_generic_reproducer_named_after_it():
