@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from harness.base import arch
 from harness.base.paths import REPO
@@ -12,8 +13,9 @@ from harness.drivers import doctor
 
 
 def test_the_version_is_the_trees():
-    p = subprocess.run([sys.executable, str(REPO / "harness" / "kstall"), "--version"], capture_output=True,
-                       text=True, timeout=60)
+    from harness import cli
+    launcher = Path(cli.__file__).with_name("kstall")  # the tree under test's (KSTALL_TREE: an installed one)
+    p = subprocess.run([sys.executable, str(launcher), "--version"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and re.fullmatch(r"kstall 0\.\d+\+g[0-9a-f]{12}(\.dirty)?\n", p.stdout), p.stdout
 
 
