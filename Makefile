@@ -31,7 +31,7 @@ REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer sign
 BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
 	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb check-install
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb check-install check-autopkgtest
 
 all: guest
 
@@ -44,6 +44,7 @@ help:
 	@echo "make man     kstall(1) into $(BUILD)/man/, from the argparse definitions --help prints"
 	@echo "make deb     kstall_<version>_<arch>.deb into $(BUILD)/deb/ (ci/build_deb.py)"
 	@echo "make check-install  the package installed in a clean bookworm root, run as a user (minutes; root)"
+	@echo "make check-autopkgtest  the package's own autopkgtest (null virt server: on this host; about a minute)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
@@ -163,6 +164,10 @@ deb: deps
 check-install: deps
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_install.py
+
+check-autopkgtest: deps
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/check_autopkgtest.py
 
 clean:
 	rm -rf $(BUILD)
