@@ -77,7 +77,7 @@ def main() -> int:
              in_root(f"apt-get purge -y -q kstall >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive "
                      f"apt-get install -y -q --no-install-recommends /tmp/{deb.name}"))
         step("an ordinary user, its cache and results cold", in_root(
-            f"id {USER} >/dev/null 2>&1 || useradd -m -s /bin/bash {USER}; "
+            f"id {USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {USER}; "
             f"rm -rf /home/{USER}/.cache /home/{USER}/.local"))
         (ROOT / "tmp" / "my.c").write_text(MY_C)
         stamp = ROOT / "tmp" / "installed.stamp"

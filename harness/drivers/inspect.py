@@ -107,13 +107,13 @@ def command(r: Run, tool: str, commands: list[str], script_dir: Path) -> list[st
                            f"with `kstall symbols {r.doc['kernel'].get('spec')} --debuginfo` (or give a file: "
                            "--debuginfo FILE); gdb opens the core without it (--with gdb)")
     if tool == "crash":
-        args = ["crash", "-s", str(r.vmlinux), str(r.vmcore)]
+        args = ["crash", str(r.vmlinux), str(r.vmcore)]
         if commands:
             script = script_dir / "crash.input"
             script.write_text("".join(f"{c}\n" for c in commands) + "quit\n")
             args += ["-i", str(script)]
         return args
-    args = ["drgn", "-c", str(r.vmcore), "-s", str(r.vmlinux)]
+    args = ["drgn", "--core", str(r.vmcore), "--symbols", str(r.vmlinux)]
     if commands:
         script = script_dir / "drgn_commands.py"
         script.write_text("".join(f"{c}\n" for c in commands))
