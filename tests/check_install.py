@@ -45,7 +45,7 @@ def step(what: str, cmd: list[str], ok=(0,), timeout: float = 1800, **kw) -> sub
     return p
 
 
-def in_root(script: str, user: str | None = None, **kw) -> list[str]:
+def in_root(script: str, user: str | None = None) -> list[str]:
     inner = ["su", "-", user, "-c", script] if user else ["bash", "-c", script]
     return ["chroot", str(ROOT), *inner]
 

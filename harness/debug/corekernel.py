@@ -154,18 +154,25 @@ NT_PRSTATUS, PR_PID_AT = 1, 32  # elf_prstatus: pr_info, pr_cursig, pr_sigpend, 
 IDLE_PID = 0x40000000
 
 
-def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
-    """notes with the k-th NT_PRSTATUS (QEMU writes one per vCPU, in order) bearing CPU k's task's pid."""
-    out = bytearray(notes)
-    at, cpu = 0, 0
-    while at + 12 <= len(out):
-        namesz, descsz, kind = struct.unpack_from("<III", out, at)
+def cpu_notes(notes: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of each vCPU's NT_PRSTATUS description in a core's notes:
+    QEMU writes one per vCPU, in their order."""
+    out, at = [], 0
+    while at + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from("<III", notes, at)
         desc = at + 12 + ((namesz + 3) & ~3)
-        if kind == NT_PRSTATUS and bytes(out[at + 12:at + 16]) == b"CORE":
-            if cpu in pids and descsz >= PR_PID_AT + 4:
-                struct.pack_into("<I", out, desc + PR_PID_AT, pids[cpu] or IDLE_PID + cpu)
-            cpu += 1
+        if kind == NT_PRSTATUS and notes[at + 12:at + 16] == b"CORE":
+            out.append((desc, descsz))
         at = desc + ((descsz + 3) & ~3)
+    return out
+
+
+def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
+    """notes with CPU k's NT_PRSTATUS bearing the pid of the task CPU k runs."""
+    out = bytearray(notes)
+    for cpu, (desc, size) in enumerate(cpu_notes(notes)):
+        if cpu in pids and size >= PR_PID_AT + 4:
+            struct.pack_into("<I", out, desc + PR_PID_AT, pids[cpu] or IDLE_PID + cpu)
     return bytes(out)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.analysis import kernel_waits, unwind
 from harness.analysis.kallsyms import Kallsyms
 from harness.base.arch import Arch
-from harness.debug.corekernel import NT_PRSTATUS, PT_LOAD, Core
+from harness.debug.corekernel import PT_LOAD, Core, cpu_notes
 
 PR_REG_AT = 112  # elf_prstatus: pr_info, pr_cursig, pr_sigpend/hold, 4 pids, 4 timevals, then pr_reg
 KERNEL_HALF = 0xffff000000000000
@@ -23,15 +23,8 @@ STACK_BYTES = 16384
 
 def _prstatus_registers(notes: bytes, a: Arch) -> list[dict[str, int]]:
     names = a.table["prstatus_registers"]
-    out, at = [], 0
-    while at + 12 <= len(notes):
-        namesz, descsz, kind = struct.unpack_from("<III", notes, at)
-        desc = at + 12 + ((namesz + 3) & ~3)
-        if kind == NT_PRSTATUS and notes[at + 12:at + 16] == b"CORE" and descsz >= PR_REG_AT + 8 * len(names):
-            values = struct.unpack_from(f"<{len(names)}Q", notes, desc + PR_REG_AT)
-            out.append(dict(zip(names, values)))
-        at = desc + ((descsz + 3) & ~3)
-    return out
+    return [dict(zip(names, struct.unpack_from(f"<{len(names)}Q", notes, desc + PR_REG_AT)))
+            for desc, size in cpu_notes(notes) if size >= PR_REG_AT + 8 * len(names)]
 
 
 def sample(path: Path, a: Arch, syms: Kallsyms | None, layout: dict | None) -> dict:

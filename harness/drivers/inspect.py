@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import tomllib
@@ -29,7 +30,7 @@ from harness.base.kernel_cache import KernelKey
 from harness.debug.symfile import developer_gdb
 from images.kernels import debuginfo
 
-TOOLS = ("gdb", "crash", "drgn")
+PACKAGES = {"crash": "crash", "drgn": "python3-drgn"}  # gdb's is the architecture's (its table's gdb)
 KNOWN = Path(__file__).resolve().parent.parent / "debug" / "debuggers.toml"
 
 
@@ -72,17 +73,13 @@ def load(run: Path) -> Run:
 
 
 def _version_of(tool: str) -> str:
-    """The installed debugger's version, as Debian packaged it (dpkg's record: no need to run it)."""
-    package = {"crash": "crash", "drgn": "python3-drgn"}.get(tool)
-    status = Path("/var/lib/dpkg/status")
-    if not package or not status.is_file():
+    """The installed debugger's upstream version, as Debian packaged it (no need to run the debugger)."""
+    try:
+        p = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", PACKAGES[tool]], capture_output=True,
+                           text=True, timeout=10)
+    except (KeyError, OSError, subprocess.TimeoutExpired):
         return ""
-    for block in status.read_text(errors="replace").split("\n\n"):
-        if block.startswith(f"Package: {package}\n"):
-            for line in block.splitlines():
-                if line.startswith("Version: "):
-                    return line.split()[1].split(":")[-1].split("-")[0]
-    return ""
+    return p.stdout.split(":")[-1].split("-")[0] if p.returncode == 0 else ""
 
 
 def _kernel_key(v: str) -> tuple[int, ...]:
@@ -99,7 +96,14 @@ def too_new(tool: str, upstream: str) -> str:
             f"{upstream} needs {known['newer']}")
 
 
-def command(r: Run, tool: str, commands: list[str], script_dir: Path) -> list[str]:
+def _script(text: str, suffix: str) -> str:
+    """A file of batch commands for the debugger (it outlives kstall, which execs the debugger)."""
+    with tempfile.NamedTemporaryFile("w", prefix="kstall-inspect-", suffix=suffix, delete=False) as f:
+        f.write(text)
+    return f.name
+
+
+def command(r: Run, tool: str, commands: list[str]) -> list[str]:
     if tool == "gdb":
         return developer_gdb(r.arch, r.vmlinux, r.symbols, None, f"core-file {r.vmcore}", commands, bool(commands))
     if r.vmlinux is None:
@@ -109,15 +113,11 @@ def command(r: Run, tool: str, commands: list[str], script_dir: Path) -> list[st
     if tool == "crash":
         args = ["crash", str(r.vmlinux), str(r.vmcore)]
         if commands:
-            script = script_dir / "crash.input"
-            script.write_text("".join(f"{c}\n" for c in commands) + "quit\n")
-            args += ["-i", str(script)]
+            args += ["-i", _script("".join(f"{c}\n" for c in commands) + "quit\n", ".crash")]
         return args
     args = ["drgn", "--core", str(r.vmcore), "--symbols", str(r.vmlinux)]
     if commands:
-        script = script_dir / "drgn_commands.py"
-        script.write_text("".join(f"{c}\n" for c in commands))
-        args.append(str(script))
+        args.append(_script("".join(f"{c}\n" for c in commands), ".py"))
     return args
 
 
@@ -137,9 +137,8 @@ def inspect(run: Path, tool: str, commands: list[str], print_only: bool, echo) -
         why = too_new(tool, r.upstream) if tool != "gdb" else ""
         if why:
             raise InspectError(why + "; gdb reads the core for every kernel (--with gdb)")
-        package = {"crash": "crash", "drgn": "python3-drgn"}.get(tool, r.arch.table.get("gdb_package", "gdb"))
-        tmp = Path(tempfile.mkdtemp(prefix="kstall-inspect-"))
-        argv = command(r, tool, commands, tmp)
+        package = PACKAGES.get(tool) or r.arch.gdb
+        argv = command(r, tool, commands)
     except InspectError as e:
         echo(f"error: {e}")
         return 1

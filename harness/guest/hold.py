@@ -39,6 +39,8 @@ class Held:
     vm: VM
     seconds: float
     debugger: dict  # what attach needs besides the socket: arch, symbols, vmlinux, layout
+    path: Path | None = None  # held.json, once published
+    until: float = 0.0
 
     def publish(self, run_dir: Path) -> Path:
         """held.json in the run's directory."""
@@ -52,7 +54,7 @@ class Held:
 
     def serve(self, echo: Callable[[str], None]) -> None:
         """Say how to attach, then hold until the hold ends."""
-        run_dir = self.path.parent
+        run_dir = self.path.parent if self.path else "RUN"
         echo(f"the hung guest is held stopped for {self.seconds:g} s (Ctrl-C releases it); attach a debugger "
              f"with:\n  kstall attach {run_dir}")
         echo(f"hold ended ({self.wait()}): the guest is stopped and gone")
@@ -76,9 +78,8 @@ class Held:
 
     def release(self) -> None:
         self.vm.stop()
-        path = getattr(self, "path", None)
-        if path is not None:
-            path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 class NotHeld(RuntimeError):
