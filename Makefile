@@ -115,10 +115,12 @@ run: deps
 	$(PYTHON) $(KSTALL) matrix ci/matrix.toml
 
 test: deps
+	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) -m pytest -q --durations=25 $(PYTEST_ARGS) tests
 
 unit: deps
+	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) -m pytest -q -m "not e2e" $(PYTEST_ARGS) tests
 
@@ -147,6 +149,7 @@ check-bisect: deps
 
 # also run by `make test` (tests/e2e/test_selftest.py)
 check-selftest: deps
+	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_selftest.py
 
@@ -166,6 +169,7 @@ check-install: deps
 	$(PYTHON) tests/check_install.py
 
 check-autopkgtest: deps
+	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_autopkgtest.py
 

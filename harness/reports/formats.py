@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.base import paths
-from harness.reports import html, junit, kcidb, ktap, markdown
+from harness.reports import html, junit, kcidb, ktap, lava, markdown
 
 FORMATS: dict[str, Callable[[dict], str]] = {
     "matrix.json": lambda doc: json.dumps(doc, indent=2) + "\n",
@@ -18,6 +18,7 @@ FORMATS: dict[str, Callable[[dict], str]] = {
     "report.html": html.render,
     "matrix.ktap": ktap.render,
     "kcidb.json": lambda doc: json.dumps(kcidb.from_matrix(doc), indent=2) + "\n",
+    "lava-cases.txt": lava.render,
 }
 
 

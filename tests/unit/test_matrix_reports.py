@@ -120,6 +120,9 @@ def test_a_regression_is_named_in_all_four_reports(tmp_path):
     for line in ktap:
         k.feed(line)
     assert [(r["ok"], r["directive"]) for r in k.results] == [(False, ""), (True, "SKIP")]
+    # LAVA's test cases (ci/lava/kstall-matrix.yaml): names without ':' or '/', LAVA's results
+    assert (tmp_path / "lava-cases.txt").read_text().splitlines() == [
+        "debian_6.16.12_perf-refresh fail 7.5", "debian_6.17.8_perf-refresh skip 0.0"]
 
 
 def test_passing_doc_exits_zero_and_merge_is_a_union():
@@ -209,4 +212,5 @@ def test_a_merge_that_lacks_a_shard_fails_naming_its_cells(tmp_path):
     formats.write_all(tmp_path, merged)
     assert "MISSING: debian:7.3.4/perf-refresh" in text.matrix_table(merged)
     assert "not ok 3 debian:7.3.4/perf-refresh" in (tmp_path / "matrix.ktap").read_text()
+    assert "debian_7.3.4_perf-refresh fail 0.0" in (tmp_path / "lava-cases.txt").read_text()
     assert matrix_doc.merge([shard(0), shard(1), shard(2)])["exit_code"] == 0
