@@ -31,7 +31,7 @@ REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer sign
 BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
 	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
-.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb check-install check-autopkgtest
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb check-install check-autopkgtest check-ci
 
 all: guest
 
@@ -45,6 +45,7 @@ help:
 	@echo "make deb     kstall_<version>_<arch>.deb into $(BUILD)/deb/ (ci/build_deb.py)"
 	@echo "make check-install  the package installed in a clean bookworm root, run as a user (minutes; root)"
 	@echo "make check-autopkgtest  the package's own autopkgtest (null virt server: on this host; about a minute)"
+	@echo "make check-ci  the GitHub, GitLab and LAVA templates' jobs rehearsed in a clean root, against make run (root)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
 
@@ -149,7 +150,6 @@ check-bisect: deps
 
 # also run by `make test` (tests/e2e/test_selftest.py)
 check-selftest: deps
-	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_selftest.py
 
@@ -169,9 +169,15 @@ check-install: deps
 	$(PYTHON) tests/check_install.py
 
 check-autopkgtest: deps
-	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) tests/check_autopkgtest.py
+
+# Not part of `make test`: the default matrix runs four times (make run, and the
+# GitHub, GitLab and LAVA templates' jobs in a clean root)
+check-ci: deps
+	@ci/install-npm-tools
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/check_ci.py
 
 clean:
 	rm -rf $(BUILD)

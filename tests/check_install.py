@@ -19,60 +19,24 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness.base import paths  # noqa: E402
+from clean_root import ROOT, build_deb, in_root, mounted, step  # noqa: E402
 
-ROOT = paths.cache_dir() / "check-install" / "bookworm"
 USER = "kstall"
 MY_C = '#include <stdio.h>\nint main(void) { printf("hello from my.c\\n"); return 0; }\n'
-
-
-def step(what: str, cmd: list[str], ok=(0,), timeout: float = 1800, **kw) -> subprocess.CompletedProcess:
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    took = time.monotonic() - t0
-    print(f"{'ok  ' if p.returncode in ok else 'FAIL'} {what}: exit {p.returncode}, {took:.1f}s", flush=True)
-    if p.returncode not in ok:
-        print(p.stdout[-3000:] + p.stderr[-3000:])
-        raise SystemExit(1)
-    return p
-
-
-def in_root(script: str, user: str | None = None) -> list[str]:
-    inner = ["su", "-", user, "-c", script] if user else ["bash", "-c", script]
-    return ["chroot", str(ROOT), *inner]
 
 
 def main() -> int:
     if os.geteuid() != 0:
         print("check-install: skipped: a clean root and its mounts take root")
         return 0
-    deb = Path(step("make deb", [sys.executable, str(REPO / "ci" / "build_deb.py")]).stdout.split()[-1])
-    if not (ROOT / "usr" / "bin" / "apt-get").exists():
-        shutil.rmtree(ROOT, ignore_errors=True)
-        ROOT.mkdir(parents=True)
-        step("debootstrap bookworm (minbase)", ["debootstrap", "--variant=minbase", "bookworm", str(ROOT),
-                                                "http://deb.debian.org/debian"])
-    mounts = [("proc", ROOT / "proc", ["-t", "proc", "proc"]), ("sys", ROOT / "sys", ["--rbind", "/sys"]),
-              ("dev", ROOT / "dev", ["--rbind", "/dev"])]
-    mounted = []
-    try:
-        for _, where, how in mounts:
-            subprocess.run(["mount", *how, str(where)], check=True)
-            mounted.append(where)
-        shutil.copy2("/etc/resolv.conf", ROOT / "etc" / "resolv.conf")
-        # this machine's apt settings (a mirror that serves frozen suites needs its Check-Valid-Until)
-        for conf in Path("/etc/apt/apt.conf.d").glob("*"):
-            shutil.copy2(conf, ROOT / "etc" / "apt" / "apt.conf.d" / conf.name)
+    deb = build_deb()
+    with mounted():
         shutil.copy2(deb, ROOT / "tmp" / deb.name)
-        step("apt-get update", in_root("apt-get update -q"))
         step("apt install ./kstall.deb (its dependencies pulled in)",
              in_root(f"apt-get purge -y -q kstall >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive "
                      f"apt-get install -y -q --no-install-recommends /tmp/{deb.name}"))
@@ -96,9 +60,6 @@ def main() -> int:
         print(f"{'ok  ' if not written else 'FAIL'} nothing written under /usr/lib/kstall ({len(written)} files)")
         print(f"{'ok  ' if len(results) >= 2 else 'FAIL'} results in ~/.local/state/kstall/results ({len(results)})")
         return 0 if not written and len(results) >= 2 else 1
-    finally:
-        for where in reversed(mounted):
-            subprocess.run(["umount", "-R", "-l", str(where)], check=False)
 
 
 if __name__ == "__main__":
