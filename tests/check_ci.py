@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,7 +134,7 @@ def gh_sub(value, contexts: dict, funcs: dict):
     (a job matrix's list, a number input)."""
     if not isinstance(value, str):
         return value
-    whole = re.fullmatch(r"\s*\$\{\{(.*?)\}\}\s*", value)
+    whole = re.fullmatch(r"\s*\$\{\{((?:(?!\}\}).)*)\}\}\s*", value)
     if whole:
         return gh_eval(whole.group(1), contexts, funcs)
     return re.sub(r"\$\{\{(.*?)\}\}", lambda m: gh_text(gh_eval(m.group(1), contexts, funcs)), value)
@@ -419,6 +420,8 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, help="a results directory of `make run` to compare with (default: "
                     "run it now)")
     args = ap.parse_args()
+    # a SIGTERM unwinds like Ctrl-C: the root's mounts are let go
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if os.geteuid() != 0:
         print("check-ci: skipped: a clean root and its mounts take root")
         return 0
@@ -426,29 +429,30 @@ def main() -> int:
         print("check-ci: no gitlab-ci-local: run ci/install-npm-tools")
         return 1
     t_all = time.monotonic()
+    base = json.loads((args.baseline / "matrix.json").read_text()) if args.baseline else None
     deb = build_deb()
-    with tempfile.TemporaryDirectory(prefix="kstall-check-ci.") as tmp:
-        work = Path(tmp)
-        if args.baseline:
-            base = json.loads((args.baseline / "matrix.json").read_text())
-        else:
-            t0 = time.monotonic()
-            # make's own exit is 2 when the matrix's is 1 (a failing cell): compared below all the same
-            step("make run (the baseline: the default matrix in one piece)",
-                 ["make", "--no-print-directory", "-C", str(REPO), "run"], ok=(0, 2), timeout=JOB_TIMEOUT,
-                 env={**os.environ, "KSTALL_RESULTS": str(work / "baseline")})
-            base = json.loads((merged_dir(work / "baseline") / "matrix.json").read_text())
-            print(f"     {base['totals']} in {time.monotonic() - t0:.0f}s")
-        # the project: its matrix file, where its CI files say it is
-        project = {"ci/matrix.toml": (REPO / "ci" / "matrix.toml").read_text()}
-        with mounted():
-            HOST.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(deb, HOST / deb.name)
-            deb_url = f"file://{INSIDE}/{deb.name}"
-            with bound(paths.cache_dir(), "/root/.cache/kstall"):
-                github = json.loads((rehearse_github(deb_url, project) / "matrix.json").read_text())
-                gitlab = json.loads((rehearse_gitlab(deb_url, project, work) / "matrix.json").read_text())
-                lava_cases = rehearse_lava(deb_url, project)
+    # kept after the check (the baseline's results, the scratch GitLab project) to look into
+    work = paths.cache_dir() / "check-ci" / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    if base is None:
+        t0 = time.monotonic()
+        # make's own exit is 2 when the matrix's is 1 (a failing cell): compared below all the same
+        step("make run (the baseline: the default matrix in one piece)",
+             ["make", "--no-print-directory", "-C", str(REPO), "run"], ok=(0, 2), timeout=JOB_TIMEOUT,
+             env={**os.environ, "KSTALL_RESULTS": str(work / "baseline")})
+        base = json.loads((merged_dir(work / "baseline") / "matrix.json").read_text())
+        print(f"     {base['totals']} in {time.monotonic() - t0:.0f}s")
+    # the project: its matrix file, where its CI files say it is
+    project = {"ci/matrix.toml": (REPO / "ci" / "matrix.toml").read_text()}
+    with mounted():
+        HOST.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(deb, HOST / deb.name)
+        deb_url = f"file://{INSIDE}/{deb.name}"
+        with bound(paths.cache_dir(), "/root/.cache/kstall"):
+            github = json.loads((rehearse_github(deb_url, project) / "matrix.json").read_text())
+            gitlab = json.loads((rehearse_gitlab(deb_url, project, work) / "matrix.json").read_text())
+            lava_cases = rehearse_lava(deb_url, project)
     diffs = compare(base, "github", github) + compare(base, "gitlab", gitlab)
     want = {lava.case_name(c["id"]): lava.result(c["status"]) for c in base["cells"]}
     got = {k: v for k, v in lava_cases.items() if k in want or k not in ("kstall-doctor", "kstall-matrix-run")}

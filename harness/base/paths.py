@@ -18,6 +18,14 @@ INSTALLED = (REPO / "INSTALLED").is_file()  # written by `make deb` into the pac
 COMMAND = "kstall" if INSTALLED else "harness/kstall"  # how messages tell the user to run kstall
 
 
+def install_hint(package: str | None = None) -> str:
+    """How a message tells the user to get a missing host tool: apt for an
+    installed kstall, the checkout's `make deps` otherwise."""
+    if INSTALLED:
+        return f"apt install {package}" if package else "apt install the package that has it"
+    return f"run `make deps` (Debian package {package})" if package else "run `make deps`"
+
+
 def cache_dir() -> Path:
     """Downloaded kernels, symbols, initramfs images: ~/.cache/kstall unless KSTALL_CACHE."""
     env = os.environ.get("KSTALL_CACHE")

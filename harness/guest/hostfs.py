@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.base import procs
+from harness.base import paths, procs
 
 VIRTIOFSD = ("/usr/lib/qemu/virtiofsd", "/usr/libexec/virtiofsd", "/usr/lib/virtiofsd")
 TAG = "kstall-host"
@@ -37,7 +37,7 @@ class HostFsError(RuntimeError):
 def virtiofsd() -> str:
     found = next((p for p in VIRTIOFSD if Path(p).is_file()), None) or shutil.which("virtiofsd")
     if not found:
-        raise HostFsError("virtiofsd not found: run `make deps` (Debian package qemu-system-common or virtiofsd)")
+        raise HostFsError(f"virtiofsd not found: {paths.install_hint('virtiofsd')}")
     return found
 
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base import leftovers, procs
+from harness.base import leftovers, paths, procs
 from harness.base import arch as arches
 from harness.guest import hostfs, machine
 from harness.guest.qmp import QMP, QMPError
@@ -194,7 +194,7 @@ class VM:
                     pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
             except FileNotFoundError:
                 a = arches.get(self.cfg.arch)
-                raise VMError(f"{machine.qemu(a.name)} not found: run `make deps` (Debian package {a.qemu_package})")
+                raise VMError(f"{machine.qemu(a.name)} not found: {paths.install_hint(a.qemu_package)}")
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())

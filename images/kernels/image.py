@@ -37,7 +37,7 @@ def image_chain(path: Path, trust_backing: bool = False) -> tuple[str, list[Path
         p = subprocess.run(["qemu-img", "info", "--output=json", "--backing-chain", str(path)],
                            capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise SpecError("qemu-img not found: run `make deps` (Debian package qemu-utils)") from None
+        raise SpecError(f"qemu-img not found: {paths.install_hint('qemu-utils')}") from None
     if p.returncode != 0:
         raise SpecError(f"{path}: not a disk image qemu-img can read: {p.stderr.strip()[-300:]}")
     chain = json.loads(p.stdout)

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harness.base import needs, untrusted
+from harness.base import needs, paths, untrusted
 from harness.base.needs import KernelNeeds
 from images.kernels.kernel import SpecError
 
@@ -79,7 +79,7 @@ class Tree:
             p = subprocess.run(["depmod", "-b", str(self.root), self.release], capture_output=True, text=True,
                                timeout=300)
         except FileNotFoundError:
-            raise SpecError("depmod not found: run `make deps` (Debian package kmod)") from None
+            raise SpecError(f"depmod not found: {paths.install_hint('kmod')}") from None
         except subprocess.TimeoutExpired:
             raise SpecError(f"depmod -b over {self.dir} took longer than 300 s") from None
         if p.returncode != 0 or not (self.dir / "modules.dep").is_file():
@@ -104,10 +104,10 @@ def parse_dep(text: str, where: Path) -> dict[str, tuple[str, list[str]]]:
         path, sep, rest = line.partition(":")
         if not sep:
             continue
-        paths = [untrusted.relative_path(p) for p in [path.strip(), *rest.split()]]
-        if None in paths:
+        files = [untrusted.relative_path(p) for p in [path.strip(), *rest.split()]]
+        if None in files:
             raise SpecError(f"{where} line {n} names a file outside the module tree: {line.strip()[:200]!r}")
-        out[module_name(paths[0])] = (paths[0], paths[1:])
+        out[module_name(files[0])] = (files[0], files[1:])
     return out
 
 
@@ -161,7 +161,7 @@ def _uncompressed_copy(src: Path, dest: Path) -> None:
         try:
             p = subprocess.run([*tool, str(src)], stdout=out, stderr=subprocess.PIPE, timeout=120)
         except FileNotFoundError:
-            raise SpecError(f"{tool[0]} not found: run `make deps`") from None
+            raise SpecError(f"{tool[0]} not found: {paths.install_hint()}") from None
     if p.returncode != 0:
         raise SpecError(f"{src.name}: {tool[0]} could not decompress it: {p.stderr.decode(errors='replace')[-200:]}")
 

@@ -245,7 +245,7 @@ def tool_output(cmd: list[str], timeout: float = 60) -> str:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise SpecError(f"{cmd[0]} not found: run `make deps`") from None
+        raise SpecError(f"{cmd[0]} not found: {paths.install_hint()}") from None
     except subprocess.TimeoutExpired:
         raise SpecError(f"{' '.join(cmd)} took longer than {timeout:.0f}s") from None
     if p.returncode != 0:
