@@ -85,3 +85,21 @@ def test_the_lava_steps_are_shell():
         assert "\n" not in step
         p = subprocess.run(["bash", "-n", "-c", step], capture_output=True, text=True)
         assert p.returncode == 0, (step, p.stderr)
+
+
+def test_the_rehearsal_reads_githubs_expressions_and_outputs_as_github_does():
+    """check_ci's stand-in for GitHub's expression language and $GITHUB_OUTPUT,
+    on the forms the workflow uses; anything else is refused, not guessed."""
+    from rehearsal import github as gh
+    ctx = {"inputs": {"cache-key": "kstall", "kvm": False, "shards": 4, "deb": ""}, "matrix": {"shard": 2},
+           "needs": {"package": {"result": "success", "outputs": {"shards": "[1,2,3,4]"}}}}
+    funcs = {"hashFiles": lambda *_: "h", "fromJSON": __import__("json").loads, "always": lambda: True}
+    assert gh.gh_sub("${{ inputs.cache-key }}-${{ hashFiles(inputs.matrix) }}-${{ matrix.shard }}", ctx, funcs) == \
+        "kstall-h-2"
+    assert gh.gh_sub("${{ inputs.kvm && '--device /dev/kvm' || '' }}", ctx, funcs) == ""
+    assert gh.gh_sub("${{ fromJSON(needs.package.outputs.shards) }}", ctx, funcs) == [1, 2, 3, 4]
+    assert gh.gh_eval("always() && needs.package.result == 'success'", ctx, funcs) is True
+    assert gh.gh_eval("inputs.deb != ''", ctx, funcs) is False
+    assert gh.gh_outputs("a=1\nfailing<<EOF\nx/y\nz/w\nEOF\nb=2\n") == {"a": "1", "failing": "x/y\nz/w", "b": "2"}
+    with pytest.raises(ValueError, match="cannot read"):
+        gh.gh_eval("inputs.shards + 1", ctx, funcs)

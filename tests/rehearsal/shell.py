@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What every CI system's jobs share here: a script run in the root as a
+job's shell would run it, a new container's state, the project's files, the
+jobs' order by their needs, and where a merge left its matrix.json."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from clean_root import ROOT
+
+INSIDE = "/ci"                    # the rehearsal's directory, as the root sees it
+HOST = ROOT / INSIDE.lstrip("/")
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+            "LANG": "C.UTF-8", "CI": "true"}
+JOB_TIMEOUT = 3600
+
+
+def run_script(script: str, cwd: str, env: dict, log: Path, shell=("bash", "--noprofile", "--norc", "-eo",
+                                                                   "pipefail")) -> int:
+    """One script in the root, in cwd (as the root sees it), with only env;
+    its output appended to log."""
+    fd, path = tempfile.mkstemp(dir=HOST, suffix=".sh")
+    with os.fdopen(fd, "w") as f:
+        f.write(script + "\n")
+    inside = f"{INSIDE}/{Path(path).name}"
+    try:
+        with log.open("a") as out:
+            out.write(f"$ {script}\n")
+            out.flush()
+            p = subprocess.run(["chroot", str(ROOT), "env", "--ignore-environment", f"--chdir={cwd}",
+                                *[f"{k}={v}" for k, v in {**BASE_ENV, **env}.items()], *shell, inside],
+                               stdout=out, stderr=subprocess.STDOUT, timeout=JOB_TIMEOUT)
+        return p.returncode
+    finally:
+        os.unlink(path)
+
+
+def fresh_container(log: Path) -> None:
+    """A new job's container has no kstall installed."""
+    run_script("dpkg --purge kstall >/dev/null 2>&1 || true", "/", {}, log)
+
+
+def copy_project(dest: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+
+
+def in_needs_order(jobs: dict) -> list[str]:
+    order: list[str] = []
+    while len(order) < len(jobs):
+        ready = [n for n, j in jobs.items() if n not in order and all(d in order for d in needs_of(j))]
+        if not ready:
+            raise SystemExit("rehearsal: the jobs' needs make a circle")
+        order += ready
+    return order
+
+
+def needs_of(job: dict) -> list[str]:
+    needs = job.get("needs", [])
+    return [n if isinstance(n, str) else n["job"] for n in ([needs] if isinstance(needs, str) else needs)]
+
+
+
+def merged_dir(parent: Path) -> Path:
+    found = sorted(parent.glob("*/matrix.json"))
+    if not found:
+        raise SystemExit(f"rehearsal: no merged matrix.json under {parent}")
+    return found[-1].parent
