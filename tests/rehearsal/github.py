@@ -6,6 +6,7 @@ files; upload and download-artifact: a store; cache: the host's kstall cache,
 which check_ci binds in the root)."""
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -111,7 +112,7 @@ def gh_uses(action: str, with_: dict, ws: Path, store: Path, project: dict[str, 
     return True
 
 
-def gh_job(name: str, job: dict, contexts: dict, store: Path, project: dict[str, str], tag: str) -> dict:
+def gh_job(job: dict, contexts: dict, store: Path, project: dict[str, str], tag: str) -> dict:
     """One job instance in a new workspace: its result and outputs."""
     ws = HOST / "gh" / tag
     shutil.rmtree(ws, ignore_errors=True)
@@ -169,8 +170,8 @@ def rehearse(deb_url: str, project: dict[str, str]) -> Path:
             continue
         axes = {k: gh_sub(v, contexts, {"fromJSON": json.loads})
                 for k, v in job.get("strategy", {}).get("matrix", {}).items()}
-        combos = [{}] if not axes else [{k: v} for k, vs in axes.items() for v in vs]
-        runs = [gh_job(name, job, {**contexts, "matrix": m}, store, project,
+        combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+        runs = [gh_job(job, {**contexts, "matrix": m}, store, project,
                        f"{name}{''.join(f'-{v}' for v in m.values())}") for m in combos]
         needs[name] = {"result": "success" if all(r["result"] == "success" for r in runs) else "failure",
                        "outputs": {k: v for r in runs for k, v in r["outputs"].items()}}

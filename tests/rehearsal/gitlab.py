@@ -42,12 +42,12 @@ def rehearse(deb_url: str, project: dict[str, str], work: Path) -> Path:
             results[name] = False
             continue
         total = job.get("parallel")
-        results[name] = all([gl_job(name, job, jobs, project, i, total) for i in range(1, (total or 1) + 1)])
+        results[name] = all([gl_job(name, job, project, i, total) for i in range(1, (total or 1) + 1)])
     print("     gitlab: jobs " + ", ".join(f"{n} {'success' if ok else 'failure'}" for n, ok in results.items()))
     return merged_dir(HOST / "gl" / "kstall-report-1" / "kstall-merged")
 
 
-def gl_job(name: str, job: dict, jobs: dict, project: dict[str, str], index: int, total: int | None) -> bool:
+def gl_job(name: str, job: dict, project: dict[str, str], index: int, total: int | None) -> bool:
     tag = f"{name}-{index}"
     pdir = HOST / "gl" / tag
     shutil.rmtree(pdir, ignore_errors=True)
