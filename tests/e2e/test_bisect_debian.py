@@ -28,7 +28,8 @@ def recorded_steps(root: Path) -> list[dict]:
 
 
 def run_until(args: list[str], res: Path, steps: int, sig: signal.Signals) -> subprocess.Popen:
-    """A bisection, sent sig once it has recorded `steps` steps."""
+    """A bisection, sent sig once it has recorded `steps` steps; what it
+    printed to stderr is its `err`, for a failing assertion to show."""
     proc = subprocess.Popen([*KSTALL, "bisect", "debian", *args, "--results", str(res)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
@@ -37,7 +38,7 @@ def run_until(args: list[str], res: Path, steps: int, sig: signal.Signals) -> su
             time.sleep(0.5)
         assert proc.poll() is None, "the bisection ended before it could be interrupted"
         proc.send_signal(sig)
-        proc.communicate(timeout=120)
+        proc.err = proc.communicate(timeout=120)[1]  # type: ignore[attr-defined]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -65,7 +66,8 @@ def test_a_bisection_interrupted_killed_and_resumed_never_runs_a_step_twice(tmp_
         else:
             last, state = newest(res), "interrupted"
         done = json.loads(((killed if sig == signal.SIGKILL else last) / "bisect.json").read_text())
-        assert done["status"] == state and len(done["steps"]) >= n, (sig.name, done["status"], len(done["steps"]))
+        assert done["status"] == state and len(done["steps"]) >= n, \
+            (sig.name, done["status"], len(done["steps"]), proc.err[-2000:])
         now = {s["candidate"] for s in done["steps"]}
         assert before <= now, f"{sig.name}: steps were lost"
         before = now
