@@ -9,11 +9,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from harness.base import paths  # noqa: E402
 WORKFLOW = REPO / ".github" / "workflows" / "kstall-matrix.yml"     # the reusable workflow
 GITHUB_CALLER = REPO / "ci" / "github-actions.yml"                   # a project's one file
 GITLAB_TEMPLATE = REPO / "ci" / "gitlab" / "kstall-matrix.yml"
@@ -39,8 +44,7 @@ createLinter().then((lint) => {
 
 
 def npm_tools() -> Path | None:
-    base = Path(os.environ.get("KSTALL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-                / "kstall") / "npm-tools" / "node_modules"
+    base = paths.cache_dir() / "npm-tools" / "node_modules"   # where ci/install-npm-tools puts them
     return base if (base / ".bin" / "gitlab-ci-local").exists() and shutil.which("node") else None
 
 
