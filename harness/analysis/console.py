@@ -12,6 +12,7 @@ interrupt entry, the reporters themselves); other lines are passed over.
 """
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -165,6 +166,12 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
     return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())), impossible)
 
 
+@functools.cache
+def default_patterns() -> Patterns:
+    """kstall's own patterns, compiled once per process (a matrix's cells share them)."""
+    return load_patterns()
+
+
 def own_lines(excerpt: list[str], patterns: Patterns, end: int | None = None) -> list[str]:
     """A report's lines as syzbot reads them: without printk prefixes, only
     its own caller's (with printk caller ids), without unreliable `?`
@@ -266,7 +273,7 @@ def match_line(line: str, patterns: Patterns) -> Report | None:
 
 def scan(text: str, patterns: Patterns | None = None, excerpt_lines: int = TRACE_LINES) -> list[Report]:
     """Every report in a whole console log (for recorded consoles and tests)."""
-    patterns = patterns or load_patterns()
+    patterns = patterns or default_patterns()
     lines = text.splitlines()
     out = []
     starts: list[int] = []

@@ -25,6 +25,17 @@ class Retry(StrEnum):
 EXTRA_TRIES = {Retry.HOST_DELAY: 1, Retry.CUT_SHORT: 1}
 
 
+# how the next attempt's accelerator differs: TCG's text-patching race needs
+# vCPUs on two host threads (a kernel patches code another vCPU is running), so
+# the try after one runs every vCPU on one thread, about half as fast
+NEXT_ACCEL = {(Retry.EMULATOR_FAULT, "tcg"): "tcg-single"}
+
+
+def accel_after(cause: Retry | None, accel: str) -> str:
+    """The accelerator of the attempt after one that ended with cause under accel."""
+    return NEXT_ACCEL.get((cause, accel), accel) if cause is not None else accel
+
+
 def another_attempt(cause: Retry | None, done: int, attempts: int) -> bool:
     """Whether attempt done+1 runs, after attempt done ended with cause
     (attempts: --attempts; 0 or 1 means no extra try beyond it)."""

@@ -38,7 +38,7 @@ class SleepingHang:
         """The kernel's hung-task report's title (console-patterns.toml), from the first task's stack."""
         if not self.tasks:
             return ""
-        pats = console.load_patterns()
+        pats = console.default_patterns()
         hung = next(p for p in pats if p.name == "hung-task")
         t = self.tasks[0]
         assert hung.stack is not None and pats.rules is not None  # console-patterns.toml has both

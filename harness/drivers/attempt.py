@@ -14,10 +14,11 @@ import os
 import shlex
 import time
 from dataclasses import dataclass
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify, cpu_state, kernel_waits, latency, pmiss, sleeping, thread_hang
+from harness.analysis import classify, console, cpu_state, kernel_waits, latency, pmiss, sleeping, thread_hang
 from harness.analysis.classify import Role
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
@@ -26,7 +27,7 @@ from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict
 from harness.base import arch as arches
-from harness.base import paths, reproducers
+from harness.base import background, paths, reproducers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
@@ -48,6 +49,10 @@ Echo = Callable[[str], None]
 # a latency the reproducer measured ended at most this long before the progress line that showed it
 # (its progress period, 10 ms, and the line's way to the host)
 PROGRESS_SLACK_S = 0.05
+# work done on a thread meanwhile: a compile of kstall's console patterns and a
+# read of a kernel's variables take a fraction of a second; these bound a stuck one
+PATTERNS_BOUND_S = 60.0
+VARIABLES_BOUND_S = 60.0
 
 
 def kernel_cmdline(m: machine.Machine, extra: str) -> str:
@@ -84,6 +89,7 @@ class Attempt:
     hang: cpu_state.Hang | sleeping.SleepingHang | None = None  # a hang no signature named
     vmcore: dict | None = None  # RUN/vmcore written (harness/guest/vmcore.py)
     held: hold.Held | None = None  # the hung guest, kept stopped for the developer's debugger
+    accel: str = ""  # the accelerator it ran under ("": no guest ran)
 
     def release(self) -> None:
         """Stop a held guest (an attempt that is retried, or a run that ends)."""
@@ -168,11 +174,14 @@ class _Run:
         self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
         self.vmcore: dict | None = None
+        self._variables: Future[kernel_waits.Variables | None] | None = None  # read while a hang is suspected
 
     def prepare_debugger(self) -> None:
-        """A kernel hang may be coming: start GDB now, off the path to the verdict."""
+        """A kernel hang may be coming: start GDB now, and read the kernel's
+        variables, off the path to the verdict."""
         if self.prepared is None and self.repro.hang == HangIn.KERNEL and self.syms_path is not None:
             self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.debug_target())
+            self._variables = self._variables or background.start(kernel_waits.Variables.load, self.syms_path)
 
     def debug_target(self) -> debug.Target:
         return debug.Target(arches.get(self.kernel.arch), self.syms_path,
@@ -270,7 +279,11 @@ class _Run:
 
     def variables(self) -> kernel_waits.Variables | None:
         """The kernel's variables, which name the locks CPUs spin on."""
-        return kernel_waits.Variables.load(self.syms_path) if self.syms_path else None
+        if self.syms_path is None:
+            return None
+        if self._variables is None:
+            self._variables = background.start(kernel_waits.Variables.load, self.syms_path)
+        return self._variables.result(VARIABLES_BOUND_S)
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""
@@ -324,6 +337,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     early_gdb = repro.stall is None
     if early_gdb and gate is None:
         r.prepare_debugger()
+    patterns = background.start(console.default_patterns)  # compiled while QEMU starts or restores
     # an image's disk changes as it boots, and a vhost-user device (the host's
     # root for a host command) cannot be migrated: their guests always boot cold
     try:
@@ -373,8 +387,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                     opts.hooks.on_repro_start(vm, number)
             calls = Calls(on_repro_start=hook, on_line=on_line, on_ready=save if snap and restored is None else None,
                           on_suspect=r.prepare_debugger)
-            w = Watch(vm, plan.limits, echo=echo, calls=calls, gate=gate, cancel=opts.hooks.cancel, go=plan.go,
-                      restored=restored, want_syms=r.syms_path is None)
+            w = Watch(vm, plan.limits, patterns.result(PATTERNS_BOUND_S), echo=echo, calls=calls, gate=gate,
+                      cancel=opts.hooks.cancel, go=plan.go, restored=restored, want_syms=r.syms_path is None)
             outcome, raise_later = watch_until_decided(r, vm, w, nmi)
             r.keep_symbols(w)
             held = r.hand_over(vm, outcome, raise_later)
@@ -491,7 +505,8 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
                         ended_by(repro, plan, w.agent.count)))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
-                   process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang)
+                   process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
+                   accel=plan.vm.accel)
 
 
 def snapshot_doc(snap: snapshot.Snapshot | None, restored: dict | None, saved: dict) -> dict | None:

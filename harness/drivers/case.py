@@ -168,3 +168,11 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     key = key_for(repro, opts, accel_kind, kernel.arch)
     cal, unknown = repro.calibration_for(key)
     return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk)
+
+
+def with_accel(c: Case, accel_kind: str) -> Case:
+    """The same case under another accelerator, with the calibration that
+    holds under it, if one does (a hang's rate is the accelerator's too)."""
+    key = dataclasses.replace(c.key, accel=accel_kind)
+    cal, unknown = c.repro.calibration_for(key)
+    return dataclasses.replace(c, accel=accel_kind, key=key, calibration=cal, pmiss_unknown=unknown)

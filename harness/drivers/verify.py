@@ -18,7 +18,7 @@ from typing import Callable
 
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.record import Evidence, RunRecord
-from harness.analysis.retry import another_attempt
+from harness.analysis.retry import accel_after, another_attempt
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import procs, rundir
 from harness.base.procs import Interrupted
@@ -121,16 +121,19 @@ def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
     try:
         if c.check.blocked:  # nothing to boot: the path cannot run on this kernel
             failed(OutcomeKind.PREFLIGHT, c.check.reason(), VerdictKind.INCONCLUSIVE)
-        n = 0
+        n, case = 0, c
         while not c.check.blocked:
             n += 1
-            att = run_attempt(c, opts, run.attempt(n), echo, n)
+            att = run_attempt(case, opts, run.attempt(n), echo, n)
             attempts.append((n, att))
             interrupted = att.interrupted
             if interrupted or not another_attempt(att.verdict.retry, n, opts.run.attempts):
                 break
             att.release()
-            echo(f"attempt {n}: {att.verdict.reason}; retrying")
+            accel = accel_after(att.verdict.retry, case.accel)
+            how = f" under {accel.upper()}" if accel != case.accel else ""
+            case = cases.with_accel(case, accel)
+            echo(f"attempt {n}: {att.verdict.reason}; retrying{how}")
     except (VMError, SpecError) as e:
         failed(OutcomeKind.ERROR, str(e))
     except (KeyboardInterrupt, Interrupted) as e:  # before the watch loop had a guest to report on
@@ -163,7 +166,7 @@ def _write_run(run: rundir.RunDir, final: Attempt, record: RunRecord, tb: str) -
 
 
 def _attempt_doc(a: Attempt, n: int) -> dict:
-    return {"attempt": n, "verdict": a.verdict.verdict, "reason": a.verdict.reason,
+    return {"attempt": n, "accel": a.accel or None, "verdict": a.verdict.verdict, "reason": a.verdict.reason,
             "outcome": {"kind": a.outcome.kind, "detail": a.outcome.detail}, "timings": a.timings}
 
 
@@ -183,7 +186,8 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
         reproducer={"name": repro.name, "source": repro.source or None, "program": repro.program or None,
                     "command": repro.command or None, "args": opts.run.repro_args, "count_name": repro.count_name,
                     "min_count": repro.min_count, "count_target": final.count_target},
-        vm={"cpus": c.cpus, "memory_mb": opts.guest.memory_mb, "accel": c.accel, "arch": kernel.arch,
+        vm={"cpus": c.cpus, "memory_mb": opts.guest.memory_mb, "accel": final.accel or c.accel,
+            "arch": kernel.arch,
             "cmdline": final.cmdline, "go": final.go, "boot_image": opts.kernel.boot_image, "snapshot": final.snapshot,
             "vmcore": final.vmcore, "hold_s": opts.debug.hold if final.held else None},
         evidence=Evidence(count=w.get("count"), count_name=repro.count_name, stalls=final.stalls,

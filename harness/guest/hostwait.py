@@ -30,7 +30,8 @@ class HostWait:
         self.files: list[Path] = []
         for task in Path(f"/proc/{pid}/task").glob("*") if pid else []:
             try:
-                if (task / "comm").read_text().startswith("CPU "):  # QEMU's -name debug-threads=on
+                # QEMU's -name debug-threads=on: "CPU 0/TCG", or "ALL CPUs/TCG" for thread=single
+                if (task / "comm").read_text().startswith(("CPU ", "ALL CPUs/")):
                     self.files.append(task / "schedstat")
             except OSError:
                 continue

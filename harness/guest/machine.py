@@ -20,7 +20,7 @@ def qemu(arch: str = arches.DEFAULT) -> str:
 
 
 def accel_args(kind: str, arch: str = arches.DEFAULT) -> list[str]:
-    """QEMU's arguments for an accelerator ("tcg", "kvm")."""
+    """QEMU's arguments for an accelerator ("tcg", "tcg-single", "kvm")."""
     return list(arches.get(arch).table["accel"][kind])
 
 

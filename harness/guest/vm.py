@@ -34,7 +34,7 @@ class VMConfig:
     log_dir: Path
     cpus: int = 2
     memory_mb: int = 1024
-    accel: str = "tcg"  # "tcg" or "kvm"
+    accel: str = "tcg"  # a row of the architecture's [accel] table: "tcg", "tcg-single", "kvm"
     machine: str = "q35"  # its architecture's table (harness/base/arches.toml); Kernel.machine() names a kernel's
     arch: str = arches.DEFAULT
     extra_args: list[str] = field(default_factory=list)
@@ -93,8 +93,10 @@ class VM:
     def shape(self) -> list[str]:
         """The command line without this run's private paths or a state to
         load: what a snapshot saved from this VM is keyed by."""
+        # how many host threads run TCG's vCPUs is not in the guest's state: a
+        # snapshot saved under one restores under the other
         return [a.replace(str(self.run_dir), "RUN").replace(str(self.cfg.log_dir), "LOGS")
-                for a in self._command()]
+                .replace("tcg,thread=single", "tcg,thread=multi") for a in self._command()]
 
     def command(self) -> list[str]:
         incoming = ["-incoming", "defer"] if self._incoming is not None else []

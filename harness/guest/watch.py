@@ -82,7 +82,7 @@ class Watch:
         self.agent = AgentChannel(self._say, vm.cfg.cpus, limits.stalls, self.calls.on_repro_start,
                                   self.calls.on_line, time.monotonic)
         self.agent.t0 = self.t0
-        self.console = console.Tracker(patterns or console.load_patterns(), self._say)
+        self.console = console.Tracker(patterns or console.default_patterns(), self._say)
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)

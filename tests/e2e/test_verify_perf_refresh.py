@@ -75,9 +75,11 @@ def test_truncated_vmlinuz_is_a_boot_failure_never_vulnerable(tmp_path):
     assert doc["verdict"] == "ERROR" and "boot failure" in doc["reason"]
 
 
-def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
+def test_int3_text_patching_oops_is_an_error_and_retried_on_one_host_thread(tmp_path):
     """Writes a real int3 into the guest's kernel text through the gdbstub on the
-    first attempt: the oops is the one the TCG text-patching race produces."""
+    first attempt: the oops is the one the TCG text-patching race produces. The
+    retry runs every vCPU on one host thread, where that race cannot happen,
+    from the same snapshot."""
     from images.kernels import symcache
     from harness.drivers import verify
     from harness.drivers.options import Hooks, Options
@@ -86,9 +88,11 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     kernel = resolve("debian:6.17.8")
     assert kstall("symbols", "debian:6.17.8").returncode == 0
     addr = Kallsyms.load(symcache.cached(kernel.key)).address("__x64_sys_ioctl")
-    injected = []
+    injected, threads = [], {}
 
     def inject(vm, attempt):
+        comms = {(t / "comm").read_text().strip() for t in Path(f"/proc/{vm.proc.pid}/task").iterdir()}
+        threads[attempt] = sorted(comms & {"CPU 0/TCG", "ALL CPUs/TCG"})
         if attempt == 1:
             p = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set architecture i386:x86-64",
                                 "-ex", f"target remote {vm.gdb_socket}",
@@ -103,6 +107,10 @@ def test_int3_text_patching_oops_is_an_error_and_retried(tmp_path):
     assert first["verdict"] == "ERROR" and "int3" in first["reason"]
     assert len(res.doc["attempts"]) == 2 and last["verdict"] == "NOT_REPRODUCED"
     assert res.verdict.verdict == "NOT_REPRODUCED"
+    assert (first["accel"], last["accel"], res.doc["vm"]["accel"]) == ("tcg", "tcg-single", "tcg-single"), res.doc
+    assert threads == {1: ["CPU 0/TCG"], 2: ["ALL CPUs/TCG"]}, threads
+    assert "no calibration under TCG-SINGLE" in last["reason"], last  # TCG's calibration is not this attempt's
+    assert res.doc["vm"]["snapshot"] and res.doc["vm"]["snapshot"].get("restored"), res.doc["vm"]["snapshot"]
     assert "Oops: int3" in (res.run_dir / "attempt-1" / "console.log").read_text()
 
 

@@ -3,7 +3,7 @@
 from harness.analysis import decide, hang_kinds
 from harness.analysis.hang_kinds import HangKind, Reading
 from harness.analysis.outcome import OutcomeKind
-from harness.analysis.retry import Retry, another_attempt
+from harness.analysis.retry import Retry, accel_after, another_attempt
 from harness.base import reproducers
 
 PERF = reproducers.load("perf-refresh")
@@ -32,3 +32,17 @@ def test_the_retry_policy():
     # a stall the host's delay may explain gets one try more, unless retries are off
     assert another_attempt(Retry.HOST_DELAY, 2, 2) and not another_attempt(Retry.HOST_DELAY, 3, 2)
     assert not another_attempt(Retry.HOST_DELAY, 1, 1) and not another_attempt(Retry.SNAPSHOT, 1, 0)
+
+
+def test_an_emulator_fault_under_multi_threaded_tcg_is_retried_on_one_host_thread():
+    assert accel_after(Retry.EMULATOR_FAULT, "tcg") == "tcg-single"
+    assert accel_after(Retry.EMULATOR_FAULT, "tcg-single") == "tcg-single"
+    assert accel_after(Retry.EMULATOR_FAULT, "kvm") == "kvm"  # (no such race there)
+    assert accel_after(Retry.HOST_DELAY, "tcg") == accel_after(None, "tcg") == "tcg"
+
+
+def test_every_architecture_has_the_retrys_accelerator():
+    from harness.base import arch
+    from harness.analysis.retry import NEXT_ACCEL
+    for a in arch.names():
+        assert {k for _, k in NEXT_ACCEL} | set(NEXT_ACCEL.values()) <= set(arch.get(a).table["accel"]), a

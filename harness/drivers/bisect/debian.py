@@ -197,8 +197,12 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
     except TooManyErrors as e:
         outcome = Outcome("none", message=f"stopped: {e}")
         doc["status"] = "errors"
-    except BaseException:
+    except (KeyboardInterrupt, procs.Interrupted):
         doc["status"] = "interrupted"
+        save()
+        raise
+    except BaseException as e:  # a kstall bug or a host failure: its record says which, --resume still works
+        doc["status"], doc["error"] = "error", f"{type(e).__name__}: {e}"
         save()
         raise
     finally:

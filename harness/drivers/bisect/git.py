@@ -331,8 +331,11 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
             else:
                 message = "git bisect run stopped without a result (see bisect.log)"
         doc["status"] = status
-    except BaseException:
+    except (KeyboardInterrupt, procs.Interrupted):
         doc["status"] = "interrupted"
+        raise
+    except BaseException as e:  # a kstall bug or a host failure: its record says which
+        doc["status"], doc["error"] = "error", f"{type(e).__name__}: {e}"
         raise
     finally:
         if started_bisect:
