@@ -38,8 +38,8 @@ def with_lists(cache: Path, age_s: float = 0) -> None:
     """The apt lists of the shared cache, as old as age_s (fresh lists are not updated)."""
     shutil.copytree(paths.cache_dir() / "apt", cache / "apt", symlinks=True, dirs_exist_ok=True)
     t = time.time() - age_s
-    for f in (cache / "apt" / "lists").glob("*_InRelease"):
-        os.utime(f, (t, t))
+    (cache / "apt" / "refreshed").touch()
+    os.utime(cache / "apt" / "refreshed", (t, t))
 
 
 def kernel_leftovers(cache: Path) -> list[str]:
@@ -61,8 +61,8 @@ def test_an_unreachable_mirror_or_a_cut_download_is_an_error_naming_it_and_the_c
     assert "could not refresh 7 Debian suite(s)" in err and "using the package lists kstall already has" in err, \
         err[-2000:]
     assert rc == 4 and f"cannot download {PACKAGE} from deb.debian.org" in doc["reason"], doc
-    stamps = [f.stat().st_mtime for f in (cache / "apt" / "lists").glob("*_InRelease")]
-    assert max(stamps) < time.time() - 6 * 3600, "a failed refresh must not mark the lists fresh"
+    assert (cache / "apt" / "refreshed").stat().st_mtime < time.time() - 6 * 3600, \
+        "a failed refresh must not mark the lists fresh"
     assert kernel_leftovers(cache) == []
     # the connection drops 4 MiB into the package
     with_lists(cache)

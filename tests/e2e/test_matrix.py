@@ -29,9 +29,9 @@ def cells(doc: dict) -> dict[str, tuple[str, str]]:
     return {c["id"]: (c["verdict"], c["status"]) for c in doc["cells"]}
 
 
-# the shards cover two reproducers' cells on the amd64 rows (14 of 50): enough to split and merge a
-# matrix, at less than half the time of the whole again
-SHARDED = ("perf-refresh", "perf-sigtrap")
+# the shards cover one reproducer's cells on the amd64 rows (7 of 50, 4 and 3): enough to split and
+# merge a matrix, at a fraction of the time of the whole again
+SHARDED = ("perf-refresh",)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_two_merged_shards_give_the_same_cells(default_runs):
     merged = json.loads((merged_dir / "matrix.json").read_text())
     assert cells(merged) == {k: v for k, v in cells(whole).items()
                              if k.split("/", 1)[1] in SHARDED and not k.split("/", 1)[0].endswith("-arm64")}
-    assert len(cells(merged)) == 2 * len([k for k in whole["kernels"] if not k.endswith("-arm64")])
+    assert len(cells(merged)) == len(SHARDED) * len([k for k in whole["kernels"] if not k.endswith("-arm64")])
     assert merged["shards"] == ["1/2", "2/2"]
     for c in merged["cells"]:
         assert (merged_dir / c["run_dir"] / "run.json").exists()
