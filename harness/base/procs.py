@@ -74,29 +74,34 @@ class Interrupted(Exception):
     """SIGTERM/SIGHUP turned into an exception so cleanup code runs."""
 
 
-_terminated = ""  # the SIGTERM/SIGHUP received, if any
+_terminated = ""  # the Ctrl-C, SIGTERM or SIGHUP received, if any
+
+
+def _interrupt(name: str) -> BaseException:
+    return KeyboardInterrupt() if name == "SIGINT" else Interrupted(name)
 
 
 def raise_on_termination() -> None:
     def handler(signum, frame):  # noqa: ARG001
         global _terminated
         _terminated = signal.Signals(signum).name
-        raise Interrupted(_terminated)
+        raise _interrupt(_terminated)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 
 
 def check_terminated() -> None:
-    """Raise again a SIGTERM/SIGHUP whose Interrupted Python dropped: raised
-    while a finalizer ran (a Popen's __del__, a weakref callback), it is
-    printed as "Exception ignored" and the run goes on (a fresh clone's
-    SIGTERMed bisection ran its last three steps and exited 0). Called
-    where new work starts: the watch loop, a bisection step, the matrix's
-    wait. Only the main thread, which Python runs signal handlers in, acts:
-    a matrix's cells end through its cancel event, as they always did."""
+    """Raise again a Ctrl-C, SIGTERM or SIGHUP whose exception Python
+    dropped: raised while a finalizer or a fork hook ran (a Popen's __del__,
+    logging's lock release around a fork), it is printed as "Exception
+    ignored" and the run goes on (a fresh clone's SIGTERMed bisection ran its
+    last three steps and exited 0). Called where new work starts: a child
+    process started, the watch loop, a bisection step, the matrix's wait.
+    Only the main thread, which Python runs signal handlers in, acts: a
+    matrix's cells end through its cancel event, as they always did."""
     if _terminated and threading.current_thread() is threading.main_thread():
-        raise Interrupted(_terminated)
+        raise _interrupt(_terminated)
 
 
 @contextmanager
@@ -126,6 +131,7 @@ def run_bounded(cmd: list[str], timeout: float, env: dict | None = None) -> subp
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=die_with_parent)
     try:
+        check_terminated()  # a signal that came during the fork
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
         try:

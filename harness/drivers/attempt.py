@@ -14,7 +14,6 @@ import os
 import shlex
 import time
 from dataclasses import dataclass
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
@@ -174,7 +173,8 @@ class _Run:
         self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
         self.vmcore: dict | None = None
-        self._variables: Future[kernel_waits.Variables | None] | None = None  # read while a hang is suspected
+        # the kernel's variables, read while a hang is suspected
+        self._variables: background.Pending[kernel_waits.Variables | None] | None = None
 
     def prepare_debugger(self) -> None:
         """A kernel hang may be coming: start GDB now, and read the kernel's
