@@ -39,7 +39,3 @@ class Pending(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
-
-
-def start(fn: Callable[..., T], *args) -> Pending[T]:
-    return Pending(fn, *args)

@@ -48,10 +48,9 @@ Echo = Callable[[str], None]
 # a latency the reproducer measured ended at most this long before the progress line that showed it
 # (its progress period, 10 ms, and the line's way to the host)
 PROGRESS_SLACK_S = 0.05
-# work done on a thread meanwhile: a compile of kstall's console patterns and a
-# read of a kernel's variables take a fraction of a second; these bound a stuck one
-PATTERNS_BOUND_S = 60.0
-VARIABLES_BOUND_S = 60.0
+# work done on a thread meanwhile (a compile of kstall's console patterns, a
+# read of a kernel's variables) takes a fraction of a second: this bounds a stuck one
+BACKGROUND_BOUND_S = 60.0
 
 
 def kernel_cmdline(m: machine.Machine, extra: str) -> str:
@@ -181,7 +180,7 @@ class _Run:
         variables, off the path to the verdict."""
         if self.prepared is None and self.repro.hang == HangIn.KERNEL and self.syms_path is not None:
             self.prepared = debug.Prepared(self.out_dir / "gdb.log", self.debug_target())
-            self._variables = self._variables or background.start(kernel_waits.Variables.load, self.syms_path)
+            self._reading_variables()
 
     def debug_target(self) -> debug.Target:
         return debug.Target(arches.get(self.kernel.arch), self.syms_path,
@@ -279,11 +278,13 @@ class _Run:
 
     def variables(self) -> kernel_waits.Variables | None:
         """The kernel's variables, which name the locks CPUs spin on."""
-        if self.syms_path is None:
-            return None
-        if self._variables is None:
-            self._variables = background.start(kernel_waits.Variables.load, self.syms_path)
-        return self._variables.result(VARIABLES_BOUND_S)
+        reading = self._reading_variables()
+        return reading.result(BACKGROUND_BOUND_S) if reading else None
+
+    def _reading_variables(self) -> background.Pending[kernel_waits.Variables | None] | None:
+        if self._variables is None and self.syms_path is not None:
+            self._variables = background.Pending(kernel_waits.Variables.load, self.syms_path)
+        return self._variables
 
     def note_hang(self, w: Watch, outcome: Outcome, next_step: str) -> float:
         """Detection timings of a freeze or stuck run; the last sign of life."""
@@ -337,7 +338,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     early_gdb = repro.stall is None
     if early_gdb and gate is None:
         r.prepare_debugger()
-    patterns = background.start(console.default_patterns)  # compiled while QEMU starts or restores
+    patterns = background.Pending(console.default_patterns)  # compiled while QEMU starts or restores
     # an image's disk changes as it boots, and a vhost-user device (the host's
     # root for a host command) cannot be migrated: their guests always boot cold
     try:
@@ -387,7 +388,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                     opts.hooks.on_repro_start(vm, number)
             calls = Calls(on_repro_start=hook, on_line=on_line, on_ready=save if snap and restored is None else None,
                           on_suspect=r.prepare_debugger)
-            w = Watch(vm, plan.limits, patterns.result(PATTERNS_BOUND_S), echo=echo, calls=calls, gate=gate,
+            w = Watch(vm, plan.limits, patterns.result(BACKGROUND_BOUND_S), echo=echo, calls=calls, gate=gate,
                       cancel=opts.hooks.cancel, go=plan.go, restored=restored, want_syms=r.syms_path is None)
             outcome, raise_later = watch_until_decided(r, vm, w, nmi)
             r.keep_symbols(w)

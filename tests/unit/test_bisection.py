@@ -210,3 +210,11 @@ def test_an_end_that_ends_in_error_gets_one_more_go():
     test, tested = table({"v0": CLEAN, "v1": CLEAN, "v2": SKIP, "v3": SKIP, "v4": SKIP})
     out = Bisection(c, test, max_errors=5).run()  # one that fails its second go too stops the bisection
     assert "the new end v4 could not be judged" in out.message and tested.count("v4") == 2
+
+
+def test_a_bisection_ended_by_a_signal_is_interrupted_and_by_anything_else_an_error_with_its_text():
+    from harness.base.procs import Interrupted
+    from harness.drivers.bisect.search import ending
+    assert ending(KeyboardInterrupt()) == ending(Interrupted("SIGTERM")) == {"status": "interrupted"}
+    assert ending(OSError(28, "No space left on device")) == \
+        {"status": "error", "error": "OSError: [Errno 28] No space left on device"}

@@ -22,7 +22,7 @@ from harness.analysis.record import RunRecord
 from harness.base import paths, procs, rundir as results
 from harness.drivers import explain
 from harness.drivers.bisect.steps import StepPolicy, run_step
-from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors
+from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors, ending
 from images.kernels import debian
 from images.kernels.kernel import SpecError
 from images.kernels.schemes import resolve
@@ -197,12 +197,8 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
     except TooManyErrors as e:
         outcome = Outcome("none", message=f"stopped: {e}")
         doc["status"] = "errors"
-    except (KeyboardInterrupt, procs.Interrupted):
-        doc["status"] = "interrupted"
-        save()
-        raise
-    except BaseException as e:  # a kstall bug or a host failure: its record says which, --resume still works
-        doc["status"], doc["error"] = "error", f"{type(e).__name__}: {e}"
+    except BaseException as e:  # --resume still works from what was saved
+        doc.update(ending(e))
         save()
         raise
     finally:

@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 from harness.analysis.record import RunRecord
 from harness.base import paths, procs, rundir as results
 from harness.drivers.bisect.steps import StepPolicy, run_step
-from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
+from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step, ending
 from images.kernels import build as kbuild
 from images.kernels.build import git
 from images.kernels.kernel import SpecError
@@ -331,11 +331,8 @@ def run(tree: Path, old: str, new: str, reproducer: str, policy: StepPolicy, bui
             else:
                 message = "git bisect run stopped without a result (see bisect.log)"
         doc["status"] = status
-    except (KeyboardInterrupt, procs.Interrupted):
-        doc["status"] = "interrupted"
-        raise
-    except BaseException as e:  # a kstall bug or a host failure: its record says which
-        doc["status"], doc["error"] = "error", f"{type(e).__name__}: {e}"
+    except BaseException as e:
+        doc.update(ending(e))
         raise
     finally:
         if started_bisect:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from harness.base.procs import Interrupted
+
 REPRODUCES, CLEAN, SKIP = "reproduces", "clean", "skip"
 
 
@@ -137,3 +139,11 @@ class Bisection:
         msg = "" if not skipped else (f"{len(skipped)} candidate(s) between could not be judged: "
                                       f"{', '.join(skipped)}")
         return Outcome(direction, self.c[lo], self.c[hi], skipped, msg)
+
+
+def ending(e: BaseException) -> dict:
+    """A bisection record's status when e ended it: interrupted by a signal,
+    or an error with its text (a kstall bug, a host failure)."""
+    if isinstance(e, (KeyboardInterrupt, Interrupted)):
+        return {"status": "interrupted"}
+    return {"status": "error", "error": f"{type(e).__name__}: {e}"}
