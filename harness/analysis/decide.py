@@ -23,8 +23,8 @@ def decide(f: Findings) -> Verdict:
 
 
 def _emulator_fault(f: Findings) -> Verdict:
-    return Verdict(VerdictKind.ERROR, f"emulator fault: {f.report_reason or f.outcome.detail} ({f.outcome.detail})",
-                   retry=Retry.EMULATOR_FAULT)
+    why = f"{f.report_reason} ({f.outcome.detail})" if f.report_reason else f.outcome.detail
+    return Verdict(VerdictKind.ERROR, f"emulator fault: {why}", retry=Retry.EMULATOR_FAULT)
 
 
 def _crash(f: Findings) -> Verdict:

@@ -17,7 +17,7 @@ class OutcomeKind(StrEnum):
                                    # past its threshold while the kernel went on (a hung task)
     PANIC = "panic"                # a kernel report on the console (after a grace period that
     OOPS = "oops"                  # lets the report finish)
-    INFRA = "infra"                # an emulator fault recognised on the console (retryable)
+    INFRA = "infra"                # an emulator fault: recognised on the console, or QEMU crashed (retryable)
     BOOT_FAILURE = "boot-failure"  # no agent within the boot timeout, or the kernel said it cannot boot
     AGENT_ERROR = "agent-error"    # the guest agent said why it cannot run (a module, no virtio port)
     QEMU_EXIT = "qemu-exit"        # QEMU went away before the agent said it was done

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 class Retry(StrEnum):
     """Why a verdict may not be the kernel's."""
-    EMULATOR_FAULT = "emulator fault"   # TCG's text-patching int3, recognised on the console or the CPUs
+    EMULATOR_FAULT = "emulator fault"   # TCG's text-patching int3 (on the console or the CPUs), QEMU's crash
     HOST_DELAY = "host delay"           # a latency the host's own delay of a vCPU could explain
     CUT_SHORT = "cut short"             # a stall run ended before its counters had what a verdict needs
     SILENT = "silent"                   # the reproducer printed nothing: the agent's or the channel's doing

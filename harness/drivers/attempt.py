@@ -575,4 +575,5 @@ def qemu_at_fault(vm: VM, w: Watch, outcome: Outcome) -> Outcome:
     after = w.watch()  # the watch reads what QEMU left and names how the run ended
     if after.kind == OutcomeKind.DONE:
         return after
-    return Outcome(after.kind, f"{after.detail} (while kstall read its vCPUs, after a {outcome.kind})", outcome.at)
+    return Outcome(after.kind, f"{after.detail} (while kstall read its vCPUs, after the guest looked hung: "
+                               f"{outcome.kind})", outcome.at)

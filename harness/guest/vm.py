@@ -24,6 +24,9 @@ from harness.base import arch as arches
 from harness.guest import hostfs, machine
 from harness.guest.qmp import QMP, QMPError
 
+# the signals someone sends to end a process; any other that kills QEMU
+# (SIGSEGV, SIGABRT, SIGBUS ...) is QEMU's own crash, an emulator fault
+OUTSIDE_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass
@@ -241,7 +244,7 @@ class VM:
         if self.proc.poll() is None:
             return "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP)" if self.stopped() else None
         sig = -self.proc.returncode
-        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if sig in OUTSIDE_SIGNALS:
             return f"QEMU exited unexpectedly, killed by {signal.Signals(sig).name}"
         return None
 
