@@ -17,6 +17,14 @@ _me = os.getpid()
 _forked_by = _me  # in a forked child: the pid of the process that forked it
 
 
+def signal_name(sig: int) -> str:
+    """SIGSEGV for 11; a number no name is known for, as such."""
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 def _after_fork_in_child() -> None:
     """Runs in the new child only. A hook that ran in kstall before each fork
     lost signals: a SIGTERM's Interrupted raised inside a fork hook is

@@ -221,7 +221,7 @@ class VM:
                     self.proc.wait(2)
                 except subprocess.TimeoutExpired:
                     pass
-            fault = self.outside_fault()
+            fault = self.outside_fault() or self.crashed()
             raise VMError(f"{fault} while it started" if fault else
                           f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
 
@@ -245,8 +245,15 @@ class VM:
             return "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP)" if self.stopped() else None
         sig = -self.proc.returncode
         if sig in OUTSIDE_SIGNALS:
-            return f"QEMU exited unexpectedly, killed by {signal.Signals(sig).name}"
+            return f"QEMU exited unexpectedly, killed by {procs.signal_name(sig)}"
         return None
+
+    def crashed(self) -> str | None:
+        """QEMU's own crash: a signal no one sends to end a process killed it."""
+        sig = -self.proc.returncode if self.proc is not None and self.proc.poll() is not None else 0
+        if sig <= 0 or sig in OUTSIDE_SIGNALS:
+            return None
+        return f"QEMU crashed ({procs.signal_name(sig)})"
 
     def qemu_log_tail(self, n: int = 5) -> str:
         try:

@@ -13,7 +13,6 @@ after a false alarm to continue with the same state.
 from __future__ import annotations
 
 import select
-import signal
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -23,7 +22,7 @@ from harness.base import procs
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
 from harness.guest.streams import BlobReader, LineReader
-from harness.guest.vm import OUTSIDE_SIGNALS, VM
+from harness.guest.vm import VM
 from images.kernels import symcache
 
 # a run is suspected of hanging (Calls.on_suspect) after this fraction of its freeze or stuck limit
@@ -166,13 +165,12 @@ class Watch:
         rc = self.vm.proc.returncode if self.vm.proc else None
         booted = self.agent.hello_at is not None
         if rc is not None and rc < 0:  # a signal: not the kernel's doing
-            sig = next((s.name for s in signal.Signals if s == -rc), f"signal {-rc}")
             tail = self.vm.qemu_log_tail(3)
             when = f"{'' if booted else ' before the guest agent started'}{'; ' + tail if tail else ''}"
-            if -rc not in OUTSIDE_SIGNALS:  # QEMU's own crash: another attempt may not meet it
-                return Outcome(OutcomeKind.INFRA, f"QEMU crashed ({sig}){when}", now)
+            if crash := self.vm.crashed():  # another attempt may not meet it
+                return Outcome(OutcomeKind.INFRA, f"{crash}{when}", now)
             # from outside (the OOM killer, a kill): another attempt would meet it again
-            return Outcome(OutcomeKind.QEMU_EXIT, f"QEMU exited unexpectedly, killed by {sig}{when}", now)
+            return Outcome(OutcomeKind.QEMU_EXIT, f"{self.vm.outside_fault()}{when}", now)
         if booted:
             return Outcome(OutcomeKind.QEMU_EXIT, f"QEMU exited unexpectedly; {self.vm.qemu_log_tail(3)}", now)
         why = ("the guest reset before its agent started (QEMU runs with -no-reboot, so a kernel "
