@@ -12,7 +12,6 @@ cells, kstall has no scheduler of its own.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import os
 import threading
@@ -24,7 +23,7 @@ from typing import Callable
 from harness.analysis import expect, record
 from harness.analysis.expect import FAILING, Cell, CellResult, MatrixError, judge_cell
 from harness.analysis.verdict import VerdictKind
-from harness.base import arch, procs, reproducers, rundir as results
+from harness.base import arch, background, procs, reproducers, rundir as results
 from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
@@ -83,16 +82,23 @@ class Runner:
         with self.lock:
             self.echo(msg)
 
-    def _prefetch(self) -> dict[str, concurrent.futures.Future]:
+    def _prefetch(self, fetcher: background.Serial) -> dict[str, background.Pending]:
         """Kernels downloaded one after another in cell order, in the background."""
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-fetch",
-                                                     initializer=procs.background_priority)
-        self._fetch_pool = pool
-        futures: dict[str, concurrent.futures.Future] = {}
+        fetches: dict[str, background.Pending] = {}
         for c in self.cells:
-            if not c.skip and c.kernel not in futures:
-                futures[c.kernel] = pool.submit(resolve, c.kernel, True, self._say)
-        return futures
+            if not c.skip and c.kernel not in fetches:
+                fetches[c.kernel] = fetcher.submit(resolve, c.kernel, True, self._say)
+        return fetches
+
+    def _fetched(self, fetch: background.Pending) -> bool:
+        """Wait for a cell's kernel; False: the run was stopped meanwhile."""
+        while not self.cancel.is_set():
+            try:
+                fetch.result(0.2)
+                return True
+            except TimeoutError:
+                continue
+        return False
 
     def _load(self, spec: str, echo: Callable[[str], None]) -> cases.Loaded:
         with self.load_lock:
@@ -100,12 +106,13 @@ class Runner:
                 self.loaded[spec] = cases.load(spec, echo)
             return self.loaded[spec]
 
-    def _run_cell(self, idx: int, cell: Cell, kernels: dict[str, concurrent.futures.Future]) -> CellResult:
+    def _run_cell(self, idx: int, cell: Cell, kernels: dict[str, background.Pending]) -> CellResult:
         if cell.skip:
             return CellResult(cell, "skip")
         t0 = time.monotonic()
         try:
-            kernels[cell.kernel].result()
+            if not self._fetched(kernels[cell.kernel]):
+                return CellResult(cell, judge_cell(cell, None))  # not run
         except SpecError as e:
             return _error(cell, str(e), time.monotonic() - t0)
         waited = time.monotonic() - t0
@@ -128,7 +135,8 @@ class Runner:
                           time.monotonic() - t0, waited)
 
     def run(self) -> list[CellResult]:
-        kernels = self._prefetch()
+        fetcher = background.Serial("fetch", procs.background_priority)
+        kernels = self._prefetch(fetcher)
         todo = list(enumerate(self.cells))
         todo_lock = threading.Lock()
 
@@ -169,7 +177,7 @@ class Runner:
             for t in threads:
                 t.join(60)
         finally:
-            self._fetch_pool.shutdown(wait=False, cancel_futures=True)
+            fetcher.close()
         return [self.results.get(i, CellResult(c, judge_cell(c, None))) for i, c in enumerate(self.cells)]
 
 

@@ -9,7 +9,6 @@ bisection from its recorded steps.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Callable
 from harness.analysis import bug_record
 from harness.analysis.bug_record import BugRecord
 from harness.analysis.record import RunRecord
-from harness.base import paths, procs, rundir as results
+from harness.base import background, paths, procs, rundir as results
 from harness.drivers import explain
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors, ending
@@ -71,16 +70,15 @@ class Prefetcher:
         self.enabled = enabled
         self.suffix = flavour_suffix
         self.echo = echo
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kstall-prefetch",
-                                                          initializer=procs.background_priority)
-        self.queued: dict[str, concurrent.futures.Future] = {}
+        self.queue = background.Serial("prefetch", procs.background_priority)
+        self.queued: dict[str, background.Pending[None]] = {}
 
     def __call__(self, versions: list[str]) -> None:
         if not self.enabled:
             return
         for v in versions:
             if v not in self.queued:
-                self.queued[v] = self.pool.submit(self._fetch, v)
+                self.queued[v] = self.queue.submit(self._fetch, v)
 
     def _fetch(self, version: str) -> None:
         try:
@@ -89,7 +87,7 @@ class Prefetcher:
             self.echo(f"prefetch of {version} failed: {e}")
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.queue.close()
 
 
 def upstream_range(outcome: Outcome) -> str:
