@@ -25,7 +25,7 @@ from harness.analysis.bug_record import BugRecord
 from harness.analysis.classify import Signature
 from harness.analysis.pmiss import Key
 from harness.base import arch as arches
-from harness.base import paths, reproducers
+from harness.base import background, paths, reproducers
 from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import Options
@@ -37,6 +37,8 @@ from images.kernels.kernel import Kernel, SpecError
 from images.kernels.schemes import resolve as resolve_kernel
 
 Echo = Callable[[str], None]
+# make -q of the guest binaries reads a few dozen files' times: a bound for a stuck one
+GUEST_CHECK_BOUND_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -58,23 +60,39 @@ class Loaded:
         return pmiss.holding(self.calibrations, key)
 
 
-def ensure_guest(echo: Echo, arch: str = arches.DEFAULT) -> Path:
+def _guest_make(arch: str, echo: Echo) -> list[str] | None:
+    """The make that builds arch's guest binaries; None where this kstall
+    does not build them (its caller assembled them, or its package has them)."""
+    if os.environ.get("KSTALL_GUEST_DIR") or paths.INSTALLED:
+        return None
+    return ["make", "-C", str(paths.REPO), "guest", f"GUEST_ARCH={arch}", *sysroot.make_args(arch, echo)]
+
+
+def _current(make: list[str]) -> bool:
+    return subprocess.run([*make, "-q"], capture_output=True, timeout=GUEST_CHECK_BOUND_S).returncode == 0
+
+
+def checking_guest(arch: str, echo: Echo) -> background.Pending[bool] | None:
+    """Whether arch's guest binaries need no build, asked on a thread
+    (make -q: about 0.1 s, spent while the kernel is found)."""
+    make = _guest_make(arch, echo)
+    return background.Pending(_current, make) if make else None
+
+
+def ensure_guest(echo: Echo, arch: str = arches.DEFAULT, checking: background.Pending[bool] | None = None) -> Path:
     """arch's guest binaries, built if they are missing or stale (cheap when
     not), once: a fresh clone's matrix starts its cells side by side, and
-    two makes writing one binary broke both."""
+    two makes writing one binary broke both. checking: checking_guest()'s."""
     guest = paths.guest_dir(arch)
-    if os.environ.get("KSTALL_GUEST_DIR") or paths.INSTALLED:  # assembled by the caller, or shipped built
+    make = _guest_make(arch, echo)
+    if make is None:
         if paths.INSTALLED and not (guest / "init").is_file():
             raise SpecError(f"no {arch} guest programs in {guest}: this kstall package was built without them")
         return guest
-    make = ["make", "-C", str(paths.REPO), "guest", f"GUEST_ARCH={arch}", *sysroot.make_args(arch, echo)]
-
-    def current() -> bool:
-        return subprocess.run([*make, "-q"], capture_output=True).returncode == 0
-    if current():
+    if checking.result(GUEST_CHECK_BOUND_S) if checking else _current(make):
         return guest
     with cached.locked(guest):
-        if current():  # another kstall built them while this one waited
+        if _current(make):  # another kstall built them while this one waited
             return guest
         echo(f"building {arch} guest binaries (make guest GUEST_ARCH={arch})")
         q = subprocess.run(make, capture_output=True, text=True)
@@ -138,14 +156,18 @@ def key_for(repro: Loaded, opts: Options, accel_kind: str, arch: str) -> Key:
 def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     """The case verify runs: the kernel fetched (or built), checked against
     what the reproducer needs, its initramfs and accelerator."""
-    # before the kernel: a first --boot-image installs the guest binaries into the image's layer
     asked = opts.kernel.arch or arches.DEFAULT
-    guest = ensure_guest(echo, asked)
+    # checked while the kernel is found; before it, a first --boot-image
+    # installs the guest binaries into the image's layer
+    checking = None if opts.kernel.boot_image else checking_guest(asked, echo)
+    guest = ensure_guest(echo, asked, checking) if checking is None else paths.guest_dir(asked)
     build_opts = dataclasses.replace(opts.kernel.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
                             boot_layer=functools.partial(boot_image.make_layer, arch=opts.kernel.arch or arches.DEFAULT)
                             if opts.kernel.boot_image else None,
                             trust_backing=opts.kernel.trust_backing, arch=opts.kernel.arch)
+    if checking is not None:
+        guest = ensure_guest(echo, asked, checking)
     if kernel.arch != asked:  # a package or image of another architecture than asked for
         guest = ensure_guest(echo, kernel.arch)
     if repro.spec.command and kernel.arch != arches.host().name:
