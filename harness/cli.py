@@ -715,12 +715,27 @@ def _doctor_parser(sub) -> None:
                        "verify needs is missing (each such line says its fix).")
     d.add_argument("--offline", action="store_true", help="do not ask Debian's mirror")
     d.add_argument("--json", action="store_true")
+    d.add_argument("--matrix", metavar="FILE", type=Path,
+                   help="the guest architectures of this matrix file's kernels are needed too")
+    d.add_argument("--packages", action="store_true",
+                   help="print only the Debian packages that would mend what is needed and missing (one line, "
+                   "empty when none; exit 0), for `apt-get install $(kstall doctor --matrix FILE --packages)`")
     d.set_defaults(func=cmd_doctor)
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
+    from harness.analysis.expect import MatrixError
     from harness.drivers import doctor
-    text, code = doctor.report(doctor.examine(a.offline), a.json)
+    try:
+        needed = doctor.matrix_arches(a.matrix) if a.matrix else set()
+    except MatrixError as e:
+        echo_stderr(f"error: {e}")
+        return EXIT_USAGE
+    findings = doctor.examine(a.offline or a.packages, needed)
+    if a.packages:
+        print(" ".join(doctor.missing_packages(findings)))
+        return 0
+    text, code = doctor.report(findings, a.json)
     print(text)
     return code
 

@@ -45,14 +45,12 @@ def _version(binary: str) -> str:
     return (p.stdout.splitlines() or [""])[0].strip()
 
 
-def _tools() -> list[Finding]:
+def _tools(needed: set[str]) -> list[Finding]:
     out = []
-    host = arches.host().name
     for name in arches.names():
         a = arches.get(name)
-        needed = name == host
-        short = FAIL if needed else WARN
-        why = "" if needed else f" (only {a.debian} guests need it)"
+        short = FAIL if name in needed else WARN
+        why = "" if name in needed else f" (only {a.debian} guests need it)"
         qemu = shutil.which(machine.qemu(name))
         out.append(Finding(f"QEMU for {name}", OK if qemu else short, f"{qemu}: {_version(qemu)}" if qemu else
                            f"{machine.qemu(name)} not found{why}", "" if qemu else f"apt install {a.qemu_package}"))
@@ -133,8 +131,26 @@ def _who() -> Finding:
     return Finding("user", INFO, f"uid {os.geteuid()}: everything but the tests that mount or need root")
 
 
-def examine(offline: bool = False) -> list[Finding]:
-    return [*_tools(), _kvm(), _disk(), _debian(offline), _who()]
+def matrix_arches(path: Path) -> set[str]:
+    """The guest architectures a matrix file's kernels are for (MatrixError
+    for a file that is no matrix). A debian: kernel names its own; a file,
+    an image or a build is taken to be the host's."""
+    from harness.drivers import matrix
+    from images.kernels import debian
+    return {arches.by_debian(debian.arch_of(spec.partition(":")[2])).name if spec.startswith("debian:")
+            else arches.host().name for spec in matrix.load(path).kernels}
+
+
+def examine(offline: bool = False, needed: set[str] = frozenset()) -> list[Finding]:
+    """needed: the guest architectures whose QEMU and debugger a run needs,
+    besides the host's own (a matrix's, say)."""
+    return [*_tools({arches.host().name, *needed}), _kvm(), _disk(), _debian(offline), _who()]
+
+
+def missing_packages(findings: list[Finding]) -> list[str]:
+    """The Debian packages that would mend what a run needs and lacks."""
+    return sorted({w for f in findings if f.status == FAIL and f.fix.startswith("apt install ")
+                   for w in f.fix.split()[2:]})
 
 
 def report(findings: list[Finding], as_json: bool) -> tuple[str, int]:

@@ -12,9 +12,10 @@
   the last byte of kallsyms on the host (kstall symbols --refresh);
   0 s when cached, because a cached kernel is not asked for symbols at all;
 - the walk to a restored VULNERABLE (debian:6.16.12, 2 vCPUs, its snapshot
-  saved first), split: restore, until the hang, the heartbeat silence that
-  declares the freeze, the GDB reading, and the rest (process start, the
-  prediction, writing the record);
+  saved first), split: restore, the gate's GO to the reproducer's start
+  (the guest's side: TCG translates a restored guest's code anew), until the
+  hang, the heartbeat silence that declares the freeze, the GDB reading, and
+  the rest (process start, the prediction, writing the record);
 - for reference, time to NOT_REPRODUCED on debian:6.17.8.
 """
 import argparse
@@ -67,6 +68,8 @@ def main() -> None:
     t = [d["timings"] for _, d in walk]
     print(f"restored VULNERABLE, debian:6.16.12, 2 vCPUs:        {med([w for w, _ in walk])}   goal <= 1.0s")
     for name, xs in (("restore (to the agent's hello)", [x["boot_s"] for x in t]),
+                     ("the gate's GO to the reproducer's start", [x["to_outcome_s"] - x["boot_s"] - x["gate_wait_s"]
+                                                                  - x["repro_s"] for x in t]),
                      ("reproducer start to the hang", [x["hang_after_s"] for x in t]),
                      ("heartbeat silence to the freeze", [x["detection_latency_s"] for x in t]),
                      ("GDB reading (3 samples)", [x["debug_s"] for x in t]),

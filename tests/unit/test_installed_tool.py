@@ -30,6 +30,20 @@ def test_the_doctor_names_what_a_verify_lacks_and_its_fix(monkeypatch):
     assert code == 1 and f"FAIL  QEMU for {host.name}" in text and f"fix: apt install {host.qemu_package}" in text
 
 
+def test_the_doctor_names_the_packages_a_matrixs_architectures_need(monkeypatch):
+    # what the CI templates install before a shard: the packages for the matrix's guests
+    assert doctor.matrix_arches(REPO / "ci" / "matrix.toml") == {"x86_64", "aarch64"}
+    monkeypatch.setenv("KSTALL_QEMU", "/nonexistent/qemu")
+    host = arch.host()
+    assert doctor.missing_packages(doctor.examine(offline=True)) == [host.qemu_package]
+    both = doctor.missing_packages(doctor.examine(offline=True, needed={"x86_64", "aarch64"}))
+    assert both == sorted(arch.get(n).qemu_package for n in ("x86_64", "aarch64"))
+    from harness import cli
+    p = subprocess.run([sys.executable, str(Path(cli.__file__).with_name("kstall")), "doctor", "--matrix",
+                        str(REPO / "ci" / "matrix.toml"), "--packages"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.split() == both, p.stdout + p.stderr
+
+
 def test_the_man_page_has_every_command_help_has(tmp_path):
     from harness.cli import build_parser
     from harness.drivers.complete import _subcommands
