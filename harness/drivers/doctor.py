@@ -141,7 +141,7 @@ def matrix_arches(path: Path) -> set[str]:
             else arches.host().name for spec in matrix.load(path).kernels}
 
 
-def examine(offline: bool = False, needed: set[str] = frozenset()) -> list[Finding]:
+def examine(offline: bool = False, needed: frozenset[str] | set[str] = frozenset()) -> list[Finding]:
     """needed: the guest architectures whose QEMU and debugger a run needs,
     besides the host's own (a matrix's, say)."""
     return [*_tools({arches.host().name, *needed}), _kvm(), _disk(), _debian(offline), _who()]
