@@ -38,9 +38,14 @@ def run_script(script: str, cwd: str, env: dict, log: Path, shell=("bash", "--no
         os.unlink(path)
 
 
+# what a new job's container has not: kstall, and the other guest
+# architecture's tools, which a shard installs for its matrix (kstall doctor --packages)
+NOT_IN_A_NEW_CONTAINER = "kstall qemu-system-arm gdb-multiarch"
+
+
 def fresh_container(log: Path) -> None:
-    """A new job's container has no kstall installed."""
-    run_script("dpkg --purge kstall >/dev/null 2>&1 || true", "/", {}, log)
+    """A new job's container, as far as the jobs can tell."""
+    run_script(f"dpkg --purge {NOT_IN_A_NEW_CONTAINER} >/dev/null 2>&1 || true", "/", {}, log)
 
 
 def copy_project(dest: Path, files: dict[str, str]) -> None:
