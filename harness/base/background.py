@@ -78,7 +78,10 @@ class Serial:
         if setup is not None:
             setup()
         while (p := self._todo.get()) is not None:
-            p.cancel() if self._closed.is_set() else p.run()
+            if self._closed.is_set():
+                p.cancel()
+            else:
+                p.run()
 
     def close(self) -> None:
         """What has not started never runs; what runs finishes on its own."""
