@@ -27,11 +27,19 @@ def spawn_gdb(args: list[str], log, timeout: float, gdb: str = "gdb") -> pexpect
     GDB = gdb_binary(gdb)
     base = ["-nx", "-q", "-ex", "set pagination off", "-ex", "set confirm off", "-ex", "set width 0",
             "-ex", "set style enabled off"]
+    parent = os.getpid()
     try:
         child = pexpect.spawn(GDB, base + args, encoding="utf-8", timeout=timeout, echo=False,
                               env={**os.environ, "TERM": "dumb"}, preexec_fn=procs.die_with_parent)
     except pexpect.ExceptionPexpect as e:
         raise DebugError(f"cannot start {GDB}: {e}") from None
+    finally:
+        # the forked child before its exec: ptyprocess lets an error of its
+        # terminal's setup out (EIO, when kstall was killed meanwhile and the
+        # pty hung up), and this copy of kstall ran on, wrote a bisection's
+        # record as its own and renamed its directory; it must end here
+        if os.getpid() != parent:
+            os._exit(1)
     child.logfile_read = log
     child.delaybeforesend = None  # pexpect's default 50 ms per command is for terminals that drop input
     child.ptyproc.delayafterclose = 0.01  # (0.1 s) GDB has said EOF by then; a live one is killed anyway
