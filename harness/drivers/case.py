@@ -84,12 +84,14 @@ def ensure_guest(echo: Echo, arch: str = arches.DEFAULT, checking: background.Pe
     not), once: a fresh clone's matrix starts its cells side by side, and
     two makes writing one binary broke both. checking: checking_guest()'s."""
     guest = paths.guest_dir(arch)
+    if checking is not None and checking.result(GUEST_CHECK_BOUND_S):
+        return guest
     make = _guest_make(arch, echo)
     if make is None:
         if paths.INSTALLED and not (guest / "init").is_file():
             raise SpecError(f"no {arch} guest programs in {guest}: this kstall package was built without them")
         return guest
-    if checking.result(GUEST_CHECK_BOUND_S) if checking else _current(make):
+    if checking is None and _current(make):
         return guest
     with cached.locked(guest):
         if _current(make):  # another kstall built them while this one waited
@@ -160,14 +162,13 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     # checked while the kernel is found; before it, a first --boot-image
     # installs the guest binaries into the image's layer
     checking = None if opts.kernel.boot_image else checking_guest(asked, echo)
-    guest = ensure_guest(echo, asked, checking) if checking is None else paths.guest_dir(asked)
+    guest = ensure_guest(echo, asked) if checking is None else None
     build_opts = dataclasses.replace(opts.kernel.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
                             boot_layer=functools.partial(boot_image.make_layer, arch=opts.kernel.arch or arches.DEFAULT)
                             if opts.kernel.boot_image else None,
                             trust_backing=opts.kernel.trust_backing, arch=opts.kernel.arch)
-    if checking is not None:
-        guest = ensure_guest(echo, asked, checking)
+    guest = guest or ensure_guest(echo, asked, checking)
     if kernel.arch != asked:  # a package or image of another architecture than asked for
         guest = ensure_guest(echo, kernel.arch)
     if repro.spec.command and kernel.arch != arches.host().name:

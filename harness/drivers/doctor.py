@@ -35,6 +35,11 @@ class Finding:
     status: str
     detail: str
     fix: str = ""
+    package: str = ""  # the Debian package that mends it (the fix then says so)
+
+    def __post_init__(self) -> None:
+        if self.package and not self.fix:
+            self.fix = f"apt install {self.package}"
 
 
 def _version(binary: str) -> str:
@@ -53,10 +58,10 @@ def _tools(needed: set[str]) -> list[Finding]:
         why = "" if name in needed else f" (only {a.debian} guests need it)"
         qemu = shutil.which(machine.qemu(name))
         out.append(Finding(f"QEMU for {name}", OK if qemu else short, f"{qemu}: {_version(qemu)}" if qemu else
-                           f"{machine.qemu(name)} not found{why}", "" if qemu else f"apt install {a.qemu_package}"))
+                           f"{machine.qemu(name)} not found{why}", package="" if qemu else a.qemu_package))
         gdb = shutil.which(a.gdb)
         out.append(Finding(f"debugger for {name}", OK if gdb else short, f"{gdb}: {_version(gdb)}" if gdb else
-                           f"{a.gdb} not found{why}", "" if gdb else f"apt install {a.gdb}"))
+                           f"{a.gdb} not found{why}", package="" if gdb else a.gdb))
         guest = paths.guest_dir(name)
         built = guest.is_dir() and any(guest.iterdir())
         out.append(Finding(f"guest programs for {name}", OK if built else INFO,
@@ -67,7 +72,7 @@ def _tools(needed: set[str]) -> list[Finding]:
                                ("drgn", "python3-drgn", "kstall inspect --with drgn")):
         found = shutil.which(tool)
         out.append(Finding(tool, OK if found else WARN, found or f"not installed: {use} needs it",
-                           "" if found else f"apt install {package}"))
+                           package="" if found else package))
     return out
 
 
@@ -149,8 +154,7 @@ def examine(offline: bool = False, needed: frozenset[str] | set[str] = frozenset
 
 def missing_packages(findings: list[Finding]) -> list[str]:
     """The Debian packages that would mend what a run needs and lacks."""
-    return sorted({w for f in findings if f.status == FAIL and f.fix.startswith("apt install ")
-                   for w in f.fix.split()[2:]})
+    return sorted({f.package for f in findings if f.status == FAIL and f.package})
 
 
 def report(findings: list[Finding], as_json: bool) -> tuple[str, int]:
