@@ -740,11 +740,24 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     return code
 
 
+class _Version(argparse.Action):
+    """--version, asking git only when it is given: a checkout's version is
+    three git calls, 30 ms that every command paid for building its parser."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **_) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from harness.base.version import version
+        print(f"kstall {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from harness.base.version import version
     p = argparse.ArgumentParser(prog="kstall", description="Reproduce kernel deadlocks and stalls in QEMU guests, "
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
-    p.add_argument("--version", action="version", version=f"kstall {version()}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
                 _threads_parser, _calibrate_parser, _analyze_parser, _attach_parser,

@@ -189,17 +189,16 @@ class VM:
         if self.cfg.shared_ram or self.cfg.host_fs:  # virtiofsd maps guest RAM
             self.ram_fd = os.memfd_create("kstall-ram", os.MFD_CLOEXEC)  # QEMU opens it through /proc
             os.ftruncate(self.ram_fd, self.cfg.memory_mb << 20)
+        command = self.command()
         with open(self.cfg.log_dir / "qemu.log", "wb") as log:
-            log.write((" ".join(self.command()) + "\n").encode())
+            log.write((" ".join(command) + "\n").encode())
             log.flush()
-            try:
-                self.proc = subprocess.Popen(
-                    self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=procs.die_with_parent,
-                    pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
-            except FileNotFoundError:
+            if shutil.which(command[0]) is None:
                 a = arches.get(self.cfg.arch)
                 raise VMError(f"{machine.qemu(a.name)} not found: {paths.install_hint(a.qemu_package)}")
+            self.proc = subprocess.Popen(
+                procs.dying_with_parent(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())

@@ -25,6 +25,10 @@ from images.kernels import modules
 from images.kernels.kernel import Kernel, sha256_file
 
 META = "kernel.json"
+# the vmlinuz's stat when its hash last matched: a file that stats the same
+# was not written since (any write moves its ctime, which no one can set
+# back), so it is not hashed again (40 ms of every verify)
+CHECKED = "vmlinuz.checked"
 
 
 def write_meta(directory: Path, kernel: Kernel) -> None:
@@ -59,14 +63,36 @@ def damage(d: Path) -> str | None:
         return f"kernel.json unreadable ({e})"
     if not k.vmlinuz or not k.vmlinuz.is_file():
         return "vmlinuz missing"
-    if sha256_file(k.vmlinuz) != k.sha256:
-        return f"vmlinuz sha256 mismatch ({k.vmlinuz.stat().st_size} bytes)"
+    if not _unchanged_since_checked(d, k.vmlinuz, k.sha256):
+        if sha256_file(k.vmlinuz) != k.sha256:
+            return f"vmlinuz sha256 mismatch ({k.vmlinuz.stat().st_size} bytes)"
+        _note_checked(d, k.vmlinuz, k.sha256)
     if k.origin.get("suite") and k.config and k.config.is_file():  # fetched by kstall, which can do so again
         left_out = [m for m in modules.wanted(modules.optional_needs(), k.config_value)
                     if m not in k.modules and m not in k.origin.get("optional_missing", [])]
         if left_out:
             return f"fetched before kstall took the module(s) {', '.join(left_out)} a host command needs"
     return None
+
+
+def _stat_of(path: Path, sha256: str) -> dict:
+    st = path.stat()
+    return {"sha256": sha256, "path": str(path), "size": st.st_size, "ino": st.st_ino, "dev": st.st_dev,
+            "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
+def _unchanged_since_checked(d: Path, vmlinuz: Path, sha256: str) -> bool:
+    try:
+        return json.loads((d / CHECKED).read_text()) == _stat_of(vmlinuz, sha256)
+    except (OSError, ValueError):
+        return False
+
+
+def _note_checked(d: Path, vmlinuz: Path, sha256: str) -> None:
+    try:
+        write_atomic(d / CHECKED, json.dumps(_stat_of(vmlinuz, sha256)) + "\n")
+    except OSError:
+        pass  # a read-only cache: hashed again next time
 
 
 @contextmanager

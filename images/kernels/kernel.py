@@ -4,6 +4,7 @@ guest needs. The schemes that make one from what a user names are in
 images/kernels/schemes.py."""
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,13 +51,11 @@ class Kernel:
 
     def config_value(self, option: str) -> str | None:
         """CONFIG_FOO's value in the kernel's config, if kstall has the config."""
-        if not self.config or not self.config.exists():
+        try:
+            stamp = self.config.stat().st_mtime_ns if self.config else None
+        except OSError:
             return None
-        prefix = option + "="
-        for line in self.config.read_text(errors="replace").splitlines():
-            if line.startswith(prefix):
-                return line[len(prefix):].strip('"')
-        return None
+        return None if stamp is None else _config(self.config, stamp).get(option)
 
     def machine(self) -> str:
         """The machine it needs: the first of its architecture's machines
@@ -81,6 +80,18 @@ def image_arch(path: Path) -> str:
         known = ", ".join(f"{arches.get(n).image} ({n})" for n in arches.names())
         raise SpecError(f"{path}: not a kernel image kstall can boot: it knows {known}")
     return a.name
+
+
+@functools.lru_cache(maxsize=4)
+def _config(path: Path, mtime_ns: int) -> dict[str, str]:
+    """A config's options, read once per run (a run asks for a dozen, and a
+    config is 300 KB); mtime_ns keys it, so a rewritten config is read again."""
+    out: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        name, eq, value = line.partition("=")
+        if eq and not name.startswith("#"):
+            out.setdefault(name, value.strip('"'))
+    return out
 
 
 def sha256_file(path: Path) -> str:

@@ -2,10 +2,11 @@
 """A signal that arrives while results are written acts only once they are whole."""
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
-from harness.base import procs
+from harness.base import paths, procs
 
 
 def test_ctrl_c_inside_the_block_is_raised_after_it():
@@ -87,3 +88,33 @@ def test_a_sigterm_python_dropped_in_a_finalizer_is_raised_at_the_next_check(mon
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def test_a_child_spawned_without_a_preexec_dies_with_kstall_and_never_outlives_a_kstall_already_gone():
+    import subprocess
+    import sys
+    import time
+    # a stand-in kstall starts a sleeper the fast way, and is SIGKILLed
+    code = ("import subprocess, sys; sys.path.insert(0, sys.argv[1]); from harness.base import procs; "
+            "p = subprocess.Popen(procs.dying_with_parent(['sleep', '60'])); print(p.pid, flush=True); "
+            "import time; time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(paths.REPO)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)  # setpriv, then the shell, then sleep: one process
+        parent.kill()
+        parent.wait(10)
+        while time.monotonic() < deadline and Path(f"/proc/{child}").exists() \
+                and procs.stat_fields(f"/proc/{child}/stat")[:1] != ["Z"]:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{child}").exists() or procs.stat_fields(f"/proc/{child}/stat")[:1] == ["Z"]
+    finally:
+        parent.kill()
+        parent.wait(10)
+    # kstall gone before the death signal was set: the command never runs
+    cmd = procs.dying_with_parent(["echo", "ran"])
+    cmd[cmd.index("--") + 4] = "1"  # the pid it must be the child of
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and r.stdout == ""

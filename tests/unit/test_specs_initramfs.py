@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """Kernel spec parsing, version matching and the initramfs format."""
+import os
 import subprocess
 
 import pytest
@@ -90,3 +91,32 @@ def test_the_guest_binaries_do_not_name_the_clone_they_were_built_in():
     assert binaries, "run `make guest`"
     named = [p.name for p in binaries if where in p.read_bytes()]
     assert named == [], f"{named} name {where.decode()}: built before the Makefile mapped it? `make clean guest`"
+
+
+def test_a_cached_kernel_is_hashed_again_only_when_its_file_was_written(tmp_path, monkeypatch):
+    from images.kernels import cached, kernel
+    d = tmp_path / "k"
+    d.mkdir()
+    vmlinuz = d / "vmlinuz"
+    vmlinuz.write_bytes(b"A" * 4096)
+    cached.write_meta(d, kernel.Kernel(spec="file:x", canonical="file:x", vmlinuz=vmlinuz,
+                                       sha256=kernel.sha256_file(vmlinuz)))
+    hashed = []
+    real = kernel.sha256_file
+    monkeypatch.setattr(cached, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert cached.damage(d) is None and cached.damage(d) is None
+    assert len(hashed) == 1  # the second look trusts the stat the first one noted
+    vmlinuz.write_bytes(b"B" * 4096)  # same size, new content: its ctime moved
+    assert "sha256 mismatch" in (cached.damage(d) or "")
+    assert len(hashed) == 2
+
+
+def test_a_kernels_config_is_read_once_and_again_when_rewritten(tmp_path):
+    from images.kernels import kernel
+    config = tmp_path / "config"
+    config.write_text('# CONFIG_A is not set\nCONFIG_B=m\nCONFIG_C="x y"\n')
+    k = kernel.Kernel(spec="file:x", canonical="file:x", vmlinuz=tmp_path / "v", sha256="0", config=config)
+    assert (k.config_value("CONFIG_A"), k.config_value("CONFIG_B"), k.config_value("CONFIG_C")) == (None, "m", "x y")
+    config.write_text("CONFIG_B=y\n")
+    os.utime(config, ns=(1, 1))  # a rewrite within one tick of the clock is still seen: mtime moved
+    assert k.config_value("CONFIG_B") == "y"
