@@ -14,6 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 TEXT_TYPES = frozenset("tTwW")
 # variables (data and bss; per-CPU ones are absolute where the per-CPU area is
@@ -44,6 +45,48 @@ def _better(a: tuple[str, str, str], b: tuple[str, str, str]) -> bool:
     return rank(a) < rank(b)
 
 
+# bump when the index's layout changes: an older index is then parsed again
+INDEX_FORMAT = 2
+
+
+class Lines:
+    """Many strings as one text and where each starts: loaded from an index
+    without making a Python string per symbol (135,000 of them took GDB
+    0.1 s, while a guest restored beside it), each made when looked up."""
+
+    def __init__(self, text: str, starts: array.array) -> None:
+        self.text, self.starts = text, starts  # starts: one more than there are strings
+
+    @classmethod
+    def of(cls, strings: list[str]) -> "Lines":
+        starts, at = array.array("Q", [0]), 0
+        for x in strings:
+            at += len(x) + 1
+            starts.append(at)
+        return cls("\n".join(strings) + "\n" if strings else "", starts)
+
+    def dumps(self) -> tuple[str, bytes]:
+        return self.text, self.starts.tobytes()
+
+    @classmethod
+    def loads(cls, stored: tuple[str, bytes]) -> "Lines":
+        text, raw = stored
+        starts = array.array("Q")
+        starts.frombytes(raw)
+        if not starts or starts[-1] != len(text):
+            raise ValueError("a damaged index")
+        return cls(text, starts)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, i: int) -> str:
+        return self.text[self.starts[i]:self.starts[i + 1] - 1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.text.split("\n")[:len(self)])
+
+
 class Kallsyms:
     def __init__(self, entries: list[tuple[int, str, str, str]], types: frozenset[str] = TEXT_TYPES) -> None:
         """entries: (address, type, name, module) of symbols, any order; those
@@ -56,9 +99,10 @@ class Kallsyms:
             if cur is None or _better((name, typ, mod), cur):
                 best[addr] = (name, typ, mod)
         addrs = sorted(best)
-        self._index(array.array("Q", addrs), [best[a][0] for a in addrs], [best[a][2] for a in addrs])
+        self._index(array.array("Q", addrs), Lines.of([best[a][0] for a in addrs]),
+                    Lines.of([best[a][2] for a in addrs]))
 
-    def _index(self, addrs: array.array, names: list[str], modules: list[str]) -> None:
+    def _index(self, addrs: array.array, names: "Lines", modules: "Lines") -> None:
         # parallel sequences, not a tuple per symbol: they load from the index in milliseconds
         self.addrs, self.names, self.modules = addrs, names, modules
         self._by_name: dict[str, int] | None = None
@@ -92,24 +136,23 @@ class Kallsyms:
         only) that loads in a tenth of the time: GDB loads the symbols while
         a frozen guest waits for its verdict."""
         path = Path(path)
-        index = path.with_name(f"{path.name}.py{sys.version_info[0]}{sys.version_info[1]}.marshal")
+        index = path.with_name(f"{path.name}.py{sys.version_info[0]}{sys.version_info[1]}.v{INDEX_FORMAT}.marshal")
         try:
             if index.stat().st_mtime_ns >= path.stat().st_mtime_ns:
                 raw, names, modules = marshal.loads(index.read_bytes())
                 addrs = array.array("Q")
                 addrs.frombytes(raw)
-                names, modules = names.split("\n"), modules.split("\n")
-                if not len(addrs) == len(names) == len(modules):
-                    raise ValueError("a damaged index")
                 k = cls.__new__(cls)
-                k._index(addrs, names, modules)
+                k._index(addrs, Lines.loads(names), Lines.loads(modules))
+                if not len(addrs) == len(k.names) == len(k.modules):
+                    raise ValueError("a damaged index")
                 return k
         except (OSError, ValueError, EOFError, TypeError):
             pass
         k = cls.parse(path.read_text(errors="replace"), types)
         try:  # best effort: a read-only cache still works, only slower
             tmp = index.with_name(f".{index.name}.{os.getpid()}")
-            tmp.write_bytes(marshal.dumps((k.addrs.tobytes(), "\n".join(k.names), "\n".join(k.modules))))
+            tmp.write_bytes(marshal.dumps((k.addrs.tobytes(), k.names.dumps(), k.modules.dumps())))
             os.replace(tmp, index)
         except OSError:
             pass

@@ -23,6 +23,8 @@ class Evidence:
     p_miss: dict | None = None
     heartbeats: int | None = None
     max_heartbeat_gap_s: float | None = None
+    # that gap less what the host held the guest back by (the freeze floor's margin)
+    max_unexplained_gap_s: float | None = None
     console_reports: list[dict] = field(default_factory=list)
     console_reports_dropped: int = 0
     debug_method: str | None = None    # gdb | qmp
@@ -45,6 +47,7 @@ class Evidence:
                 "stalls": {k: v for k, v in (self.stalls or {}).items() if k != "data"} or None,
                 "latency": self.latency, "nmi_injection": self.nmi_injection, "p_miss": self.p_miss or None,
                 "heartbeats": self.heartbeats, "max_heartbeat_gap_s": self.max_heartbeat_gap_s,
+                "max_unexplained_gap_s": self.max_unexplained_gap_s,
                 "console_reports": self.console_reports, "console_titles": self.console_titles,
                 "console_reports_dropped": self.console_reports_dropped, "debug_method": self.debug_method,
                 "debug_errors": self.debug_errors}
@@ -117,6 +120,7 @@ class RunRecord:
                    evidence=Evidence(count=ev.get("count"), count_name=ev.get("count_name", ""), stalls=stalls,
                                      nmi_injection=ev.get("nmi_injection"), p_miss=ev.get("p_miss"),
                                      heartbeats=ev.get("heartbeats"), max_heartbeat_gap_s=ev.get("max_heartbeat_gap_s"),
+                                     max_unexplained_gap_s=ev.get("max_unexplained_gap_s"),
                                      console_reports=ev.get("console_reports", []),
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
                                      debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", [])),

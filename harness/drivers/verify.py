@@ -193,6 +193,7 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
         evidence=Evidence(count=w.get("count"), count_name=repro.count_name, stalls=final.stalls,
                           nmi_injection=w.get("nmi"), p_miss=final.verdict.p_miss or None,
                           heartbeats=w.get("heartbeats"), max_heartbeat_gap_s=w.get("max_heartbeat_gap_s"),
+                          max_unexplained_gap_s=w.get("max_unexplained_gap_s"),
                           console_reports=w.get("console_reports", []),
                           console_reports_dropped=w.get("console_reports_dropped", 0),
                           debug_method=final.samples.method if final.samples else None,

@@ -14,6 +14,10 @@ from harness.analysis.ktap import KV, Ktap, unnest
 from harness.base.untrusted import num
 
 _HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
+# a heartbeat gap past this (one beat missed and more) is kept, to be set against
+# what the host held the guest back by meanwhile (Watch.unexplained_gap)
+LONG_GAP_S = 0.08
+MAX_LONG_GAPS = 10_000
 
 
 class AgentChannel:
@@ -36,6 +40,7 @@ class AgentChannel:
         self.last_hb_guest_ns = 0
         self.hb_count = 0
         self.max_hb_gap = 0.0
+        self.long_gaps: list[tuple[float, float]] = []  # (from, to) of heartbeat gaps over LONG_GAP_S
         self.repro_started_at: float | None = None
         self.count = 0
         self.count_changed_at: float | None = None
@@ -61,6 +66,8 @@ class AgentChannel:
     def _heartbeat(self, m: re.Match, now: float) -> None:
         if self.last_hb_at is not None:
             self.max_hb_gap = max(self.max_hb_gap, now - self.last_hb_at)
+            if now - self.last_hb_at > LONG_GAP_S and len(self.long_gaps) < MAX_LONG_GAPS:
+                self.long_gaps.append((self.last_hb_at, now))
         else:
             self.first_hb_at = now
         self.last_hb_at = now

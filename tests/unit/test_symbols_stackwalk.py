@@ -105,3 +105,17 @@ def test_an_irq_stack_is_followed_to_the_stack_it_interrupted():
         frames = stackwalk.walk(int(cpu["regs"]["rip"], 16), regions, code, syms())
         return any(f.interrupted and f.function == "smp_call_function_many_cond" for f in frames)
     assert spinning(memory) and not spinning(memory[:1])
+
+
+def test_symbols_load_from_their_index_as_they_parse_and_a_damaged_index_is_parsed_again(tmp_path):
+    text = "ffffffff81000000 T _stext\nffffffff81000100 t helper\nffffffff81000200 T mod_fn\t[kvm]\n"
+    (tmp_path / "kallsyms").write_text(text)
+    parsed = Kallsyms.parse(text)
+    first = Kallsyms.load(tmp_path / "kallsyms")  # parses and writes the index
+    index = next(tmp_path.glob("kallsyms.*.marshal"))
+    again = Kallsyms.load(tmp_path / "kallsyms")  # from the index
+    for k in (first, again):
+        assert list(k.addrs) == list(parsed.addrs) and list(k.names) == list(parsed.names)
+        assert k.fmt(0xffffffff81000204) == "mod_fn+0x4/0x1000 [kvm]" and k.address("helper") == 0xffffffff81000100
+    index.write_bytes(index.read_bytes()[:-9])  # cut short
+    assert list(Kallsyms.load(tmp_path / "kallsyms").names) == ["_stext", "helper", "mod_fn"]
