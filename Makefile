@@ -7,7 +7,10 @@ BUILD   ?= build
 # the guest's architecture (harness/base/arches.toml): the host's unless named;
 # its compiler on this host, GNU triplet and BPF target come from the table
 GUEST_ARCH ?= $(shell uname -m)
+# (kstall passes them itself: the Python this asks took 0.1 s of every verify's make -q)
+ifeq ($(origin TRIPLET),undefined)
 $(foreach v,$(shell $(PYTHON) -m harness.base.arch make-vars $(GUEST_ARCH)),$(eval $(v)))
+endif
 GUEST   := $(BUILD)/guest/$(GUEST_ARCH)
 # another architecture's static libraries (libbpf, libelf, zlib, zstd, jemalloc),
 # unpacked from Debian's packages (images/guest/sysroot.py); the host's own otherwise

@@ -65,7 +65,8 @@ def _guest_make(arch: str, echo: Echo) -> list[str] | None:
     does not build them (its caller assembled them, or its package has them)."""
     if os.environ.get("KSTALL_GUEST_DIR") or paths.INSTALLED:
         return None
-    return ["make", "-C", str(paths.REPO), "guest", f"GUEST_ARCH={arch}", *sysroot.make_args(arch, echo)]
+    return ["make", "-C", str(paths.REPO), "guest", f"GUEST_ARCH={arch}", *arches.make_vars(arch).split(),
+            *sysroot.make_args(arch, echo)]
 
 
 def _current(make: list[str]) -> bool:

@@ -325,13 +325,15 @@ class Watch:
     def unexplained_gap(self) -> float | None:
         """The longest heartbeat gap less what the host held the guest back
         by meanwhile: how long a guest that went on fell silent by itself,
-        which the freeze floor must stay above (None: no reading of the host)."""
+        which the freeze floor must stay above. Only gaps the host was read
+        over count (the others are held to the fixed ceiling); None: none."""
         if self.calls.host_delay is None:
             return None
-        worst = 0.0
+        worst = None
         for t0, t1 in self.agent.long_gaps:
-            worst = max(worst, t1 - t0 - (self.calls.host_delay(t0, t1) or 0) / 1e3)
-        return round(worst, 3)
+            if (held := self.calls.host_delay(t0, t1)) is not None:
+                worst = max(worst or 0.0, t1 - t0 - held / 1e3)
+        return None if worst is None else round(worst, 3)
 
     def summary(self) -> dict:
         a = self.agent
