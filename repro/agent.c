@@ -54,6 +54,8 @@
  * core in /tmp) and sends SIGABRT; once the reproducer is gone the core goes
  * to the host on the syms port, as "CORE <bytes>" and the bytes, and the
  * agent waits (bounded) for the host's "CORE-OK" before it powers off.
+ * Likewise after sending the symbols: "SYMS-OK" (a guest with nothing to run
+ * powered off before its symbols had crossed, and the capture lost them).
  *
  * Agent channel lines (host parses these; anything else is reproducer TAP):
  *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
@@ -111,6 +113,8 @@ static atomic_int hb_stop;
 static atomic_int repro_pid;
 static atomic_int core_requested;
 static atomic_int core_acked;	/* the host has the whole core ("CORE-OK") */
+static atomic_int syms_sent;	/* the symbols went to the host... */
+static atomic_int syms_acked;	/* ...and it has them all ("SYMS-OK") */
 static char repro_exe[256];
 static unsigned hb_ms = 50;
 static char base_dir[256] = "";	/* where the agent's executable is: "" for / */
@@ -407,9 +411,11 @@ static void send_kallsyms(void)
 	if (send_blob("KALLSYMS", buf, text_len) || send_blob("KDATA", data, data_len) ||
 	    send_blob("BTF", btf ? btf : "", btf ? btf_len : 0))
 		say("KSTALL syms error=no-port");
-	else
+	else {
+		atomic_store(&syms_sent, 1);
 		say("KSTALL syms bytes=%zu lines=%zu data_lines=%zu btf_bytes=%zu ms=%llu", text_len, text_lines,
 		    data_lines, btf ? btf_len : 0, (mono_ns() - t0) / 1000000);
+	}
 	free(buf);
 	free(data);
 	free(btf);
@@ -589,6 +595,8 @@ static void host_commands(const char *until)
 				request_core(atomic_load(&repro_pid));
 			if (!strcmp(buf, "CORE-OK"))
 				atomic_store(&core_acked, 1);
+			if (!strcmp(buf, "SYMS-OK"))
+				atomic_store(&syms_acked, 1);
 			have -= nl + 1 - buf;
 			memmove(buf, nl + 1, have + 1);
 		}
@@ -1020,6 +1028,11 @@ int main(int argc, char **argv)
 	}
 	if (atomic_load(&core_requested))
 		send_core();
+	/* a port write returns once its data is queued: the symbols' tail may
+	 * not have crossed yet (bounded: an old host never says it) */
+	for (int i = 0; i < 2000 && agent_fd >= 0 && atomic_load(&syms_sent) &&
+	     !atomic_load(&syms_acked); i++)
+		usleep(10000);
 	say("KSTALL exit code=%d", code);
 	atomic_store(&hb_stop, 1);
 	pthread_join(hb, NULL);

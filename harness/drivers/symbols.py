@@ -30,8 +30,9 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
             vm.start()
             w = Watch(vm, Limits(boot_timeout=120, run_timeout=60), want_syms=True)
             out = w.watch()
+            # what QEMU wrote before it went is still in the socket: read to its end, not to QEMU's
             deadline = time.monotonic() + 10
-            while not w.syms.complete(symcache.LAST_BLOB) and time.monotonic() < deadline and vm.alive():
+            while not w.syms.complete(symcache.LAST_BLOB) and not w.syms.eof and time.monotonic() < deadline:
                 w.syms.read()
                 time.sleep(0.01)
     if not w.syms.complete(symcache.LAST_BLOB):

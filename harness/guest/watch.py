@@ -85,6 +85,7 @@ class Watch:
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
+        self.want_syms, self.syms_acked = want_syms, False
         if want_syms:  # the guest sends its symbols once: syms=1 in the GO, kstall.syms=1 on the command line
             for tag, (_, max_bytes) in symcache.BLOBS.items():
                 self.syms.expect(tag, max_bytes)
@@ -116,6 +117,9 @@ class Watch:
                 self.agent.feed(line, now)
         if self.vm.syms in ready:
             self.syms.read()
+            if self.want_syms and not self.syms_acked and self.syms.complete(symcache.LAST_BLOB):
+                self._send(b"SYMS-OK\n")  # the agent may power off now
+                self.syms_acked = True
         return bool(ready)
 
     def _drain(self) -> None:

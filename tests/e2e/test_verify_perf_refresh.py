@@ -169,3 +169,19 @@ def test_kernels_available_lists_the_debian_versions():
     assert any(s.startswith("debian:7.") for s in specs)
     # bookworm's stock kernel, older ABI naming (linux-image-6.1.0-NN-amd64)
     assert any(s.startswith("debian:6.1.") for s in specs)
+
+
+def test_a_symbol_capture_on_a_busy_host_has_every_blob():
+    """A guest with nothing to run powers off right after sending its symbols;
+    a port write returns once the data is queued, so the agent waits for the
+    host's SYMS-OK, and the host reads the socket to its end. Before, with two
+    CPU hogs running, 3 captures in 8 lost their tail ("no symbols arrived")."""
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    try:
+        runs = [kstall("symbols", "debian:6.17.8", "--refresh", timeout=300) for _ in range(4)]
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    for p in runs:
+        assert p.returncode == 0 and "text symbols" in p.stdout, p.stderr[-1500:]
