@@ -196,9 +196,13 @@ class VM:
             if shutil.which(command[0]) is None:
                 a = arches.get(self.cfg.arch)
                 raise VMError(f"{machine.qemu(a.name)} not found: {paths.install_hint(a.qemu_package)}")
-            self.proc = subprocess.Popen(
-                procs.dying_with_parent(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
+            try:
+                self.proc = subprocess.Popen(
+                    procs.dying_with_parent(command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=tuple(fd for fd in (self._incoming, self.ram_fd) if fd is not None))
+            except FileNotFoundError as e:  # setpriv: util-linux, which every Debian has
+                raise VMError(f"cannot start QEMU: {e.filename} not found") from None
         deadline = time.monotonic() + timeout
         try:
             self.qmp.connect(deadline, lambda: self.alive() and not self.stopped())

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,31 @@ def default_runs(tmp_path_factory):
     return {"whole": (whole, matrix_dirs(root / "whole")[0]), "merged": (merged, matrix_dirs(root / "merged")[0])}
 
 
-def test_default_matrix_meets_its_expectations_and_writes_its_reports(default_runs):
+# A second perf bug on arm64 guests under TCG (tests/e2e/test_arm64_guests.py, OTHER_OOPS): now and
+# then REFRESH's enable meets a task context that is not active on its own CPU, a WARNING in
+# event_function, and the reproducer counts nothing (measured 2026-11-27: 1 verify in 25 on the fixed
+# 6.17.8 arm64, before and after that day's changes alike; twice in one default matrix). Not the
+# freeze this matrix is about: a cell that met it is verified once more, and must then meet its
+# expectation.
+OTHER_PERF_BUG = ("WARNING in event_function", "WARNING in ctx_sched_in")
+
+
+def met_the_other_perf_bug(cell: dict) -> bool:
+    titles = {t["title"] for t in cell.get("console_titles") or []}
+    return cell["id"].endswith("-arm64/perf-refresh") and bool(titles & set(OTHER_PERF_BUG))
+
+
+def test_default_matrix_meets_its_expectations_and_writes_its_reports(default_runs, tmp_path):
     p, d = default_runs["whole"]
-    assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((d / "matrix.json").read_text())
-    assert doc["failing"] == [] and all(c["status"] == "pass" for c in doc["cells"])
+    again = [c for c in doc["cells"] if c["status"] != "pass" and met_the_other_perf_bug(c)]
+    for c in again:
+        print(f"{c['id']} met the other arm64 perf bug ({c['line']}): verified once more")
+        rc = kstall("verify", c["kernel"], c["reproducer"], "--results", str(tmp_path)).returncode
+        assert rc == {"vulnerable": 1, "not_reproduced": 0}[c["expect"]], c["id"]
+    assert p.returncode == 0 or again, p.stdout + p.stderr
+    assert sorted(doc["failing"]) == sorted(c["id"] for c in again)
+    assert all(c["status"] == "pass" for c in doc["cells"] if c not in again)
     for f in ("matrix.json", "junit.xml", "summary.md", "report.html", "matrix.ktap", "kcidb.json"):
         assert (d / f).stat().st_size > 0
     assert "kernel" in p.stdout and "debian:6.16.12" in p.stdout and "VULNERABLE" in p.stdout
@@ -61,7 +82,9 @@ def test_default_matrix_meets_its_expectations_and_writes_its_reports(default_ru
     kcidb = json.loads((d / "kcidb.json").read_text())
     assert [e.message for e in kcidb_validator().iter_errors(kcidb)] == []
     want = {"VULNERABLE": "FAIL", "NOT_REPRODUCED": "PASS", "INCONCLUSIVE": "SKIP"}  # arm64's NMI path: no boot
-    assert sorted(t["status"] for t in kcidb["tests"]) == sorted(want[c["verdict"]] for c in doc["cells"])
+    got = Counter(t["status"] for t in kcidb["tests"])
+    expected = Counter(want[c["verdict"]] for c in doc["cells"] if c not in again)
+    assert not expected - got and (got - expected).total() == len(again), (got, expected)
     assert len(kcidb["builds"]) == len(doc["kernels"])
     arches = {b["comment"]: b["architecture"] for b in kcidb["builds"]}
     assert arches["debian:6.16.12+deb13-arm64"] == "arm64" and arches["debian:6.16.12+deb13-amd64"] == "x86_64"

@@ -118,3 +118,13 @@ def test_a_child_spawned_without_a_preexec_dies_with_kstall_and_never_outlives_a
     cmd[cmd.index("--") + 4] = "1"  # the pid it must be the child of
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     assert r.returncode != 0 and r.stdout == ""
+
+
+def test_kstall_ends_without_the_interpreters_teardown_and_loses_no_output(tmp_path):
+    import subprocess
+    import sys
+    left_open = tmp_path / "left-open"
+    code = (f"import sys; sys.path.insert(0, {str(paths.REPO)!r}); from harness.base.procs import exit_now; "
+            f"f = open({str(left_open)!r}, 'w'); f.write('its tail'); print('the verdict', end=''); exit_now(3)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, left_open.read_text()) == (3, "the verdict", "its tail")
