@@ -25,7 +25,7 @@ from harness.analysis.bug_record import BugRecord
 from harness.analysis.classify import Signature
 from harness.analysis.pmiss import Key
 from harness.base import arch as arches
-from harness.base import background, paths, reproducers
+from harness.base import paths, reproducers
 from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import Options
@@ -73,26 +73,17 @@ def _current(make: list[str]) -> bool:
     return subprocess.run([*make, "-q"], capture_output=True, timeout=GUEST_CHECK_BOUND_S).returncode == 0
 
 
-def checking_guest(arch: str, echo: Echo) -> background.Pending[bool] | None:
-    """Whether arch's guest binaries need no build, asked on a thread
-    (make -q: about 0.1 s, spent while the kernel is found)."""
-    make = _guest_make(arch, echo)
-    return background.Pending(_current, make) if make else None
-
-
-def ensure_guest(echo: Echo, arch: str = arches.DEFAULT, checking: background.Pending[bool] | None = None) -> Path:
-    """arch's guest binaries, built if they are missing or stale (cheap when
-    not), once: a fresh clone's matrix starts its cells side by side, and
-    two makes writing one binary broke both. checking: checking_guest()'s."""
+def ensure_guest(echo: Echo, arch: str = arches.DEFAULT) -> Path:
+    """arch's guest binaries, built if they are missing or stale (make -q:
+    a few ms), once: a fresh clone's matrix starts its cells side by side,
+    and two makes writing one binary broke both."""
     guest = paths.guest_dir(arch)
-    if checking is not None and checking.result(GUEST_CHECK_BOUND_S):
-        return guest
     make = _guest_make(arch, echo)
     if make is None:
         if paths.INSTALLED and not (guest / "init").is_file():
             raise SpecError(f"no {arch} guest programs in {guest}: this kstall package was built without them")
         return guest
-    if checking is None and _current(make):
+    if _current(make):
         return guest
     with cached.locked(guest):
         if _current(make):  # another kstall built them while this one waited
@@ -160,16 +151,13 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     """The case verify runs: the kernel fetched (or built), checked against
     what the reproducer needs, its initramfs and accelerator."""
     asked = opts.kernel.arch or arches.DEFAULT
-    # checked while the kernel is found; before it, a first --boot-image
-    # installs the guest binaries into the image's layer
-    checking = None if opts.kernel.boot_image else checking_guest(asked, echo)
-    guest = ensure_guest(echo, asked) if checking is None else None
+    # before the kernel: a first --boot-image installs them into the image's layer
+    guest = ensure_guest(echo, asked)
     build_opts = dataclasses.replace(opts.kernel.build or BuildOptions(), needs=repro.spec.needs)
     kernel = resolve_kernel(kernel_spec, progress=echo, build_options=build_opts,
                             boot_layer=functools.partial(boot_image.make_layer, arch=opts.kernel.arch or arches.DEFAULT)
                             if opts.kernel.boot_image else None,
                             trust_backing=opts.kernel.trust_backing, arch=opts.kernel.arch)
-    guest = guest or ensure_guest(echo, asked, checking)
     if kernel.arch != asked:  # a package or image of another architecture than asked for
         guest = ensure_guest(echo, kernel.arch)
     if repro.spec.command and kernel.arch != arches.host().name:
