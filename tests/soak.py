@@ -93,7 +93,10 @@ def tally(cells: list[dict]) -> dict:
         if times else {},
         "cells": {k: {"runs": len(v), "verdicts": dict(Counter(str(c["verdict"]) for c in v)),
                       "median_s": round(statistics.median([c["seconds"] for c in v if c.get("seconds")] or [0]), 2),
-                      "p95_s": round(percentile([c["seconds"] for c in v if c.get("seconds")] or [0], 0.95), 2)}
+                      "p95_s": round(percentile([c["seconds"] for c in v if c.get("seconds")] or [0], 0.95), 2),
+                      # the freeze floor's margin: a gap this long was a healthy guest's, not a freeze
+                      "max_unexplained_gap_s": max((c["gap_s"] for c in v if c.get("gap_s") is not None),
+                                                   default=None)}
                   for k, v in by_cell.items()},
     }
 
@@ -138,9 +141,10 @@ def main() -> int:
                 if c["status"] == "skip":
                     continue
                 run = docs[0].parent / c["run_dir"] / "run.json" if c.get("run_dir") else None
-                attempts = len(json.loads(run.read_text()).get("attempts", [])) if run and run.exists() else 0
+                rec = json.loads(run.read_text()) if run and run.exists() else {}
                 cells.append({**{k: c.get(k) for k in ("id", "verdict", "status", "reason", "seconds")},
-                              "attempts": attempts})
+                              "attempts": len(rec.get("attempts", [])),
+                              "gap_s": (rec.get("evidence") or {}).get("max_unexplained_gap_s")})
             print(f"soak: round {i}/{len(plan)}: " + ", ".join(f"{c['id']}={c['verdict']}" for c in doc["cells"]
                                                              if c["status"] != "skip"), flush=True)
     finally:

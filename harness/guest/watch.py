@@ -85,10 +85,13 @@ class Watch:
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
-        self.want_syms, self.syms_acked = want_syms, False
+        # blob tag -> the acknowledgement the agent waits for, bounded, before it powers off:
+        # a port write returns once queued, and QEMU gone takes the queue's tail with it
+        self._acks: dict[str, bytes] = {}
         if want_syms:  # the guest sends its symbols once: syms=1 in the GO, kstall.syms=1 on the command line
             for tag, (_, max_bytes) in symcache.BLOBS.items():
                 self.syms.expect(tag, max_bytes)
+            self._acks[symcache.LAST_BLOB] = b"SYMS-OK\n"
         if restored is not None:
             a = self.agent
             a.hello, a.hello_at = restored, time.monotonic()
@@ -117,9 +120,8 @@ class Watch:
                 self.agent.feed(line, now)
         if self.vm.syms in ready:
             self.syms.read()
-            if self.want_syms and not self.syms_acked and self.syms.complete(symcache.LAST_BLOB):
-                self._send(b"SYMS-OK\n")  # the agent may power off now
-                self.syms_acked = True
+            for tag in [t for t in self._acks if t in self.syms.blobs]:
+                self._send(self._acks.pop(tag))
         return bool(ready)
 
     def _drain(self) -> None:
@@ -270,17 +272,14 @@ class Watch:
         then the kernel's core of it) and wait, bounded, for the core; None
         when the agent reported none."""
         self.syms.expect("CORE", self.vm.cfg.memory_mb << 20)  # no process is bigger than the guest
+        self._acks["CORE"] = b"CORE-OK\n"
         self._send(b"CORE\n")
         deadline = time.monotonic() + timeout
         info = lambda: self.agent.core_info  # noqa: E731 - filled in as the agent's line arrives
 
         def arrived() -> bool:  # the blob comes before the agent's line about it
             return bool(info()) and ("bytes" not in info() or "CORE" in self.syms.blobs)
-        acked = False
         while time.monotonic() < deadline:
-            if "CORE" in self.syms.blobs and not acked:  # the agent powers off once it hears this
-                self._send(b"CORE-OK\n")
-                acked = True
             if arrived():
                 break
             if not self.vm.alive():  # take what it sent
