@@ -56,6 +56,15 @@ class Patterns:
     # register states no CPU can be in ([[impossible]]): (regex, why) - an oops
     # that shows one is the emulator's fault, not the kernel's
     impossible: tuple[tuple[re.Pattern, str], ...] = ()
+    die_header: re.Pattern | None = None  # [titles] die_header: the line die() prints
+    die_header_within: int = 0
+
+    def die_header_of(self, new: "Report", prev: "Report", lines_since: int) -> bool:
+        """Whether new's line is the die() header of the oops prev began a
+        few lines before: the same oops's second part, not a report of its own."""
+        if self.die_header is None or not new.kind == prev.kind == "oops" or lines_since > self.die_header_within:
+            return False
+        return bool(self.die_header.search(strip_prefix(new.line)[0]))
 
     def impossible_state(self, report: "Report") -> str:
         """Why report's own lines show a CPU state no CPU can be in, or ""."""
@@ -163,7 +172,10 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
             for p in doc["pattern"]]
     skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
     impossible = tuple((re.compile(i["regex"]), i["reason"]) for i in doc.get("impossible", ()))
-    return Patterns(pats, skip, rules, frozenset(doc.get("titles", {}).get("not_a_new_report", ())), impossible)
+    titles = doc.get("titles", {})
+    die = re.compile(titles["die_header"]) if "die_header" in titles else None
+    return Patterns(pats, skip, rules, frozenset(titles.get("not_a_new_report", ())), impossible, die,
+                    titles.get("die_header_within", 0))
 
 
 @functools.cache
@@ -279,7 +291,7 @@ def scan(text: str, patterns: Patterns | None = None, excerpt_lines: int = TRACE
     starts: list[int] = []
     for i, line in enumerate(lines):
         r = match_line(line, patterns)
-        if r:
+        if r and not (out and patterns.die_header_of(r, out[-1], i - starts[-1])):
             r.excerpt = lines[i:i + excerpt_lines]
             for prev, at in zip(out[::-1], starts[::-1]):
                 if i - at >= excerpt_lines:
@@ -316,7 +328,7 @@ class Tracker:
         for r in self.open:
             r.excerpt.append(line)
         r = match_line(line, self.patterns)
-        if r is None:
+        if r is None or (self.open and self.patterns.die_header_of(r, self.open[-1], len(self.open[-1].excerpt) - 1)):
             return
         for o in self.open:
             o.ends_at(r, len(o.excerpt) - 1)

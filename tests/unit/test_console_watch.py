@@ -41,7 +41,7 @@ def test_kernel_report_formats():
         "[   22.7] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [perf-refresh:161]": ("stall", "soft-lockup"),
         "[   12.0] BUG: kernel NULL pointer dereference, address: 0000000000000008": ("oops", "null-dereference"),
         "[    9.1] Watchdog detected hard LOCKUP on cpu 2": ("stall", "hard-lockup"),
-        "[    5.5] Oops: general protection fault, probably for non-canonical address": ("oops", "oops"),
+        "[    5.5] Oops: general protection fault, probably for non-canonical address": ("oops", "general-protection"),
         "[    1.0] csd: Detected non-responsive CSD lock (#1) on CPU#1, waiting 5000000032 ns for CPU#02":
             ("stall", "csd-lock-timeout"),
         "[   30.3] rcu: INFO: rcu_preempt self-detected stall on CPU": ("stall", "rcu-stall"),

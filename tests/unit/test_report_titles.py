@@ -4,6 +4,8 @@ one console per rule: which frame a report is named after, the way syzbot
 names it. The consoles are small, in the kernel's own formats; the recorded
 ones are in tests/fixtures/consoles/ and the syzkaller corpus is measured by
 tests/bench/syzkaller_reports.py."""
+from pathlib import Path
+
 import pytest
 
 from harness.analysis import console
@@ -129,3 +131,47 @@ def test_another_callers_report_does_not_cut_a_report_short():
     lines = SYSCALL_STALL.strip("\n").splitlines()
     intruder = "[  100.000012][ T999] INFO: task kworker/1:2:99 blocked for more than 143 seconds."
     assert title("\n".join(lines[:12] + [intruder] + lines[12:])) == "INFO: rcu detected stall in perf_ioctl"
+
+
+X86_NULL_DEREF = """
+[   12.1] BUG: kernel NULL pointer dereference, address: 0000000000000028
+[   12.2] #PF: supervisor read access in kernel mode
+[   12.3] #PF: error_code(0x0000) - not-present page
+[   12.4] PGD 0 P4D 0
+[   12.5] Oops: Oops: 0000 [#1] PREEMPT SMP NOPTI
+[   12.6] RIP: 0010:perf_ctx_sched_task_cb+0x1c/0x98
+[   12.7] Call Trace:
+[   12.8]  <TASK>
+[   12.9]  __perf_event_task_sched_in+0x1d4/0x2f0
+"""
+ARM64_OOPS = Path(__file__).resolve().parents[1] / "fixtures" / "consoles" / "6.17.8-arm64-perf-ctx-sched-in-oops.log"
+
+
+def titled(reports: list) -> list[str]:
+    return [r["title"] for r in console.titles([r.to_json() for r in reports])]
+
+
+@pytest.mark.parametrize("text,want", [
+    (X86_NULL_DEREF, ["BUG: unable to handle kernel NULL pointer dereference in perf_ctx_sched_task_cb"]),
+    # recorded on the fixed 6.17.8 arm64 kernel: 14 lines of abort decoding between the fault and its die()
+    # header, and a pc : line and a Call trace: rather than x86's RIP and Call Trace:
+    (ARM64_OOPS.read_text(), ["WARNING in ctx_sched_in",
+                              "BUG: unable to handle kernel NULL pointer dereference in perf_ctx_sched_task_cb"]),
+])
+def test_an_oops_and_its_die_header_are_one_report(text, want):
+    """die()'s header ("Oops: 0000 [#1] SMP", arm64's "Internal error: Oops: ...
+    [#1]") is the second part of the oops whose first line came just before:
+    no report of its own, titled by its error code, whether a whole log is
+    scanned or a live console fed a line at a time."""
+    assert titled(console.scan(text.strip("\n"))) == want
+    tracker = console.Tracker(console.default_patterns())
+    for i, line in enumerate(text.strip("\n").splitlines()):
+        tracker.feed(line, float(i))
+    assert titled(tracker.reports) == want
+
+
+def test_a_die_header_alone_is_a_report_and_a_gpf_after_x86s_oops_prefix_is_a_gpf():
+    assert title("[  9.1] Oops: 0002 [#1] SMP\n[  9.2] RIP: 0010:ext4_fill_super+0x1/0x2\n") == "0002 [#1] SMP"
+    gpf = ("[ 89.1] Oops: general protection fault, probably for non-canonical address 0xdffffc0000000004: "
+           "0000 [#1] SMP KASAN PTI\n[ 89.2] RIP: 0010:move_page_tables+0x1/0x2\n")
+    assert title(gpf) == "general protection fault in move_page_tables"
