@@ -3,7 +3,9 @@
 """Soak: many runs of the cells whose verdicts are known, at the matrix's own
 parallelism, counting false verdicts (a decisive verdict other than the known
 one), INCONCLUSIVEs apart with their reasons, ERRORs by reason and retries, with time
-to verdict as median and p95. Not part of `make test` (about an hour).
+to verdict as median and p95, and each cell's longest heartbeat gap the host's own
+delay does not explain (what the freeze floor, 0.3 s, must stay above). Not part of
+`make test` (about an hour; 48 runs under --load took 4 minutes on a fast host).
 
     tests/soak.py [--rounds 30] [--perf-extra 20] [--arm64 0] [--load] [--json FILE]
 
