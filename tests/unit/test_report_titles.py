@@ -175,3 +175,23 @@ def test_a_die_header_alone_is_a_report_and_a_gpf_after_x86s_oops_prefix_is_a_gp
     gpf = ("[ 89.1] Oops: general protection fault, probably for non-canonical address 0xdffffc0000000004: "
            "0000 [#1] SMP KASAN PTI\n[ 89.2] RIP: 0010:move_page_tables+0x1/0x2\n")
     assert title(gpf) == "general protection fault in move_page_tables"
+
+
+ARM64_LIST_BUG = """
+[  531.96] kernel BUG at lib/list_debug.c:64!
+[  531.96] Internal error: Oops - BUG: 00000000f2000800 [#1] PREEMPT SMP
+[  531.97] pc : __list_del_entry_valid+0xcc/0xd0
+[  531.97] lr : __list_del_entry_valid+0xcc/0xd0
+[  531.99] Call trace:
+[  531.99]  __list_del_entry_valid+0xcc/0xd0
+[  531.99]  __kobject_del+0xa8/0x1f8
+[  531.99]  kobject_cleanup+0xfc/0x280
+[  532.00]  kobject_put+0x94/0xf8
+[  532.00]  ext4_unregister_sysfs+0x50/0x7c
+"""
+
+
+def test_arm64s_pc_line_is_where_the_cpu_was_as_x86s_rip_is():
+    """A rule that starts from where the CPU was reads arm64's "pc : " as it
+    reads x86's RIP; kobject teardown is the caller's, whoever's object it is."""
+    assert title(ARM64_LIST_BUG) == "BUG: corrupted list in ext4_unregister_sysfs"
