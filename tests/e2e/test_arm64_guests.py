@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import distro_assets
-from helpers import REPO, kstall, kstall_processes, verify_json
+from helpers import REPO, kstall, kstall_processes, met_the_other_arm64_perf_bug, verify_json
 
 pytestmark = pytest.mark.e2e
 PROGRAMS = REPO / "tests" / "programs"
@@ -24,21 +24,12 @@ def no_leftover_processes():
     assert kstall_processes() == [], "a qemu or gdb outlived its run"
 
 
-# Measured 2026-11-26: about 1 run in 40 of perf-refresh on the fixed 6.17.8 arm64
-# kernel crashes instead: a WARNING in ctx_sched_in (kernel/events/core.c:4091),
-# then a NULL pointer dereference in perf_ctx_sched_task_cb, both on the way
-# back to user space after a context switch (tests/fixtures/consoles/
-# 6.17.8-arm64-perf-ctx-sched-in-oops.log). A second kernel bug, or TCG's: not
-# the freeze these tests are about, so a run that meets that oops is run once more.
-OTHER_OOPS = ("perf_ctx_sched_task_cb", "ctx_sched_in")
-
-
 def verify_fixed(tmp_path, *args: str) -> tuple[int, dict, str]:
-    """verify_json, once more when the run met the other perf oops above (said in the test's output)."""
+    """verify_json, once more when the run crashed on the other arm64 perf bug (helpers.py; said in
+    the test's output)."""
     rc, doc, err = verify_json(tmp_path, *args)
-    console = Path(doc.get("results_dir") or tmp_path) / "console.log"
-    text = console.read_text(errors="replace") if console.is_file() else ""
-    if doc.get("verdict") == "CRASHED" and all(f in text for f in OTHER_OOPS):
+    titles = (doc.get("evidence") or {}).get("console_titles")
+    if doc.get("verdict") == "CRASHED" and met_the_other_arm64_perf_bug(titles):
         print(f"the other 6.17.8 arm64 perf oops met ({doc['line']}): running once more")
         rc, doc, err = verify_json(tmp_path, *args)
     return rc, doc, err

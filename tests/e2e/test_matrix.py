@@ -14,7 +14,7 @@ from lxml import etree
 from selenium.webdriver.common.by import By
 
 from browser import chromium
-from helpers import KSTALL, REPO, interruptible, kstall, kstall_processes
+from helpers import KSTALL, REPO, interruptible, kstall, kstall_processes, met_the_other_arm64_perf_bug
 from recorded import kcidb_validator
 
 pytestmark = pytest.mark.e2e
@@ -49,20 +49,9 @@ def default_runs(tmp_path_factory):
     return {"whole": (whole, matrix_dirs(root / "whole")[0]), "merged": (merged, matrix_dirs(root / "merged")[0])}
 
 
-# A second perf bug on arm64 guests under TCG (tests/e2e/test_arm64_guests.py, OTHER_OOPS): now and
-# then REFRESH's enable meets a task context that is not active on its own CPU, a WARNING in
-# event_function, and the reproducer counts nothing (measured 2026-11-27: 1 verify in 25 on the fixed
-# 6.17.8 arm64, before and after that day's changes alike; twice in one default matrix; on a faster
-# host, 3 in 300: 2 of 100 cold boots, 1 of 100 restored, 0 of 100 with every vCPU on one host
-# thread, too few to tell TCG's threads from the kernel). Not the
-# freeze this matrix is about: a cell that met it is verified once more, and must then meet its
-# expectation.
-OTHER_PERF_BUG = ("WARNING in event_function", "WARNING in ctx_sched_in")
-
-
 def met_the_other_perf_bug(cell: dict) -> bool:
-    titles = {t["title"] for t in cell.get("console_titles") or []}
-    return cell["id"].endswith("-arm64/perf-refresh") and bool(titles & set(OTHER_PERF_BUG))
+    """A cell that met the other arm64 perf bug (helpers.py) is verified once more."""
+    return cell["id"].endswith("-arm64/perf-refresh") and met_the_other_arm64_perf_bug(cell.get("console_titles"))
 
 
 def test_default_matrix_meets_its_expectations_and_writes_its_reports(default_runs, tmp_path):
