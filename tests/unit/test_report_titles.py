@@ -195,3 +195,33 @@ def test_arm64s_pc_line_is_where_the_cpu_was_as_x86s_rip_is():
     """A rule that starts from where the CPU was reads arm64's "pc : " as it
     reads x86's RIP; kobject teardown is the caller's, whoever's object it is."""
     assert title(ARM64_LIST_BUG) == "BUG: corrupted list in ext4_unregister_sysfs"
+
+
+def warning(first_line: str, rip: str, *trace: str) -> str:
+    return "\n".join([f"[  7.1] {first_line}", f"[  7.2] RIP: 0010:{rip}", "[  7.3] Call Trace:",
+                      *(f"[  7.4]  {f}" for f in trace)])
+
+
+@pytest.mark.parametrize("first_line", [
+    "WARNING: CPU: 1 PID: 77 at kernel/events/core.c:4091 ctx_sched_in+0xc0/0x1a0",  # before 6.19
+    "WARNING: kernel/events/core.c:4091 at ctx_sched_in+0xc0/0x1a0, CPU#1: perf-refresh/77",  # 6.19 on
+    "WARNING: at ctx_sched_in+0xc0/0x1a0, CPU#1: perf-refresh/77",  # 6.19 on, a WARN() with no file
+])
+def test_a_warning_is_titled_in_the_kernels_old_and_new_line_formats(first_line):
+    """Since 6.19 a WARNING's line puts the file first and the CPU and task
+    last (Debian's 6.19.14 and 7.3.4 print it so): the same WARN() gets the
+    same title, scanned whole or fed a line at a time."""
+    text = warning(first_line, "ctx_sched_in+0xc0/0x1a0", "perf_event_sched_in+0x1/0x2", "ctx_resched+0x1/0x2")
+    assert title(text) == "WARNING in ctx_sched_in"
+    tracker = console.Tracker(console.default_patterns())
+    for i, line in enumerate(text.splitlines()):
+        tracker.feed(line, float(i))
+    assert titled(tracker.reports) == ["WARNING in ctx_sched_in"]
+
+
+def test_a_helpers_warning_without_its_function_is_named_by_its_file():
+    """6.19's line can lack the function ("at 0x0"): a WARN() in refcount.c
+    is still a refcount bug, named after the refcount's user."""
+    text = warning("WARNING: lib/refcount.c:19 at 0x0, CPU#1: mmap/61", "refcount_warn_saturate+0xc5/0x110",
+                   "__vma_enter_locked+0x62e/0x6a0", "__vma_start_write+0x23/0x140")
+    assert title(text) == "WARNING: refcount bug in __vma_enter_locked"
