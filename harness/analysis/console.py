@@ -27,6 +27,7 @@ _TIMESTAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
 _CALLER = re.compile(r"^\[\s*[TC]\d+\]\s?")  # CONFIG_PRINTK_CALLER's [T123] / [C1]
 _FUNC = r"(?P<func>[A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)*(?P<unreliable>\?\s*)?" + _FUNC + r"(?:\s+\[[\w-]+\])?\s*$")
+_OFFSET = re.compile(r"(?<=[\w.])\+0x[0-9a-f]+/0x[0-9a-f]+")  # %pS's offset/size after a symbol
 _KERNEL_RIP = re.compile(r"^\s*RIP: 0010:(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
 # how far into a report its function is looked for (an RCU stall with its
 # registers and two stacks runs to ~180)
@@ -132,7 +133,12 @@ class Report:
     @property
     def title(self) -> str:
         """syzbot-style: "BUG: soft lockup in smp_call_function_many_cond"; the
-        kernel's message for reports without a template."""
+        kernel's message for reports without a template. A title names
+        functions, not where in them (KCSAN prints "race in f+0x6df/0x760"):
+        the same bug in another build gets the same title."""
+        return _OFFSET.sub("", self._title())
+
+    def _title(self) -> str:
         template = self.pattern.title if self.pattern else ""
         if not template:
             return self.message

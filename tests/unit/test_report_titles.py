@@ -225,3 +225,13 @@ def test_a_helpers_warning_without_its_function_is_named_by_its_file():
     text = warning("WARNING: lib/refcount.c:19 at 0x0, CPU#1: mmap/61", "refcount_warn_saturate+0xc5/0x110",
                    "__vma_enter_locked+0x62e/0x6a0", "__vma_start_write+0x23/0x140")
     assert title(text) == "WARNING: refcount bug in __vma_enter_locked"
+
+
+def test_a_title_names_a_function_never_where_in_it():
+    """KCSAN's assert report prints the racing function with its offset and
+    size; another build of the same code has other ones, the same title."""
+    text = ("[ 67.0] BUG: KCSAN: assert: race in dequeue_entities+0x6df/0x760\n"
+            "[ 67.1] race at unknown origin, with assert no writes to 0xffff8881001cb1e8 of 4 bytes by task 9 "
+            "on cpu 0:\n"
+            "[ 67.2]  dequeue_entities+0x6df/0x760\n")
+    assert title(text) == "KCSAN: assert: race in dequeue_entities"
