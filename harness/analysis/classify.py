@@ -260,18 +260,20 @@ def emulator_fault(classes: list[CpuClass]) -> CpuClass | None:
     """A CPU in an infra signature whose whole shape the other CPUs complete
     (Signature.shape), or None: one CPU's stack alone never makes a hang
     the emulator's."""
-    def completes(o: CpuClass, shape: frozenset[str]) -> bool:
+    def completes(o: CpuClass, shape: frozenset[str], trapped_at: set[str]) -> bool:
         # seen in the shape in some sample, and nowhere else: a CPU that
         # re-enters an int3 is caught at the patched byte as often as in
-        # exc_int3, which no signature names on its own
+        # exc_int3, which no signature names on its own; or caught at that
+        # byte in every sample, where the fault's CPU took its int3
         seen = set(o.seen) - {UNKNOWN.name}
-        return bool(seen) and seen <= shape
+        return seen <= shape if seen else o.stuck and o.pc in trapped_at
     for c in classes:
         sig = c.signature
         if sig.role != Role.INFRA:
             continue
+        trapped_at = {f["text"] for f in c.frames if f.get("interrupted") and f.get("text")}
         others = [o for o in classes if o.cpu != c.cpu and o.signature.role != Role.BENIGN]
-        if len(others) >= sig.shape_min and all(completes(o, sig.shape) for o in others):
+        if len(others) >= sig.shape_min and all(completes(o, sig.shape, trapped_at) for o in others):
             return c
     return None
 

@@ -241,3 +241,25 @@ def test_a_cpu_caught_at_the_patched_byte_as_often_as_in_exc_int3_completes_the_
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 1.42s", 0.0), reproducers.load("bpf-ringbuf"),
                       classes=classes, hang=hang, own_bug="bpf-ringbuf"))
     assert v.verdict == "ERROR" and v.retryable, v.line()
+
+
+def test_a_cpu_caught_at_the_patched_byte_in_every_sample_completes_the_faults_shape(sigs):
+    """6.1.192, a fresh clone's make run (perf-sigtrap, the default matrix):
+    CPU1 waits for patched text in perf_event_alloc and keeps taking the int3
+    at __schedule+0x280; CPU0 sat at that very byte in all three samples and
+    never in exc_int3. The whole fault: an ERROR tried again, not 'a
+    different hang in __schedule' (the MISMATCH that run reported). A CPU at
+    any other address beside the same CPU1 is still a hang."""
+    from harness.analysis.findings import Findings
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.outcome import Outcome
+    samples = load_samples("perf-sigtrap-6.1.192-int3-byte")
+    classes = classify.classify_samples(samples, sigs)
+    assert classes[0].seen == {"unknown": 3} and classes[0].pc == "__schedule+0x280/0xa00"
+    assert classes[1].signature.name == "perf_static_key_patch_wait"
+    assert classify.emulator_fault(classes) is classes[1]
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 1.36s", 0.0), reproducers.load("perf-sigtrap"),
+                      classes=classes, own_bug="perf-sigtrap"))
+    assert v.verdict == "ERROR" and v.retryable, v.line()
+    classes[0].pc = "__schedule+0x524/0xa00"
+    assert classify.emulator_fault(classes) is None
