@@ -138,7 +138,7 @@ def developer_gdb(a: Arch, vmlinux: Path | None, symbols: Path | None, layout: P
     args = [gdb_binary(a.gdb), "-q", "-ex", f"set architecture {a.gdb_arch}"]
     names = vmlinux or (for_capture(symbols, a) if symbols else None)
     if names:
-        args += ["-ex", f"file {names}"]
+        args += ["-ex", f"symbol-file {names}"]  # no exec file: gdb would compare its age with a core's
     args += ["-ex", target, "-ex", f"source {GDB_SCRIPT}"]
     if symbols:
         args += ["-ex", f"kstall-symbols {symbols}"]
