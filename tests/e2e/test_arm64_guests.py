@@ -31,7 +31,7 @@ def verify_fixed(tmp_path, *args: str) -> tuple[int, dict, str]:
     rc, doc, err = verify_json(tmp_path, *args)
     titles = (doc.get("evidence") or {}).get("console_titles")
     if doc.get("verdict") != "NOT_REPRODUCED" and met_the_other_arm64_perf_bug(titles):
-        print(f"the other 6.17.8 arm64 perf oops met ({doc['line']}): running once more")
+        print(f"the other 6.17.8 arm64 perf bug met ({doc['line']}): running once more")
         rc, doc, err = verify_json(tmp_path, *args)
     return rc, doc, err
 
