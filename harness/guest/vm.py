@@ -231,6 +231,16 @@ class VM:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def ends_within(self, seconds: float) -> bool:
+        """QEMU's process ended within seconds (waited for, and reaped)."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def stopped(self) -> bool:
         """QEMU itself is stopped (SIGSTOP, SIGTSTP from outside): its guest
         is silent, but not frozen. A tracer's stop ("t": strace or gdb on

@@ -56,3 +56,16 @@ def test_run_directories_are_private_whatever_the_umask(tmp_path):
         assert final.stat().st_mode & 0o777 == 0o700
     finally:
         os.umask(old)
+
+
+def test_a_vm_waits_a_bounded_time_for_qemu_to_end_and_reaps_it(tmp_path):
+    """A guest that powered off as kstall began to read it: QMP is closed but
+    QEMU's process has not ended yet. kstall waits for it, within a bound."""
+    from harness.guest.vm import VM, VMConfig
+    with VM(VMConfig(kernel=tmp_path / "k", initrd=tmp_path / "i", cmdline="", log_dir=tmp_path)) as vm:
+        vm.proc = subprocess.Popen(["sleep", "0.3"])
+        assert vm.alive() and vm.ends_within(10) and vm.proc.returncode == 0 and not vm.alive()
+        vm.proc = subprocess.Popen(["sleep", "60"])
+        assert not vm.ends_within(0.2) and vm.alive()
+        vm.proc.kill()
+    assert vm.proc.returncode == -9 and not vm.run_dir.exists()  # stop() reaped it
