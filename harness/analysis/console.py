@@ -25,9 +25,10 @@ from harness.base import paths
 PATTERNS = paths.data_file("harness", "analysis", "console-patterns.toml")
 _TIMESTAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
 _CALLER = re.compile(r"^\[\s*[TC]\d+\]\s?")  # CONFIG_PRINTK_CALLER's [T123] / [C1]
-_FUNC = r"(?P<func>[A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
+_WHERE_IN = r"\+0x[0-9a-f]+/0x[0-9a-f]+"  # %pS's offset/size after a symbol
+_FUNC = r"(?P<func>[A-Za-z_][\w.]*)" + _WHERE_IN
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)*(?P<unreliable>\?\s*)?" + _FUNC + r"(?:\s+\[[\w-]+\])?\s*$")
-_OFFSET = re.compile(r"(?<=[\w.])\+0x[0-9a-f]+/0x[0-9a-f]+")  # %pS's offset/size after a symbol
+_OFFSET = re.compile(r"(?<=[\w.])" + _WHERE_IN)
 _KERNEL_RIP = re.compile(r"^\s*RIP: 0010:(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
 # how far into a report its function is looked for (an RCU stall with its
 # registers and two stacks runs to ~180)

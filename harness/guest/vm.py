@@ -219,11 +219,8 @@ class VM:
                 self.qmp.cmd("migrate-incoming", uri=f"fd:{self._incoming}")
             self.qmp.cmd("cont")
         except (QMPError, OSError, VMError) as e:  # QEMU gone mid-handshake: a reset connection
-            if self.proc is not None and not self.stopped():
-                try:
-                    self.proc.wait(2)
-                except subprocess.TimeoutExpired:
-                    pass
+            if not self.stopped():
+                self.ends_within(2.0)
             fault = self.outside_fault() or self.crashed()
             raise VMError(f"{fault} while it started" if fault else
                           f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
@@ -284,10 +281,7 @@ class VM:
                     self.qmp.cmd("quit", timeout=2.0)
                 except (QMPError, OSError):
                     pass
-                try:
-                    self.proc.wait(2.0)
-                except subprocess.TimeoutExpired:
-                    pass
+                self.ends_within(2.0)
             rc = procs.reap(self.proc)
         self.qmp.close()
         if self.ram_fd is not None:

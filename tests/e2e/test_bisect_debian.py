@@ -58,15 +58,15 @@ def test_a_bisection_interrupted_killed_and_resumed_never_runs_a_step_twice(tmp_
     for n, (sig, rc) in enumerate(((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGKILL, -9)), 1):
         proc = run_until(args, res, n, sig)
         assert proc.returncode == rc, (sig.name, proc.returncode)
-        if sig == signal.SIGKILL:  # its children get their death signal as it dies and take a moment to end
+        if sig == signal.SIGKILL:
+            # its children get their death signal as it dies and take a moment to end; its
+            # directory is still .incomplete: the next kstall keeps it
             assert wait_for(lambda: not kstall_processes(), 10) is not None, kstall_processes()
-        else:  # it reaped them itself before it exited
-            assert kstall_processes() == []
-        if sig == signal.SIGKILL:  # its directory is still .incomplete: the next kstall keeps it
             killed = next(res.glob(".*-bisect-debian-*.incomplete"))
             last = killed.with_name(killed.name[1:-len(".incomplete")])
             state = "running"
-        else:
+        else:  # it reaped them itself before it exited
+            assert kstall_processes() == []
             last, state = newest(res), "interrupted"
         done = json.loads(((killed if sig == signal.SIGKILL else last) / "bisect.json").read_text())
         assert done["status"] == state and len(done["steps"]) >= n, \

@@ -74,6 +74,24 @@ def test_a_held_guest_takes_one_debugger_and_goes_with_a_killed_kstall(tmp_path)
         err.close()
 
 
+def cpus_walked_by_gdb(run: Path) -> tuple[list[str], str]:
+    """Each CPU's stack as `kstall inspect --with gdb` walks it on the run's
+    vmcore (a guest of 2 vCPUs), and all it printed."""
+    p = kstall("inspect", str(run), "--with", "gdb", "--ex", "kstall-bt all", timeout=300)
+    cpus = p.stdout.split("CPU ")[1:]
+    assert len(cpus) == 2, p.stdout[-3000:] + p.stderr[-2000:]
+    return cpus, p.stdout
+
+
+def signatures_in_vmcore(run: Path) -> set[str]:
+    """The CPUs' signatures `kstall analyze` reads again from the run's core,
+    once it has read its samples as they were recorded."""
+    p = kstall("analyze", str(run), "--json")
+    (reading,) = json.loads(p.stdout)
+    assert p.returncode == 0 and reading["agrees"], p.stdout
+    return {c["signature"] for c in reading["cpus_in_vmcore"].values()}
+
+
 def test_a_vmcore_of_the_6_1_bpf_timer_hang_opens_in_drgn_and_gdb_and_reads_again(tmp_path):
     got = kstall("symbols", "debian:6.1.170", "--debuginfo", timeout=1800)  # once per machine, then cached
     assert got.returncode == 0, got.stderr[-2000:]
@@ -95,14 +113,10 @@ def test_a_vmcore_of_the_6_1_bpf_timer_hang_opens_in_drgn_and_gdb_and_reads_agai
     traces = p.stdout.split("TASK ")[1:]
     assert len(traces) == 2 and all("hrtimer_cancel" in t for t in traces), p.stdout[-3000:] + p.stderr[-2000:]
     # gdb on the same core, with Debian's DWARF: both CPUs as kstall walks them
-    p = kstall("inspect", str(run), "--with", "gdb", "--ex", "kstall-bt all", timeout=300)
-    cpus = p.stdout.split("CPU ")[1:]
-    assert len(cpus) == 2 and all("hrtimer_cancel" in c for c in cpus), p.stdout[-3000:] + p.stderr[-2000:]
+    cpus, _ = cpus_walked_by_gdb(run)
+    assert all("hrtimer_cancel" in c for c in cpus), cpus
     # read again offline from the samples and the core: the recorded verdict
-    p = kstall("analyze", str(run), "--json")
-    (reading,) = json.loads(p.stdout)
-    assert p.returncode == 0 and reading["agrees"], p.stdout
-    assert {c["signature"] for c in reading["cpus_in_vmcore"].values()} == {"bpf_timer_cancel_each_other"}, p.stdout
+    assert signatures_in_vmcore(run) == {"bpf_timer_cancel_each_other"}
 
 
 def test_an_arm64_vmcore_opens_in_gdb_with_the_captured_symbols_and_reads_again(tmp_path):
@@ -115,11 +129,7 @@ def test_an_arm64_vmcore_opens_in_gdb_with_the_captured_symbols_and_reads_again(
     core = doc["vm"]["vmcore"]
     assert (run / "vmcore").is_file() and core["vmcoreinfo"] == "kstall" and core["kernel_mappings"] > 0, core
     assert len(core["cpu_tasks"]) == 2, core
-    p = kstall("inspect", str(run), "--with", "gdb", "--ex", "kstall-bt all", timeout=300)
-    cpus = p.stdout.split("CPU ")[1:]
-    assert len(cpus) == 2 and any("hrtimer_cancel" in c for c in cpus), p.stdout[-3000:] + p.stderr[-2000:]
-    assert "el0t_64_sync" in p.stdout, p.stdout[-3000:]  # walked down to the system call's entry
-    p = kstall("analyze", str(run), "--json")
-    (reading,) = json.loads(p.stdout)
-    assert p.returncode == 0 and reading["agrees"], p.stdout
-    assert "hrtimer_cancel_self_deadlock" in {c["signature"] for c in reading["cpus_in_vmcore"].values()}, p.stdout
+    cpus, out = cpus_walked_by_gdb(run)
+    assert any("hrtimer_cancel" in c for c in cpus), out[-3000:]
+    assert "el0t_64_sync" in out, out[-3000:]  # walked down to the system call's entry
+    assert "hrtimer_cancel_self_deadlock" in signatures_in_vmcore(run)
