@@ -80,8 +80,12 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <net/if.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
@@ -614,6 +618,15 @@ static void host_commands(const char *until)
  * that goes on) starts over.
  */
 static unsigned sleep_after_s;	/* 0: not watched (GO sleep=S) */
+static int watch_all;		/* env watch-all: every user process, not the program's group */
+
+/* PF_KTHREAD in a /proc/PID/stat's flags; p points at its ')' */
+static int kernel_thread(const char *p)
+{
+	unsigned flags = 0;
+
+	return sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %u", &flags) == 1 && (flags & 0x00200000);
+}
 
 struct dtask {
 	int tid;
@@ -647,10 +660,37 @@ static struct dtask *dtask_slot(struct dtask *t, int n, int tid)
 	return free_slot;
 }
 
+/* "KSTALL TAG tid=T pid=P comm=C state=S secs=S wchan=W kstack=F1,F2..": a task, as the
+ * kernel shows it (stack: its /proc stack already read, or NULL) */
+static void say_task(const char *tag, const char *task_dir, const char *tid, int pid, unsigned long long secs,
+		     char *stack)
+{
+	char path[384], stat[512], wchan[128], comm[64], own[2048], *p;
+
+	if (!stack) {
+		snprintf(path, sizeof(path), "%s/stack", task_dir);
+		read_small(path, own, sizeof(own));
+		stack = own;
+	}
+	snprintf(path, sizeof(path), "%s/stat", task_dir);
+	read_small(path, stat, sizeof(stat));
+	p = strrchr(stat, ')');
+	snprintf(path, sizeof(path), "%s/wchan", task_dir);
+	read_small(path, wchan, sizeof(wchan));
+	snprintf(path, sizeof(path), "%s/comm", task_dir);
+	read_small(path, comm, sizeof(comm));
+	for (char *c = comm; *c; c++)
+		if (*c == ' ' || *c == '=')
+			*c = '_';
+	flatten_stack(stack);
+	say("KSTALL %s tid=%s pid=%d comm=%s state=%c secs=%llu wchan=%s kstack=%s", tag, tid, pid, comm,
+	    p && p[1] && p[2] ? p[2] : '?', secs, wchan[0] ? wchan : "-", stack[0] ? stack : "-");
+}
+
 static void check_task(struct dtask *tasks, int n, int pid, const char *task_dir, const char *tid,
 		       unsigned long long now)
 {
-	char path[384], stat[512], stack[2048], wchan[128], comm[64], *p;
+	char path[384], stat[512], stack[2048], *p;
 	struct dtask *slot;
 
 	snprintf(path, sizeof(path), "%s/stat", task_dir);
@@ -672,16 +712,7 @@ static void check_task(struct dtask *tasks, int n, int pid, const char *task_dir
 	if (slot->reported || now - slot->since < sleep_after_s * 1000000000ULL)
 		return;
 	slot->reported = 1;
-	snprintf(path, sizeof(path), "%s/wchan", task_dir);
-	read_small(path, wchan, sizeof(wchan));
-	snprintf(path, sizeof(path), "%s/comm", task_dir);
-	read_small(path, comm, sizeof(comm));
-	for (p = comm; *p; p++)
-		if (*p == ' ' || *p == '=')
-			*p = '_';
-	flatten_stack(stack);
-	say("KSTALL dstate tid=%s pid=%d comm=%s secs=%llu wchan=%s kstack=%s", tid, pid, comm,
-	    (now - slot->since) / 1000000000ULL, wchan[0] ? wchan : "-", stack[0] ? stack : "-");
+	say_task("dstate", task_dir, tid, pid, (now - slot->since) / 1000000000ULL, stack);
 }
 
 static void *sleep_watch(void *arg)
@@ -708,8 +739,11 @@ static void *sleep_watch(void *arg)
 			snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 			read_small(path, stat, sizeof(stat));
 			p = strrchr(stat, ')');
-			/* ") S ppid pgrp ...": the reproducer's process group only */
-			if (!p || !p[1] || sscanf(p + 2, "%*c %*d %d", &pgrp) != 1 || pgrp != group)
+			/* ") S ppid pgrp ...": the reproducer's process group only, or
+			 * every user process (env watch-all: a program whose children
+			 * leave its group, as syzkaller's do with setpgrp) */
+			if (!p || !p[1] || sscanf(p + 2, "%*c %*d %d", &pgrp) != 1 ||
+			    (watch_all ? kernel_thread(p) : pgrp != group))
 				continue;
 			snprintf(path, sizeof(path), "/proc/%d/task", pid);
 			td = opendir(path);
@@ -850,11 +884,404 @@ static void exec_host_command(void)
 	_exit(127);
 }
 
-/* run /bin/NAME ARGS..., forward its output a line at a time; exit code */
-static int run_repro(const char *name, char *args)
+/*
+ * A guest environment: etc/kstall/env beside the agent, written by the host
+ * for a program that expects more of its machine than a bare initramfs
+ * (syzkaller's reproducers: repro/syzkaller/environment.toml). One step a
+ * line, carried out at the GO, before the program starts:
+ *   disk SERIAL DIR FSTYPE ro|rw  mount the virtio disk with that serial at DIR
+ *   modprobe                      the kernel's request_module() runs this agent as
+ *                                 /sbin/modprobe: it logs the request and runs busybox's
+ *   nodes                         a device node for each module in modules.devname, whose
+ *                                 first open loads it (as kmod's static-nodes)
+ *   load NAME                     modprobe NAME now
+ *   write PATH VALUE              VALUE into PATH (a sysctl, a module parameter)
+ *   mount SRC DIR FSTYPE OPTS     mount (OPTS "-": none)
+ *   symlink TARGET LINK
+ *   loopback                      bring lo up
+ *   cwd DIR                       the program runs from DIR
+ *   trace                         count the program's system calls by result (tracefs hist)
+ *   timebox                       run the program again and again until its time is up, then
+ *                                 kill every process; an exit code does not end it
+ *   watch-all                     the sleeping-hang watch covers every user process
+ *   check PATH                    at the end, say whether PATH exists
+ * A step that fails is said ("# kstall-env: ...") and the rest go on: the
+ * host judges what the program lacked from what it asked for.
+ */
+#define MODPROBE_LOG "/tmp/kstall-modprobe.log"
+#define TRACING "/sys/kernel/tracing"
+#define MAX_CHECKS 32
+
+static char env_cwd[256];
+static int env_trace, env_timebox;
+static char env_checks[MAX_CHECKS][256];
+static int env_nchecks;
+
+static void env_say(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	say("# kstall-env: %s", buf);
+}
+
+/* mkdir -p */
+static void make_dirs(const char *path, mode_t mode)
+{
+	char buf[256];
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p == '/') {
+			*p = 0;
+			mkdir(buf, mode);
+			*p = '/';
+		}
+	}
+	mkdir(buf, mode);
+}
+
+/* /dev/vdX of the virtio disk whose serial is serial */
+static int find_disk(const char *serial, char *dev, size_t len)
+{
+	DIR *d = opendir("/sys/block");
+	struct dirent *e;
+	int found = 0;
+
+	while (d && !found && (e = readdir(d))) {
+		char path[300], val[128];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/block/%s/serial", e->d_name);
+		read_small(path, val, sizeof(val));
+		if (!strcmp(val, serial)) {
+			snprintf(dev, len, "/dev/%s", e->d_name);
+			found = 1;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* run argv (a full path first), wait for it; its exit code, or 128 + signal */
+static int run_wait(char *const argv[])
+{
+	int status = 0;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/*
+ * `/sbin/modprobe -q -- NAME`, as the kernel's request_module() runs it:
+ * busybox's modprobe does the work, and each request and how it ended is
+ * appended to MODPROBE_LOG ("STATUS NAME"), which the agent reports at the
+ * end: what the program asked the kernel for that the kernel could not find.
+ */
+static int modprobe_main(int argc, char **argv)
+{
+	char busybox[300], line[300];
+	char *args[16];
+	int n = 0, status, fd;
+
+	find_base_dir();
+	snprintf(busybox, sizeof(busybox), "%s/bin/busybox", base_dir);
+	args[n++] = busybox;
+	for (int i = 1; i < argc && n < 15; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	args[0] = busybox;
+	status = fork();
+	if (status == 0) {
+		args[0] = "modprobe";	/* busybox picks its applet by argv[0] */
+		execv(busybox, args);
+		_exit(127);
+	}
+	if (status < 0)
+		return 1;
+	while (waitpid(status, &status, 0) < 0 && errno == EINTR)
+		;
+	status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	fd = open(MODPROBE_LOG, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0 && argc > 1) {
+		snprintf(line, sizeof(line), "%d %s\n", status, argv[argc - 1]);
+		say_fd(fd, line, strlen(line));	/* one write: O_APPEND keeps lines whole */
+	}
+	if (fd >= 0)
+		close(fd);
+	return status;
+}
+
+/* modules.devname: "fuse fuse c10:229" -> /dev/fuse, whose open loads fuse */
+static void static_nodes(void)
+{
+	char path[300], line[256], name[64], node[128], type;
+	struct utsname u;
+	unsigned maj, min;
+	int made = 0;
+	FILE *f;
+
+	uname(&u);
+	snprintf(path, sizeof(path), "/lib/modules/%s/modules.devname", u.release);
+	f = fopen(path, "r");
+	if (!f) {
+		env_say("nodes: %s: %s", path, strerror(errno));
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%63s %127s %c%u:%u", name, node, &type, &maj, &min) != 5 ||
+		    (type != 'c' && type != 'b') || strstr(node, ".."))
+			continue;
+		snprintf(path, sizeof(path), "/dev/%s", node);
+		if (strrchr(node, '/')) {
+			char dir[300];
+
+			snprintf(dir, sizeof(dir), "%s", path);
+			*strrchr(dir, '/') = 0;
+			make_dirs(dir, 0755);
+		}
+		if (mknod(path, (type == 'c' ? S_IFCHR : S_IFBLK) | 0600, makedev(maj, min)) == 0)
+			made++;
+	}
+	fclose(f);
+	env_say("nodes: %d device nodes load their modules on first open", made);
+}
+
+static void loopback_up(void)
+{
+	struct ifreq ifr = { 0 };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0 ||
+	    (ifr.ifr_flags |= IFF_UP, ioctl(fd, SIOCSIFFLAGS, &ifr) < 0))
+		env_say("loopback: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* the program's system calls, counted by the kernel as they return: every
+ * call by number, the failed ones by number and error; nothing is counted
+ * until a program's process names itself in set_event_pid (event-fork adds
+ * its children) */
+static void trace_setup(void)
+{
+	char none[32];
+	/* the last pid: no task has it yet (the kernel takes pids from the bottom) */
+	const char *const steps[][2] = {
+		{ TRACING "/set_event_pid", none },
+		{ TRACING "/options/event-fork", "1" },
+		{ TRACING "/events/raw_syscalls/sys_exit/trigger", "hist:keys=id.syscall:size=1024" },
+		{ TRACING "/events/raw_syscalls/sys_exit/trigger", "hist:keys=id.syscall,ret:size=2048 if ret < 0" },
+	};
+
+	read_small("/proc/sys/kernel/pid_max", none, sizeof(none));
+	snprintf(none, sizeof(none), "%ld", strtol(none, NULL, 10) - 1);
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		int fd = open(steps[i][0], O_WRONLY | O_APPEND | O_CLOEXEC);
+
+		if (fd < 0 || write(fd, steps[i][1], strlen(steps[i][1])) < 0) {
+			env_say("trace: %s: %s", steps[i][0], strerror(errno));
+			env_trace = 0;
+		}
+		if (fd >= 0)
+			close(fd);
+		if (!env_trace)
+			return;
+	}
+}
+
+static void env_step(char *line)
+{
+	char a[256], b[256], c[64], d[256];
+	int fd;
+
+	line[strcspn(line, "\n")] = 0;
+	if (sscanf(line, "disk %127s %255s %63s %255s", a, b, c, d) == 4) {
+		char dev[300];
+
+		make_dirs(b, 0755);
+		if (!find_disk(a, dev, sizeof(dev)))
+			env_say("disk %s: no virtio disk with that serial", a);
+		else if (mount(dev, b, c, !strcmp(d, "ro") ? MS_RDONLY : 0, NULL) < 0)
+			env_say("disk %s: mount %s on %s (%s): %s", a, dev, b, c, strerror(errno));
+	} else if (!strcmp(line, "modprobe")) {
+		char self[256];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+		self[n > 0 ? n : 0] = 0;
+		mkdir("/sbin", 0755);
+		unlink("/sbin/modprobe");
+		if (symlink(self, "/sbin/modprobe") < 0)
+			env_say("modprobe: %s", strerror(errno));
+		write_file("/proc/sys/kernel/modprobe", "/sbin/modprobe");
+	} else if (!strcmp(line, "nodes")) {
+		static_nodes();
+	} else if (sscanf(line, "load %63s", c) == 1) {
+		char *argv[] = { "/sbin/modprobe", "-q", "--", c, NULL };
+		int code = run_wait(argv);
+
+		if (code)
+			env_say("load %s: modprobe exited %d", c, code);
+	} else if (sscanf(line, "write %255s %255[^\n]", a, b) == 2) {
+		fd = open(a, O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, b, strlen(b)) < 0)
+			env_say("write %s: %s", a, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	} else if (sscanf(line, "mount %255s %255s %63s %255s", a, b, c, d) == 4) {
+		make_dirs(b, 0755);
+		if (mount(a, b, c, 0, strcmp(d, "-") ? d : NULL) < 0)
+			env_say("mount %s on %s (%s): %s", a, b, c, strerror(errno));
+	} else if (sscanf(line, "symlink %255s %255s", a, b) == 2) {
+		if (symlink(a, b) < 0 && errno != EEXIST)
+			env_say("symlink %s: %s", b, strerror(errno));
+	} else if (!strcmp(line, "loopback")) {
+		loopback_up();
+	} else if (sscanf(line, "cwd %255s", a) == 1) {
+		snprintf(env_cwd, sizeof(env_cwd), "%s", a);
+		make_dirs(env_cwd, 0755);
+	} else if (!strcmp(line, "trace")) {
+		env_trace = 1;
+		trace_setup();
+	} else if (!strcmp(line, "timebox")) {
+		env_timebox = 1;
+	} else if (!strcmp(line, "watch-all")) {
+		watch_all = 1;
+	} else if (sscanf(line, "check %127s", a) == 1 && env_nchecks < MAX_CHECKS) {
+		snprintf(env_checks[env_nchecks++], sizeof(env_checks[0]), "%s", a);
+	} else if (line[0] && line[0] != '#') {
+		env_say("unknown step: %s", line);
+	}
+}
+
+static void setup_env(void)
+{
+	char path[300], line[600];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/etc/kstall/env", base_dir);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		env_step(line);
+	fclose(f);
+}
+
+/* What the environment saw of the program, after it: the system calls the
+ * kernel counted, the modules it asked for, the paths it checks. */
+static void report_env(void)
+{
+	char line[512];
+	FILE *f;
+	int n = 0;
+
+	if (env_trace && (f = fopen(TRACING "/events/raw_syscalls/sys_exit/hist", "r"))) {
+		while (fgets(line, sizeof(line), f) && n < 4000)
+			if (line[0] == '{') {
+				line[strcspn(line, "\n")] = 0;
+				say("KSTALL hist sys_exit %s", line);
+				n++;
+			}
+		fclose(f);
+	}
+	if ((f = fopen(MODPROBE_LOG, "r"))) {
+		int status;
+		char name[256];
+
+		for (n = 0; fgets(line, sizeof(line), f) && n < 1000; n++)
+			if (sscanf(line, "%d %255s", &status, name) == 2)
+				say("KSTALL modprobe status=%d name=%s", status, name);
+		fclose(f);
+	}
+	for (int i = 0; i < env_nchecks; i++) {
+		struct stat st;
+
+		say("KSTALL check path=%s exists=%d", env_checks[i], stat(env_checks[i], &st) == 0);
+	}
+}
+
+/* the status of the program's own process, when a reaper took it first */
+static atomic_int reaped_status = -1;
+
+/* SIGKILL every user process but this agent, reaping them; those still
+ * there after bound_ms (a task that cannot die: asleep in D state) are
+ * said, once, as "KSTALL leftover ..." lines. */
+static void kill_all(unsigned bound_ms, int say_leftovers)
+{
+	for (unsigned waited = 0;; waited += 50) {
+		DIR *d = opendir("/proc");
+		struct dirent *e;
+		int left = 0, status;
+		pid_t pid;
+
+		while (d && (e = readdir(d))) {
+			char path[64], stat[512], *p;
+			int n = atoi(e->d_name);
+
+			if (n <= 1 || n == getpid())
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/stat", n);
+			read_small(path, stat, sizeof(stat));
+			p = strrchr(stat, ')');
+			if (!p || !p[1] || kernel_thread(p) || p[2] == 'Z')
+				continue;
+			left++;
+			kill(n, SIGKILL);
+			if (say_leftovers && waited >= bound_ms) {
+				char task[64];
+
+				snprintf(task, sizeof(task), "/proc/%d", n);
+				say_task("leftover", task, e->d_name, n, 0, NULL);
+			}
+		}
+		if (d)
+			closedir(d);
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+			if (pid == atomic_load(&repro_pid))
+				atomic_store(&reaped_status, status);
+		if (!left || waited >= bound_ms)
+			return;
+		usleep(50000);
+	}
+}
+
+/* the program's child, before it becomes the program: where it runs, and
+ * (env trace) its system calls counted from here on, its children's too */
+static void enter_env(void)
+{
+	if (env_cwd[0] && chdir(env_cwd) < 0)
+		dprintf(STDOUT_FILENO, "# kstall-agent: cd %s: %s\n", env_cwd, strerror(errno));
+	if (env_trace) {
+		char pid[16];
+
+		snprintf(pid, sizeof(pid), "%d", getpid());
+		write_file(TRACING "/set_event_pid", pid);
+	}
+}
+
+/* run /bin/NAME ARGS..., forward its output a line at a time; exit code.
+ * deadline (mono_ns, 0: none): then every process is killed (env timebox)
+ * and *cut is set */
+static int run_repro(const char *name, char *args, unsigned long long deadline, int *cut)
 {
 	char path[512], *argv[64], linebuf[4096];
 	int argc = 0, pfd[2], status = 0;
+	unsigned long long killed_at = 0;
 	size_t have = 0;
 	pid_t pid;
 
@@ -873,6 +1300,7 @@ static int run_repro(const char *name, char *args)
 		dup2(pfd[1], STDERR_FILENO);
 		if (host_cmd[0])
 			exec_host_command();
+		enter_env();
 		execv(path, argv);
 		dprintf(STDOUT_FILENO, "# kstall-agent: exec %s: %s\n", path, strerror(errno));
 		_exit(127);
@@ -881,10 +1309,23 @@ static int run_repro(const char *name, char *args)
 	if (pid < 0)
 		return -errno;
 	atomic_store(&repro_pid, pid);
+	atomic_store(&reaped_status, -1);
 	for (;;) {
-		ssize_t n = read(pfd[0], linebuf + have, sizeof(linebuf) - 1 - have);
+		struct pollfd pf = { .fd = pfd[0], .events = POLLIN };
+		ssize_t n;
 		char *start = linebuf, *nl;
 
+		if (deadline && !killed_at && mono_ns() >= deadline) {
+			kill_all(0, 0);	/* its time is up: it and everything it started */
+			killed_at = mono_ns();
+			*cut = 1;
+		}
+		/* a task that cannot die keeps the pipe open: the run ends anyway */
+		if (killed_at && mono_ns() - killed_at > 10000000000ULL)
+			break;
+		if (deadline && poll(&pf, 1, 200) == 0)
+			continue;
+		n = read(pfd[0], linebuf + have, sizeof(linebuf) - 1 - have);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -911,9 +1352,56 @@ static int run_repro(const char *name, char *args)
 		}
 	}
 	close(pfd[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	if (killed_at) {	/* reaped by kill_all, or not there to wait for (bounded) */
+		kill_all(2000, 0);
+		status = atomic_load(&reaped_status);
+		if (status < 0 && waitpid(pid, &status, WNOHANG) <= 0)
+			status = SIGKILL;
+	} else if (atomic_load(&reaped_status) >= 0) {
+		status = atomic_load(&reaped_status);
+	} else {
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	}
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/*
+ * env timebox: a program that may never end on its own (syzkaller's fork
+ * their workers for ever) is run, and run again when it ends, until its
+ * seconds are up; then every process is killed. Each run that ended on its
+ * own is one pass, the one cut at the end too. Exit codes are counted, not
+ * obeyed: the host judges them. Tasks that do not die are said.
+ */
+static int run_timeboxed(const char *name, const char *args, unsigned long long seconds)
+{
+	unsigned long long start = mono_ns(), deadline = start + seconds * 1000000000ULL, done = 0, failed = 0;
+	char argv_copy[1024], codes[256] = "";
+	int cut = 0, last = 0;
+
+	say("KTAP version 1");
+	say("1..1");
+	while (!cut && mono_ns() < deadline) {
+		int code;
+
+		snprintf(argv_copy, sizeof(argv_copy), "%s", args);
+		code = run_repro(name, argv_copy, deadline, &cut);
+		atomic_store(&progress_count, ++done);
+		if (!cut && code) {
+			size_t len = strlen(codes);
+
+			failed++;
+			if (code != last && len < sizeof(codes) - 8)
+				snprintf(codes + len, sizeof(codes) - len, "%s%d", len ? "," : "", code);
+			last = code;
+		}
+		say("# progress count=%llu elapsed_ms=%llu", done, (mono_ns() - start) / 1000000);
+	}
+	kill_all(5000, 1);	/* what runs still, and what does not die */
+	say("# result count=%llu elapsed_ms=%llu exit=0 timebox=1 cut=%d failed=%llu codes=%s", done,
+	    (mono_ns() - start) / 1000000, cut, failed, codes[0] ? codes : "-");
+	say("ok 1 %s # ran for %llu s", name, seconds);
+	return 0;
 }
 
 /*
@@ -934,7 +1422,7 @@ static int run_repeated(const char *name, const char *args, unsigned long long r
 	say("1..1");
 	while (done < repeat && (!seconds || mono_ns() - start < seconds * 1000000000ULL)) {
 		snprintf(argv_copy, sizeof(argv_copy), "%s", args);	/* run_repro's strtok cuts it */
-		code = run_repro(name, argv_copy);
+		code = run_repro(name, argv_copy, 0, NULL);
 		if (code != 0)
 			break;
 		atomic_store(&progress_count, ++done);
@@ -959,6 +1447,8 @@ int main(int argc, char **argv)
 
 	if (argc == 3 && !strcmp(argv[1], "--core"))
 		return store_core();
+	if (strstr(argv[0], "modprobe"))	/* the kernel's request_module(), env modprobe */
+		return modprobe_main(argc, argv);
 	if (getpid() == 1)
 		mount_all();
 	find_base_dir();
@@ -1008,6 +1498,7 @@ int main(int argc, char **argv)
 		if (cmdline_get(go_line, "syms", val, sizeof(val)) && val[0] == '1')
 			send_kallsyms();
 		mount_host();
+		setup_env();
 	}
 	if (agent_fd >= 0)
 		pthread_create(&cmd, NULL, command_reader, NULL);
@@ -1024,7 +1515,11 @@ int main(int argc, char **argv)
 			repeat = strtoull(val, NULL, 10);
 		if (cmdline_get(go_line, "seconds", val, sizeof(val)))
 			seconds = strtoull(val, NULL, 10);
-		code = repeat ? run_repeated(repro, args, repeat, seconds) : run_repro(repro, args);
+		if (env_timebox && seconds)
+			code = run_timeboxed(repro, args, seconds);
+		else
+			code = repeat ? run_repeated(repro, args, repeat, seconds) : run_repro(repro, args, 0, NULL);
+		report_env();
 	}
 	if (atomic_load(&core_requested))
 		send_core();

@@ -318,9 +318,10 @@ class Tracker:
     ENDS_RUN = ("panic", "oops", "infra", "boot", "agent")
     SAID = ("stall", "infra", "panic", "oops")  # said as they come
 
-    def __init__(self, patterns: Patterns, say=None) -> None:
+    def __init__(self, patterns: Patterns, say=None, ends: tuple[str, ...] = ()) -> None:
         self.patterns = patterns
         self.say = say
+        self.ends = ends  # the names of patterns whose reports end this run too
         self.reports: list[Report] = []
         self.dropped = 0  # past MAX_REPORTS: a guest that repeats itself
         self.open: list[Report] = []  # still taking their lines
@@ -344,7 +345,7 @@ class Tracker:
             return
         self.reports.append(r)
         self.open.append(r)
-        if r.kind in self.ENDS_RUN and self.pending is None:
+        if (r.kind in self.ENDS_RUN or r.name in self.ends) and self.pending is None:
             self.pending, self.pending_since = r, now
         if r.kind in self.SAID and self.say:
             self.say(f"console: {r.message}")

@@ -6,20 +6,50 @@ from __future__ import annotations
 
 from typing import Callable
 
-from harness.analysis import hang_kinds, hang_verdicts, pmiss as pmiss_module
+from harness.analysis import console, cpu_state, hang_kinds, hang_verdicts, pmiss as pmiss_module, sleeping, syzbot
+from harness.analysis.classify import base_name
 from harness.analysis.findings import Findings
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import paths
+from harness.base.untrusted import num
 
 
 def decide(f: Findings) -> Verdict:
     way = hang_kinds.way_for(f.outcome.kind, f.repro)
-    if way is not None:
-        return way.judge(f)
-    return ENDINGS.get(f.outcome.kind, completed)(f)
+    v = way.judge(f) if way is not None else ENDINGS.get(f.outcome.kind, completed)(f)
+    return against_syzbot(v, f) if f.repro.syzbot else v
+
+
+def run_hangs(v: Verdict, f: Findings) -> list[syzbot.Hang]:
+    """The hangs a run found, as syzbot.py compares them: the verdict's (with
+    the stack it rests on), then every kernel report's."""
+    frames: tuple[str, ...] = ()
+    if isinstance(f.hang, sleeping.SleepingHang) and f.hang.tasks:
+        frames = tuple(f.hang.tasks[0]["kstack"])
+    elif isinstance(f.hang, cpu_state.Hang):
+        frames = tuple(base_name(fr.get("function", "")) for c in f.classes for fr in c.frames)
+    ours = [syzbot.Hang(v.title, frames)] if v.title else []
+    return ours + [syzbot.report_hang(r) for r in f.reports if r.get("kind") in console.TITLED_KINDS]
+
+
+def against_syzbot(v: Verdict, f: Findings) -> Verdict:
+    """A syzkaller reproducer's hang or crash, said against syzbot's title:
+    reproduced (and how it matched), or a different one."""
+    theirs = [t for t in [f.repro.syzbot.get("title", ""), *f.repro.syzbot.get("alt_titles", ())] if t]
+    if v.verdict not in (VerdictKind.VULNERABLE, VerdictKind.CRASHED) or not theirs:
+        return v
+    m = syzbot.match(theirs, run_hangs(v, f))
+    if m is not None:
+        v.matched = {"how": m.how, "theirs": m.theirs, "ours": m.ours}
+        v.reason = f"{m.text()}; {v.reason}"
+        v.summary = m.text() + (f": {v.summary}" if v.summary and m.how != "title" else "")
+    elif v.verdict == VerdictKind.VULNERABLE:
+        v.reason = f"a different hang than syzbot's \"{theirs[0]}\"; {v.reason}"
+        v.summary = f"a different hang: {v.title or v.summary}"
+    return v
 
 
 def _emulator_fault(f: Findings) -> Verdict:
@@ -97,6 +127,8 @@ def completed(f: Findings) -> Verdict:
         return Verdict(VerdictKind.ERROR, f"reproducer reported no KTAP result ({f.outcome.detail})")
     if result["directive"] == "SKIP":
         return Verdict(VerdictKind.INCONCLUSIVE, f"reproducer skipped: {result['reason']}")
+    if repro.timebox:
+        return timeboxed(f)
     if repro.generic and (failed := program_failure(ktap)):
         return failed
     if not result["ok"]:
@@ -114,3 +146,50 @@ def completed(f: Findings) -> Verdict:
                    f"{pmiss.get('text', '')}",
                    summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
                    confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss)
+
+
+# kill -9 of the time box, and syzkaller's fail(): its setup could not do what the program needs
+SIGKILLED, SYZ_FAIL = 128 + 9, 67
+# a run that died of one of these crashed on its own (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV)
+CRASH_SIGNALS = {128 + n: name for n, name in ((4, "SIGILL"), (6, "SIGABRT"), (7, "SIGBUS"), (8, "SIGFPE"),
+                                                (11, "SIGSEGV"))}
+
+
+def timeboxed(f: Findings) -> Verdict:
+    """A program run for its time (a guest environment's) that hung nothing:
+    its tasks that did not die when the time was up are a sleeping hang;
+    a program that crashed every run, or whose setup failed every run, says
+    so; one that needed what this kernel lacks, or whose calls never
+    reached the kernel, is INCONCLUSIVE; else NOT_REPRODUCED, with what its
+    calls reached."""
+    fields = f.ktap.result_fields
+    runs, failed = num(fields.get("count")) or 0, num(fields.get("failed")) or 0
+    codes = [num(c.lstrip("-")) or 0 for c in fields.get("codes", "-").split(",") if c != "-"]
+    seconds = (num(fields.get("elapsed_ms")) or 0) / 1000
+    stuck = [t for t in f.leftovers if t.get("state") == "D"]
+    if stuck:
+        hang = sleeping.SleepingHang.named(stuck, [])
+        return Verdict(VerdictKind.VULNERABLE, f"{len(stuck)} task(s) did not die when the time was up: "
+                       f"{hang.summary()}", summary=hang.summary(), confidence="high", title=hang.title)
+    ran = f"ran for {seconds:.0f} s ({runs} run{'s' * (runs != 1)}"
+    ran += f", {failed} exited non-zero: {', '.join(map(str, codes))})" if failed else ")"
+    whole_runs = runs - (fields.get("cut") == "1")
+    if failed and failed >= whole_runs and codes and all(c in CRASH_SIGNALS for c in codes):
+        return Verdict(VerdictKind.FAILED, f"the program crashed on its own, every run: {ran}",
+                       summary=f"the program crashed ({', '.join(CRASH_SIGNALS[c] for c in codes)})")
+    if failed and failed >= whole_runs and codes == [SYZ_FAIL]:
+        said = [l for l in f.ktap.lines if not l.startswith(("#", "KTAP", "1..", "ok ", "not ok "))][-3:]
+        return Verdict(VerdictKind.INCONCLUSIVE, f"its setup failed every run (exit {SYZ_FAIL}, syzkaller's "
+                       f"fail()): {' | '.join(said) or 'it said nothing'}; {ran}",
+                       summary=f"its setup failed: {said[-1] if said else f'exit {SYZ_FAIL}'}")
+    reach = f.reach
+    if reach is not None and reach.needs:
+        return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs {'; '.join(reach.needs)}, which this "
+                       f"kernel lacks; {ran}; {reach.text()}", summary=f"needs {reach.needs[0].split(':')[0]}")
+    if reach is not None and not reach.reached_kernel:
+        return Verdict(VerdictKind.INCONCLUSIVE, f"its calls did not reach the kernel: {reach.text()}; {ran}",
+                       summary="its calls did not reach the kernel")
+    what = reach.text() if reach is not None else "what its calls reached is unknown (no system call count)"
+    return Verdict(VerdictKind.NOT_REPRODUCED, f"{ran} without a hang; {what}; {f.pmiss.get('text', '')}",
+                   summary=f"{ran} without a hang, {f.pmiss.get('text', 'P(miss) unknown')}",
+                   confidence="low", p_miss=f.pmiss)

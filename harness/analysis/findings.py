@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.analysis import classify, cpu_state, sleeping, thread_hang
+from harness.analysis import classify, cpu_state, reach, sleeping, thread_hang
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
 from harness.base.reproducers import Reproducer
@@ -37,6 +37,10 @@ class Findings:
     # a hang no culprit signature named: the CPUs' states, or a task asleep in D state
     hang: cpu_state.Hang | sleeping.SleepingHang | None = None
     ended_by: str = ""                  # a program run again and again: which of its limits ended it
+    reports: list[dict] = field(default_factory=list)  # the kernel's console reports (console.Report.to_json())
+    # a guest environment's account of the program (reach.py): what its calls reached, what it lacked
+    reach: reach.Reach | None = None
+    leftovers: list[dict] = field(default_factory=list)  # its tasks that did not die when its time was up
 
     @property
     def stalled(self) -> bool:

@@ -24,6 +24,7 @@ class HangKind(StrEnum):
     PROCESS = "process hang"       # the reproducer's process stuck while the kernel stays responsive
     SLEEPING = "sleeping task"     # a task of the reproducer's asleep in D state, in one kernel wait
     STALL = "latency stall"        # the reproducer's own latency measurement passed its threshold
+    REPORTED = "kernel report"     # the kernel's own detector reported a hang (a guest environment's run)
 
 
 class Reading(StrEnum):
@@ -32,6 +33,7 @@ class Reading(StrEnum):
     THREADS = "threads"                   # the process's core, through GDB
     TASKS = "tasks"                       # the agent's report of the sleeping tasks and their kernel stacks
     HISTOGRAMS = "histograms"             # the reproducer ended at once, for its final measurements
+    REPORT = "report"                     # the kernel's report on the console is the evidence
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ WAYS = (
     Way(HangKind.STUCK, OutcomeKind.STUCK, _kernel, Reading.VCPUS, hang_verdicts.stuck),
     Way(HangKind.SLEEPING, OutcomeKind.SLEEPING, lambda r: True, Reading.TASKS, hang_verdicts.sleeping_task),
     Way(HangKind.STALL, OutcomeKind.STALL, lambda r: True, Reading.HISTOGRAMS, hang_verdicts.stall),
+    Way(HangKind.REPORTED, OutcomeKind.REPORTED, lambda r: True, Reading.REPORT, hang_verdicts.kernel_report),
 )
 
 

@@ -145,3 +145,11 @@ def stall(f: Findings) -> Verdict:
     # had the stalls it needs: another run decides
     return Verdict(VerdictKind.INCONCLUSIVE, f"{f.outcome.detail}, but its counters do not confirm it",
                    retry=Retry.CUT_SHORT)
+
+
+def kernel_report(f: Findings) -> Verdict:
+    """The kernel's own detector reported a hang (a hung task, a soft lockup,
+    an RCU stall), in a run whose environment lets its detectors judge."""
+    title = f.outcome.detail
+    return Verdict(VerdictKind.VULNERABLE, f"{_what(f)}; the kernel's own detector reported it",
+                   summary=f"the kernel reported: {title}", confidence="high", title=title)

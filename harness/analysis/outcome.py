@@ -15,6 +15,8 @@ class OutcomeKind(StrEnum):
     STALL = "stall"                # the reproducer's own latency measurement passed its threshold
     SLEEPING = "sleeping"          # a task of the reproducer's slept in D state, in one kernel wait,
                                    # past its threshold while the kernel went on (a hung task)
+    REPORTED = "kernel-report"     # the kernel's own detector reported a hang (a report a guest
+                                   # environment says ends its run: a hung task, a soft lockup)
     PANIC = "panic"                # a kernel report on the console (after a grace period that
     OOPS = "oops"                  # lets the report finish)
     INFRA = "infra"                # an emulator fault: recognised on the console, or QEMU crashed (retryable)

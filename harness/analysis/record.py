@@ -29,6 +29,7 @@ class Evidence:
     console_reports_dropped: int = 0
     debug_method: str | None = None    # gdb | qmp
     debug_errors: list[str] = field(default_factory=list)
+    reach: dict | None = None          # a guest environment's program: what its calls reached (reach.py)
 
     @property
     def latency(self) -> dict | None:
@@ -50,7 +51,7 @@ class Evidence:
                 "max_unexplained_gap_s": self.max_unexplained_gap_s,
                 "console_reports": self.console_reports, "console_titles": self.console_titles,
                 "console_reports_dropped": self.console_reports_dropped, "debug_method": self.debug_method,
-                "debug_errors": self.debug_errors}
+                "debug_errors": self.debug_errors, "reach": self.reach}
 
 
 @dataclass
@@ -123,7 +124,8 @@ class RunRecord:
                                      max_unexplained_gap_s=ev.get("max_unexplained_gap_s"),
                                      console_reports=ev.get("console_reports", []),
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
-                                     debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", [])),
+                                     debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", []),
+                                     reach=ev.get("reach")),
                    cpus=doc.get("cpus", []), hang=doc.get("hang"), process=doc.get("process"),
                    prediction=doc.get("prediction"), guest=doc.get("guest", {}),
                    symbols=doc.get("symbols", {}), timings=doc.get("timings", {}), attempts=doc.get("attempts", []),

@@ -52,6 +52,8 @@ class Verdict:
     # what was found, titled as syzbot titles it ("hang in cpu_clock_event_stop",
     # a signature's title, a crash's): "the same hang" across runs and bisect steps
     title: str = ""
+    # a syzkaller reproducer's: whether and how the hang matched syzbot's title (syzbot.py Match)
+    matched: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.verdict = VerdictKind(self.verdict)

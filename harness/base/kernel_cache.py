@@ -12,6 +12,8 @@ says where a kernel's artefact lives and what its key is:
     kvm-probe.json, under <arch>-<sha>            whether KVM ran it (harness/guest/accel.py)
     debuginfo/<build-id>.vmlinux                  its vmlinux with DWARF (images/kernels/debuginfo.py)
     debuginfo/<arch>-<sha>.build-id               the build IDs its image holds
+    modtrees/<arch>-<sha>.ext4|.aliases           its whole module tree as a disk, and its module
+                                                  aliases (images/kernels/module_tree.py)
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from harness.base import paths
 
-SYMBOLS, PVH, SNAPSHOTS, DEBUGINFO = "symbols", "pvh", "snapshots", "debuginfo"
+SYMBOLS, PVH, SNAPSHOTS, DEBUGINFO, MODTREES = "symbols", "pvh", "snapshots", "debuginfo", "modtrees"
 
 
 @dataclass(frozen=True)

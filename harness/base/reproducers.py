@@ -11,6 +11,9 @@ A reproducer spec is one of:
   run:CMD ARGS  a command run in the guest as it would run on the host, over
                 the host's root filesystem (harness/guest/hostfs.py), from
                 the directory kstall was started in
+  syz:FILE.c    a syzkaller C reproducer (a .c file with syzkaller's header is
+                one anyway): built and run as syzbot runs it
+                (harness/base/syzkaller.py, harness/base/guest_env.py)
 A program named by a C file or an executable knows nothing of kstall: it is
 run again and again (`repeat`), each completed run one pass. A data file may
 say it speaks kstall's protocol instead (count_arg, duration_arg, progress
@@ -18,6 +21,7 @@ lines), as the built-ins do.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from harness.base import paths
+from harness.base import guest_env, paths, syzkaller
 from harness.base.needs import AGENT, HOST_COMMAND, HOST_COMMAND_NEEDS, KernelNeeds
 
 REPRO_DIR = paths.data_file("repro")
@@ -118,6 +122,10 @@ class Reproducer:
     sleep_after_s: float = 0
     # [record]: the kernel bug's published record (harness/analysis/bug_record.py)
     record: dict = field(default_factory=dict, hash=False, compare=False)
+    # the guest environment it expects (harness/base/guest_env.py), or "" for kstall's bare initramfs
+    env: str = ""
+    # a syzkaller reproducer's header (harness/base/syzkaller.py Header.to_json()), or {}
+    syzbot: dict = field(default_factory=dict, hash=False, compare=False)
 
 
     def arguments(self, users: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -134,6 +142,11 @@ class Reproducer:
     def generic(self) -> bool:
         """It knows nothing of kstall's protocol: run again and again, a completed run one pass."""
         return not self.count_arg
+
+    @property
+    def timebox(self) -> bool:
+        """It runs for its time, not for a count: its progress is no evidence of a hang."""
+        return bool(self.env)
 
     @property
     def builtin(self) -> bool:
@@ -164,6 +177,8 @@ def looks_like_path(spec: str) -> bool:
 
 def canonical_spec(spec: str) -> str:
     """A spec that means the same from any directory (an absolute path for a file)."""
+    if spec.startswith(syzkaller.SPEC):
+        return syzkaller.SPEC + str(Path(spec[len(syzkaller.SPEC):]).expanduser().resolve())
     return str(Path(spec).expanduser().resolve()) if looks_like_path(spec) else spec
 
 
@@ -171,6 +186,11 @@ def resolve(spec: str) -> Reproducer:
     """The reproducer a spec names (see the module's docstring)."""
     if spec.startswith(HOST_COMMAND):
         return host_command(spec[len(HOST_COMMAND):].strip())
+    if spec.startswith(syzkaller.SPEC):
+        path = Path(spec[len(syzkaller.SPEC):]).expanduser().resolve()
+        if path.suffix != ".c" or not path.is_file():
+            raise ReproducerError(f"{spec}: syz: names a syzkaller C reproducer file")
+        return syzkaller_reproducer(path, syzkaller.read_header(path) or syzkaller.untitled(path))
     if not looks_like_path(spec):
         return load(spec)
     path = Path(spec).expanduser().resolve()
@@ -185,6 +205,9 @@ def resolve(spec: str) -> Reproducer:
     if path.suffix == ".toml":
         return from_file(path)
     if path.suffix == ".c":
+        header = syzkaller.read_header(path)
+        if header is not None:
+            return syzkaller_reproducer(path, header)
         return program_reproducer(path, source=True)
     if path.is_file() and os.access(path, os.X_OK):
         return program_reproducer(path, source=False)
@@ -227,6 +250,21 @@ def program_reproducer(path: Path, source: bool, doc: dict | None = None) -> Rep
     return _reproducer(name, d | {"binary": guest_name(path.stem), "calibration": cal,
                                   "summary": d.get("summary") or f"{path.name} (a user's program)"},
                        source=str(path) if source else "", program="" if source else str(path))
+
+
+def syzkaller_reproducer(path: Path, header: syzkaller.Header) -> Reproducer:
+    """A syzkaller C reproducer, run as syzbot runs one: in syzkaller's guest
+    environment, for its time, watched by the kernel's own detectors."""
+    if header.arch and header.arch not in ("amd64", "arm64"):
+        raise ReproducerError(f"{path.name} is syzkaller's reproducer for {header.arch}: kstall builds 64-bit "
+                              "programs for its x86_64 and arm64 guests")
+    env = guest_env.get(syzkaller.ENV)
+    d = GENERIC | {"max_seconds": env.seconds, "sleep_after_s": env.sleep_after_s, "default_cpus": env.cpus,
+                   "kernel": {"options": list(env.options)},
+                   "summary": f"syzbot: {header.title}" if header.title else f"{path.name} (a syzkaller program)"}
+    name = guest_name(("syz-" + header.bug_id[:12]) if header.bug_id else path.stem)
+    r = program_reproducer(path, source=True, doc=d | {"name": name})
+    return dataclasses.replace(r, env=syzkaller.ENV, syzbot=header.to_json())
 
 
 def from_file(path: Path) -> Reproducer:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify, console, cpu_state, kernel_waits, latency, pmiss, sleeping, thread_hang
+from harness.analysis import classify, console, cpu_state, kernel_waits, latency, pmiss, reach, sleeping, thread_hang
 from harness.analysis.classify import Role
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
@@ -26,7 +26,7 @@ from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict
 from harness.base import arch as arches
-from harness.base import background, paths, reproducers
+from harness.base import background, guest_env, paths, reproducers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
@@ -41,7 +41,7 @@ from harness.guest.nmi import NmiInjector
 from harness.guest.qmp import QMPError
 from harness.guest.vm import VM, VMConfig, VMError
 from harness.guest.watch import Calls, Limits, Watch
-from images.kernels import debuginfo, symcache
+from images.kernels import debuginfo, module_tree, symcache
 from images.kernels.kernel import SpecError
 
 Echo = Callable[[str], None]
@@ -88,6 +88,7 @@ class Attempt:
     vmcore: dict | None = None  # RUN/vmcore written (harness/guest/vmcore.py)
     held: hold.Held | None = None  # the hung guest, kept stopped for the developer's debugger
     accel: str = ""  # the accelerator it ran under ("": no guest ran)
+    reach: dict | None = None  # a guest environment's account of the program (harness/analysis/reach.py)
 
     def release(self) -> None:
         """Stop a held guest (an attempt that is retried, or a run that ends)."""
@@ -116,19 +117,24 @@ class Plan:
 def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     repro, disk = c.repro.spec, c.disk
     target = opts.run.count or max(repro.min_count, pmiss.count_for(c.calibration, opts.run.pmiss_target))
-    duration = opts.run.duration or repro.max_seconds
+    env = guest_env.get(repro.env) if repro.env else None
+    duration = opts.run.duration or (env.seconds_for(c.accel) if env else repro.max_seconds)
     extra = " ".join(a for a in (disk.cmdline if disk else "", opts.guest.cmdline_extra) if a)
     cpus = c.cpus
     m = machine.for_kernel(c.kernel)
     cfg = VMConfig(kernel=m.boot_file(c.kernel), initrd=c.initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
                    cpus=cpus, memory_mb=opts.guest.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
-                   extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command))
+                   extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command), disks=c.disks)
+    # a program run for its time (a guest environment's) completes no count to watch: its
+    # hangs are the kernel's detectors', a freeze, a task asleep
+    stuck_after = math.inf if repro.timebox else opts.run.stuck_after or repro.stuck_after_s
     limits = Limits(boot_timeout=opts.run.boot_timeout, freeze_after=opts.run.freeze_after or FREEZE_CEILING,
                     freeze_floor=None if opts.run.freeze_after else FREEZE_FLOOR,
-                    stuck_after=opts.run.stuck_after or repro.stuck_after_s, run_timeout=duration + 60,
+                    stuck_after=stuck_after, run_timeout=duration + 60,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
-                    stall_measure=repro.stall.measure if repro.stall else "")
-    if repro.generic and opts.run.duration and not opts.run.count:
+                    stall_measure=repro.stall.measure if repro.stall else "",
+                    report_ends=env.report_ends if env else ())
+    if repro.generic and (opts.run.duration or repro.timebox) and not opts.run.count:
         target = 0  # --duration alone: again and again until the time is up
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)
     if repro.generic:  # the agent repeats it: until target runs or the time is up, whichever comes first
@@ -470,8 +476,14 @@ def _read_histograms(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
     w.finish()
 
 
+def _read_report(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
+    """The kernel's detector said it, with its stacks, on the console."""
+    r.note_hang(w, outcome, "the kernel's own report is the evidence")
+
+
 # one reader per hang_kinds.Reading but VCPUS, which the watch loop drives (it may resume)
 READERS: dict[Reading, Callable[[_Run, VM, Watch, Outcome], None]] = {
+    Reading.REPORT: _read_report,
     Reading.THREADS: _read_threads,
     Reading.VCPUS_THEN_THREADS: _read_vcpus_then_threads,
     Reading.TASKS: _read_tasks,
@@ -504,10 +516,24 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.run.pmiss_target,
                         r.opts.run.pmiss_given, r.classes, r.samples.errors if r.samples else [], report_reason,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
-                        ended_by(repro, plan, w.agent.count)))
+                        ended_by(repro, plan, w.agent.count), [rep.to_json() for rep in w.console.reports],
+                        reached := program_reach(r, w), w.agent.leftovers))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
-                   accel=plan.vm.accel)
+                   accel=plan.vm.accel, reach=reached.to_json() if reached else None)
+
+
+def program_reach(r: _Run, w: Watch) -> reach.Reach | None:
+    """What a guest environment's agent said the program reached and lacked (reach.py)."""
+    if not r.repro.env or not w.agent.env_lines:
+        return None
+    aliases = module_tree.aliases(r.kernel)
+    try:
+        source = Path(r.repro.source).read_text(errors="replace") if r.repro.source else ""
+    except OSError:
+        source = ""
+    return reach.analyse(w.agent.env_lines, reach.program_calls(source), guest_env.get(r.repro.env),
+                         reach.Aliases(aliases.read_text(errors="replace")) if aliases else None)
 
 
 def snapshot_doc(snap: snapshot.Snapshot | None, restored: dict | None, saved: dict) -> dict | None:

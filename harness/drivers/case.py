@@ -25,12 +25,12 @@ from harness.analysis.bug_record import BugRecord
 from harness.analysis.classify import Signature
 from harness.analysis.pmiss import Key
 from harness.base import arch as arches
-from harness.base import paths, reproducers
+from harness.base import guest_env, paths, reproducers, syzkaller
 from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import Options
 from harness.guest import accel
-from images.guest import boot_image, initramfs, programs, sysroot
+from images.guest import boot_image, disks, environment, initramfs, programs, sysroot
 from images.kernels import cached
 from images.kernels.build import BuildOptions
 from images.kernels.kernel import Kernel, SpecError
@@ -108,10 +108,15 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
     if repro.source:
         ensure_guest(echo)  # kselftest.h, which a user's C file may include
         t = time.monotonic()
-        repro = dataclasses.replace(repro, program=str(programs.build_c(Path(repro.source))))
+        repro = dataclasses.replace(repro, program=str(build(repro)))
         if time.monotonic() - t > 0.1:  # not cached
             echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
     return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_files(repro.name, repro.calibration_dir))
+
+
+def build(repro: Reproducer, arch: str = arches.DEFAULT) -> Path:
+    """A user's C file built for arch, with its guest environment's flags if it has one."""
+    return programs.build_c(Path(repro.source), arch, guest_env.get(repro.env).cflags if repro.env else None)
 
 
 def guest_files(repro: Reproducer, arch: str) -> dict[str, bytes]:
@@ -119,7 +124,7 @@ def guest_files(repro: Reproducer, arch: str) -> dict[str, bytes]:
     or a host command, which runs from the host's root)."""
     if repro.builtin or repro.command:
         return {}
-    program = repro.program or str(programs.build_c(Path(repro.source), arch))
+    program = repro.program or str(build(repro, arch))
     return programs.guest_files(Path(program), repro.binary, arch)
 
 
@@ -134,6 +139,7 @@ class Case:
     calibration: pmiss.Calibration | None  # the one that holds for key
     pmiss_unknown: str = ""     # why none does
     disk: boot_image.BootDisk | None = None  # --boot-image: the image's own disk
+    disks: tuple[disks.Disk, ...] = ()          # a guest environment's (images/guest/environment.py)
 
     @property
     def cpus(self) -> int:
@@ -166,12 +172,18 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
                                   f"kstall a {kernel.arch} program instead (a C file, which it cross-builds, or a "
                                   "static executable)")
     if repro.spec.source and kernel.arch != arches.DEFAULT:  # load() built the C file for the default architecture
-        program = str(programs.build_c(Path(repro.spec.source), kernel.arch))
+        program = str(build(repro.spec, kernel.arch))
         repro = dataclasses.replace(repro, spec=dataclasses.replace(repro.spec, program=program))
     check = preflight.check(kernel, repro.spec)
-    if check.modules:
-        echo(f"modules to load first: {', '.join(m.stem for m in check.modules)}")
-    initrd = initramfs.build(guest, modules=check.modules, extra=guest_files(repro.spec, kernel.arch))
+    env = environment.Prepared()
+    if repro.spec.env and not check.blocked:
+        echo(f"{repro.name}: preparing {repro.spec.env}'s guest environment on {kernel.canonical}")
+        env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo)
+    both = [*check.modules, *env.modules]
+    mods = [m for i, m in enumerate(both) if m.stem not in {x.stem for x in both[:i]}]  # each once, first place
+    if mods:
+        echo(f"modules to load first: {', '.join(m.stem for m in mods)}")
+    initrd = initramfs.build(guest, modules=mods, extra=guest_files(repro.spec, kernel.arch) | env.files)
     accel_kind = "none" if check.blocked else accel.choose(opts.guest.accel, kernel, initrd, echo)
     disk = None
     if opts.kernel.boot_image and not check.blocked:
@@ -179,7 +191,7 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
         initrd = disk.initrd
     key = key_for(repro, opts, accel_kind, kernel.arch)
     cal, unknown = repro.calibration_for(key)
-    return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk)
+    return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk, env.disks)
 
 
 def with_accel(c: Case, accel_kind: str) -> Case:

@@ -18,6 +18,7 @@ _HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
 # what the host held the guest back by meanwhile (Watch.unexplained_gap)
 LONG_GAP_S = 0.08
 MAX_LONG_GAPS = 10_000
+MAX_ENV_LINES = 6_000  # the agent sends at most 4,000 histogram lines, 1,000 module requests, 32 checks
 
 
 class AgentChannel:
@@ -54,6 +55,10 @@ class AgentChannel:
         self.core_info: dict = {}
         self.sleeping: list[dict] = []  # tasks asleep in D state past the threshold (analysis/sleeping.py)
         self.sleeping_at: float | None = None
+        # a guest environment's account of the program (harness/analysis/reach.py): the system
+        # calls the kernel counted, the modules it asked for, the paths checked at the end
+        self.env_lines: list[str] = []
+        self.leftovers: list[dict] = []  # tasks that did not die when the time was up
 
     def feed(self, line: str, now: float) -> None:
         if (m := _HB.match(line)) is not None:
@@ -97,6 +102,10 @@ class AgentChannel:
             self.proc_threads[t.tid] = t
         elif what == "core":
             self.core_info = fields
+        elif what in ("hist", "modprobe", "check") and len(self.env_lines) < MAX_ENV_LINES:
+            self.env_lines.append(line)
+        elif what == "leftover" and len(self.leftovers) < 64:
+            self.leftovers.append(sleeping.task_from_fields(fields) | {"state": fields.get("state", "?")})
         elif what == "dstate" and len(self.sleeping) < 64:
             self.sleeping.append(sleeping.task_from_fields(fields))
             if self.sleeping_at is None:

@@ -23,6 +23,7 @@ from harness.base import leftovers, paths, procs
 from harness.base import arch as arches
 from harness.guest import hostfs, machine
 from harness.guest.qmp import QMP, QMPError
+from images.guest import disks
 
 # the signals someone sends to end a process; any other that kills QEMU
 # (SIGSEGV, SIGABRT, SIGBUS ...) is QEMU's own crash, an emulator fault
@@ -49,6 +50,8 @@ class VMConfig:
     shared_ram: bool = False
     # the host's root filesystem over virtiofs (harness/guest/hostfs.py), for a host command
     host_fs: bool = False
+    # virtio disks beside the initramfs (a guest environment's: images/guest/environment.py)
+    disks: tuple[disks.Disk, ...] = ()
 
 
 def kvm_available() -> tuple[bool, str]:
@@ -146,6 +149,7 @@ class VM:
             "-gdb", "chardev:gdb0",
             "-qmp", f"unix:{self.sock('qmp')},server=on,wait=off",
             *(hostfs.HostShare.qemu_args(self.run_dir) if c.host_fs else []),
+            *disks.qemu_args(c.disks),
             *c.extra_args,
         ]
 

@@ -48,6 +48,9 @@ class Limits:
     gate_timeout: float = 3600.0  # at the agent's gate, waiting for free host cores (a matrix)
     stalls: int = 0  # > 0: end with "stall" once the progress line's over= reaches this
     stall_measure: str = "measurement"  # what the reproducer times (its data file's [stall] measure)
+    # console-patterns.toml names of the kernel's reports that end the run as a hang
+    # (a guest environment's: its kernel detectors are the judges)
+    report_ends: tuple[str, ...] = ()
 
 
 @dataclass
@@ -81,7 +84,7 @@ class Watch:
         self.agent = AgentChannel(self._say, vm.cfg.cpus, limits.stalls, self.calls.on_repro_start,
                                   self.calls.on_line, time.monotonic)
         self.agent.t0 = self.t0
-        self.console = console.Tracker(patterns or console.default_patterns(), self._say)
+        self.console = console.Tracker(patterns or console.default_patterns(), self._say, limits.report_ends)
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
@@ -158,6 +161,8 @@ class Watch:
         if r is not None and (now - self.console.pending_since >= L.report_grace or not self.vm.alive()):
             if r.kind in ("oops", "panic") and (why := self.console.patterns.impossible_state(r)):
                 return Outcome(OutcomeKind.INFRA, f"{r.title}: {why}", now)
+            if r.name in L.report_ends:
+                return Outcome(OutcomeKind.REPORTED, r.title, now)
             return Outcome(REPORT_ENDS.get(r.kind) or OutcomeKind(r.kind), r.title, now)
         if a.exit_code is not None and (a.poweroff or not self.vm.alive()):
             return Outcome(OutcomeKind.DONE, f"reproducer exited with code {a.exit_code}", now)

@@ -51,8 +51,9 @@ def _compiler_identity(cc: str) -> str:
         return cc
 
 
-def build_c(source: Path, arch: str = arches.DEFAULT) -> Path:
-    """The static binary of source for arch, built once per source, headers and compiler."""
+def build_c(source: Path, arch: str = arches.DEFAULT, flags: tuple[str, ...] | None = None) -> Path:
+    """The static binary of source for arch, built once per source, headers,
+    compiler and flags (a guest environment's own, or the built-ins')."""
     cc = arches.get(arch).compiler()
     if not source.is_file():
         raise BuildError(f"no such C file {source}")
@@ -61,7 +62,7 @@ def build_c(source: Path, arch: str = arches.DEFAULT) -> Path:
     for header in sorted(f for d in include for f in d.glob("*.h")):
         h.update(header.read_bytes())
     h.update(_compiler_identity(cc).encode())
-    flags = cflags()
+    flags = list(flags) if flags is not None else cflags()
     h.update(" ".join(flags).encode())
     d = paths.cache_dir() / "programs" / f"{source.stem[:40]}-{h.hexdigest()[:16]}"
     out = d / source.stem

@@ -375,6 +375,19 @@ def available(progress: Progress | None = None, arch: str = DEFAULT_FLAVOUR) -> 
 
 
 
+def fetch_modules_package(kernel: Kernel, work: Path, progress: Progress | None = None) -> Path:
+    """The package that holds a debian: kernel's modules, downloaded into work
+    (images/kernels/module_tree.py reads every module from it)."""
+    text = kernel.canonical.removeprefix("debian:")
+    archive = archive_for(parse_query(text)[2])
+    k = find(archive.kernels(progress), text)
+    pkg = k.modules_package or k.image_package
+    url, fname, size, sha = archive.uris(pkg)
+    work.mkdir(parents=True, exist_ok=True)
+    fetch_file(url, work / fname, size, sha, pkg, progress)
+    return work / fname
+
+
 NO_CHANGELOG = "changelog.none"  # the packages were read and hold none: not fetched again to find out
 
 

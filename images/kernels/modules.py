@@ -11,6 +11,7 @@ the agent loads them with a plain finit_module.
 """
 from __future__ import annotations
 
+import fnmatch
 import shutil
 import subprocess
 from pathlib import Path
@@ -89,6 +90,44 @@ class Tree:
         """name -> (path in the tree, paths of everything it depends on)."""
         return parse_dep((self.dir / "modules.dep").read_text(errors="replace"), self.dir / "modules.dep")
 
+    def soft_pre(self) -> dict[str, list[str]]:
+        """module -> what its softdep says to load before it (a name or an
+        alias: ext4's "pre: crc32c"), from depmod's modules.softdep."""
+        f = self.dir / "modules.softdep"
+        out: dict[str, list[str]] = {}
+        for line in f.read_text(errors="replace").splitlines() if f.is_file() else []:
+            words = line.split()
+            if len(words) < 3 or words[0] != "softdep":
+                continue
+            pre = words[words.index("pre:") + 1:] if "pre:" in words else []
+            out[module_name(words[1])] = [w for w in pre[:pre.index("post:")] if w] if "post:" in pre else pre
+        return out
+
+    def providers(self, name: str) -> list[str]:
+        """The modules that answer a name or alias (modules.alias), generic ones first."""
+        deps = self.deps()
+        if module_name(name) in deps:
+            return [module_name(name)]
+        f = self.dir / "modules.alias"
+        found = []
+        for line in f.read_text(errors="replace").splitlines() if f.is_file() else []:
+            words = line.split()
+            if len(words) == 3 and words[0] == "alias" and fnmatch.fnmatchcase(name, words[1]) and words[2] in deps:
+                found.append(words[2])
+        return sorted(dict.fromkeys(found), key=lambda m: ("generic" not in m, m))
+
+    def with_soft_deps(self, names: list[str]) -> list[str]:
+        """names, each after the first provider of what its softdep loads before it."""
+        soft, out = self.soft_pre(), []
+        for name in names:
+            for pre in soft.get(name, []):
+                first = next(iter(self.providers(pre)), None)
+                if first and first not in out:
+                    out.append(first)
+            if name not in out:
+                out.append(name)
+        return out
+
     def builtin(self) -> set[str] | None:
         """Built-in module names; None when the tree does not say."""
         f = self.dir / "modules.builtin"
@@ -148,11 +187,11 @@ def install(tree: Tree, names: list[str], dest: Path, fetch: Fetch | None = None
                 raise SpecError(f"module {mod} ({rel}) is listed in modules.dep but missing from the kernel's files")
             src.parent.mkdir(parents=True, exist_ok=True)
             fetch(rel, src)
-        _uncompressed_copy(src, dest / f"{mod}.ko")
+        uncompressed_copy(src, dest / f"{mod}.ko")
     return plan
 
 
-def _uncompressed_copy(src: Path, dest: Path) -> None:
+def uncompressed_copy(src: Path, dest: Path) -> None:
     tool = DECOMPRESS.get(src.suffix)
     if tool is None:
         shutil.copyfile(src, dest)

@@ -1,0 +1,179 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Did a program's calls reach the kernel, and what did it ask for that the
+kernel lacks? The account a guest environment's agent gives after the
+program (repro/agent.c, report_env), as evidence for a run that hung nothing:
+
+- the kernel's own count of the program's system calls as they returned
+  (tracefs hist triggers on raw_syscalls:sys_exit, restricted to the
+  program's processes): each call, and the failed ones by error;
+- each request_module() it caused, and how busybox's modprobe ended it;
+- whether each device path its source names is there at the end.
+
+From that: the program's own calls (those its source makes through
+syscall(__NR_x), as syzkaller writes every call) that succeeded at least
+once reached the kernel; what it needs that this kernel lacks is (1) a
+request of a gating kind (guest_env AliasNeed: a socket family, a
+filesystem, a device) no module of the kernel answers, or one whose module
+did not load while the calls that need it failed with the error that
+says so; (2) a call the kernel does not have (ENOSYS); (3) a device path it
+names that is not there.
+"""
+from __future__ import annotations
+
+import errno
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from harness.base.guest_env import GuestEnv
+
+_HIST = re.compile(r"^KSTALL hist sys_exit \{ id: (?:sys_)?(?P<name>\w+)\s*\[\s*(?P<nr>\d+)\]"
+                   r"(?:, ret:\s*(?P<ret>\d+))? \} hitcount:\s*(?P<count>\d+)")
+_MODPROBE = re.compile(r"^KSTALL modprobe status=(?P<status>-?\d+) name=(?P<name>\S+)")
+_CHECK = re.compile(r"^KSTALL check path=(?P<path>\S+) exists=(?P<exists>[01])")
+_NR = re.compile(r"\b__NR_(\w+)")
+# calls every program's setup makes: reaching them says nothing of its path
+SETUP_CALLS = frozenset({"mmap", "munmap", "mprotect", "exit", "exit_group"})
+
+
+def errno_name(ret: int) -> str:
+    return errno.errorcode.get(-ret, f"E{-ret}")
+
+
+@dataclass
+class Call:
+    name: str
+    count: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # errno name -> how often
+
+    @property
+    def ok(self) -> int:
+        return max(self.count - sum(self.errors.values()), 0)
+
+    def text(self) -> str:
+        """'connect 1652 (ENODEV 826, ECONNRESET 826)', 'socket 826 ok'"""
+        if not self.errors:
+            return f"{self.name} {self.count} ok"
+        errs = ", ".join(f"{e} {n}" for e, n in sorted(self.errors.items(), key=lambda x: -x[1])[:3])
+        return f"{self.name} {self.count} ({f'{self.ok} ok, ' if self.ok else ''}{errs})"
+
+
+class Aliases:
+    """The kernel's module aliases (modules.alias, modules.builtin.alias)."""
+
+    def __init__(self, text: str) -> None:
+        self.rules = [(w[1], w[2]) for w in (line.split() for line in text.splitlines())
+                      if len(w) == 3 and w[0] == "alias"]
+
+    def answers(self, name: str) -> list[str]:
+        return sorted({m for pattern, m in self.rules if fnmatch.fnmatchcase(name, pattern)})
+
+
+def program_calls(source: str) -> list[str]:
+    """The system calls a syzkaller program makes itself (syscall(__NR_x, ...))."""
+    return list(dict.fromkeys(_NR.findall(source)))
+
+
+@dataclass
+class Reach:
+    calls: dict[str, Call]
+    program: list[str]                 # its own calls
+    requests: dict[str, tuple[int, int]]  # alias -> (times asked, how the last one ended: modprobe's status)
+    checks: dict[str, bool]
+    needs: list[str]                   # what gates its path and this kernel lacks
+    lacks: list[str]                   # asked for, lacking, not gating
+
+    def reached(self) -> list[str]:
+        """Its own calls that succeeded at least once, setup calls apart."""
+        return [c for c in self.program if c not in SETUP_CALLS and c in self.calls and self.calls[c].ok]
+
+    def failed(self) -> list[str]:
+        return [c for c in self.program if c in self.calls and not self.calls[c].ok]
+
+    def never(self) -> list[str]:
+        return [c for c in self.program if c not in self.calls and c not in SETUP_CALLS]
+
+    @property
+    def reached_kernel(self) -> bool:
+        return bool(self.reached()) or (not self.needs and bool(self.calls) and
+                                         not [c for c in self.program if c not in SETUP_CALLS])
+
+    def text(self) -> str:
+        """What its calls did: 'reached: socket 826 ok; failed every time: connect 1652 (...)'"""
+        parts = []
+        if self.reached():
+            parts.append("reached: " + ", ".join(self.calls[c].text() for c in self.reached()[:8]))
+        if self.failed():
+            parts.append("failed every time: " + ", ".join(self.calls[c].text() for c in self.failed()[:6]))
+        if self.never():
+            parts.append("never ran: " + ", ".join(self.never()[:8]))
+        return "; ".join(parts) or "no call of its own was counted"
+
+    def to_json(self) -> dict:
+        return {"program_calls": self.program, "reached": self.reached(), "failed": self.failed(),
+                "never_ran": self.never(), "needs": self.needs, "lacks": self.lacks,
+                "calls": {n: {"count": c.count, "errors": c.errors} for n, c in self.calls.items()},
+                "requests": {n: {"count": k, "status": s} for n, (k, s) in self.requests.items()},
+                "checks": self.checks}
+
+
+def parse(lines: list[str]) -> tuple[dict[str, Call], dict[str, tuple[int, int]], dict[str, bool]]:
+    calls: dict[str, Call] = {}
+    requests: dict[str, tuple[int, int]] = {}
+    checks: dict[str, bool] = {}
+    for line in lines:
+        if (m := _HIST.match(line)) is not None:
+            c = calls.setdefault(m.group("name"), Call(m.group("name")))
+            n = int(m.group("count"))
+            if m.group("ret") is None:
+                c.count += n
+            else:
+                ret = int(m.group("ret"))
+                ret = ret - (1 << 64) if ret >= 1 << 63 else ret
+                if ret < 0:
+                    c.errors[errno_name(ret)] = c.errors.get(errno_name(ret), 0) + n
+        elif (m := _MODPROBE.match(line)) is not None:
+            asked, _ = requests.get(m.group("name"), (0, 0))
+            requests[m.group("name")] = (asked + 1, int(m.group("status")))
+        elif (m := _CHECK.match(line)) is not None:
+            checks[m.group("path")] = m.group("exists") == "1"
+    return calls, requests, checks
+
+
+def _fill(what: str, m: re.Match, env: GuestEnv) -> str:
+    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    text = what.format(**groups)
+    if "family" in groups:
+        text += f" ({env.family(int(groups['family']))})"
+    return text
+
+
+def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None) -> Reach:
+    calls, requests, checks = parse(lines)
+    needs: list[str] = []
+    lacks: list[str] = []
+    for name, (asked, status) in requests.items():
+        if status == 0:
+            continue
+        modules = aliases.answers(name) if aliases else None
+        rule = next(((r, m) for r in env.alias_needs if (m := re.match(r.pattern, name))), None)
+        if rule is None:
+            if modules == []:
+                lacks.append(f"{name} (no module)")
+            continue
+        r, m = rule
+        what = _fill(r.what, m, env)
+        failing = [c for c in r.calls if c in calls and any(e in calls[c].errors for e in r.errors)]
+        if modules == []:
+            needs.append(f"{what}: no module of this kernel answers request_module(\"{name}\")")
+        elif failing:
+            needs.append(f"{what}: request_module(\"{name}\") did not load "
+                         f"{', '.join(modules) if modules else 'a module'}, and {'/'.join(failing)} failed with "
+                         f"{'/'.join(e for e in r.errors if any(e in calls[c].errors for c in failing))}")
+    for name in program:
+        if name in calls and calls[name].errors.get("ENOSYS") == calls[name].count:
+            needs.append(f"the system call {name} (ENOSYS: this kernel does not have it)")
+    for path, exists in checks.items():
+        if not exists:
+            needs.append(f"{path} (the program opens it; the device is not there)")
+    return Reach(calls, program, requests, checks, needs, lacks)

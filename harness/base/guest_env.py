@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A guest environment: what a kind of program expects of its machine beyond
+kstall's bare initramfs, as data (repro/<name>/environment.toml; syzkaller's
+reproducers are the one kind today). Read once; every stage asks it:
+the build (its C flags), the run (its time box, detectors), the guest (its
+disks and the agent's steps), the watch (the kernel reports that end a run)
+and the judge (what the program may need that a kernel lacks)."""
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+
+from harness.base import paths
+
+
+@dataclass(frozen=True)
+class DiskSpec:
+    serial: str
+    what: str          # "modules": the kernel's module tree; "work": an empty ext4
+    size_mb: int = 0
+
+
+@dataclass(frozen=True)
+class AliasNeed:
+    pattern: str       # a regular expression over a request_module() alias
+    what: str          # "socket family {family}": its groups fill it in
+    calls: tuple[str, ...] = ()   # the system calls that fail when it is missing
+    errors: tuple[str, ...] = ()  # with these errors (errno names)
+
+
+@dataclass(frozen=True)
+class GuestEnv:
+    name: str
+    summary: str
+    cflags: tuple[str, ...]
+    fixed_mappings: tuple[tuple[int, int], ...]
+    seconds: float                     # the time box on an accelerator of scale 1
+    scale: tuple[tuple[str, float], ...]  # accelerator -> how much longer it runs
+    sleep_after_s: float
+    cpus: int
+    options: tuple[str, ...]           # the kernel's config must have them
+    mount_modules: tuple[str, ...]     # loaded from the initramfs to mount the disks
+    disks: tuple[DiskSpec, ...]
+    steps: tuple[str, ...]             # the agent's environment steps (repro/agent.c)
+    report_ends: tuple[str, ...]       # console-patterns.toml names that end a run
+    alias_needs: tuple[AliasNeed, ...]
+    families: tuple[tuple[int, str], ...]
+
+    def seconds_for(self, accel: str) -> float:
+        """Its time box under an accelerator ("tcg", "kvm", ...)."""
+        return self.seconds * dict(self.scale).get(accel, 1)
+
+    def family(self, number: int) -> str:
+        return dict(self.families).get(number, f"family {number}")
+
+
+def env_file(name: str):
+    return paths.data_file("repro", name, "environment.toml")
+
+
+@functools.lru_cache(maxsize=None)
+def get(name: str) -> GuestEnv:
+    with open(env_file(name), "rb") as f:
+        d = tomllib.load(f)
+    run, kernel, needs = d["run"], d["kernel"], d.get("needs", {})
+    return GuestEnv(
+        name=name, summary=d["summary"], cflags=tuple(d["build"]["cflags"]),
+        fixed_mappings=tuple((int(a), int(b)) for a, b in d["build"].get("fixed_mappings", ())),
+        seconds=float(run["seconds"]), scale=tuple((k, float(v)) for k, v in run.get("scale", {}).items()),
+        sleep_after_s=float(run.get("sleep_after_s", 0)), cpus=int(run.get("cpus", 2)),
+        options=tuple(kernel.get("options", ())), mount_modules=tuple(kernel.get("mount_modules", ())),
+        disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0))) for x in d.get("disk", ())),
+        steps=tuple(d["guest"]["steps"]), report_ends=tuple(d.get("report", {}).get("ends", ())),
+        alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())))
+                          for a in needs.get("alias", ())),
+        families=tuple((int(k), v) for k, v in needs.get("families", {}).items()))

@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A kernel's whole module tree as a disk the guest mounts read-only at
+/lib/modules, for programs that expect every module to load on demand
+(syzkaller's reproducers: request_module() runs modprobe in the guest).
+
+The initramfs holds only the few modules a data file names; the whole tree
+(Debian 6.1: 4,022 modules, 390 MB) does not fit in guest RAM. So it is
+read once from the kernel's packages (the same tar streams as
+images/kernels/packages.py), every module stored uncompressed (busybox's
+modprobe loads plain .ko files), `depmod -b` writes its modules.dep,
+modules.alias and modules.devname, and mkfs.ext4 -d makes the image, cached
+per kernel (harness/base/kernel_cache.py MODTREES). Its modules.alias is
+kept beside it: the host asks it which module would answer a request.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.base import kernel_cache, paths, procs, untrusted
+from images.kernels import cached, debian, modules
+from images.kernels.kernel import Kernel, Progress, SpecError
+from images.kernels.packages import tar_command
+
+ALIASES = "aliases"  # suffix of the kept modules.alias (with modules.builtin.alias appended)
+# the image's room beyond its files: ext4's metadata and depmod's indexes
+SLACK_BYTES = 96 << 20
+MKFS_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class ModuleDisk:
+    image: Path        # the whole tree, an ext4 image of <release>/...
+    mount: list[Path]  # what the guest loads to mount it (its disk's driver, its filesystem), in order
+
+
+def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None = None) -> ModuleDisk:
+    """The kernel's module tree as an ext4 image, made once per kernel, and
+    the modules mount_with names (with what they depend on, in load order)
+    taken out of it for the initramfs: the guest loads those to mount it."""
+    out = kernel_cache.path(kernel_cache.MODTREES, kernel.key, "ext4")
+    tag = hashlib.sha256(" ".join(mount_with).encode()).hexdigest()[:8]
+    mount_dir = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"mount-{tag}")
+    order = mount_dir / "order"
+    if not (out.exists() and order.exists()):
+        with cached.locked(out):
+            if not (out.exists() and order.exists()):
+                _make(kernel, out, mount_with, mount_dir, progress)
+    return ModuleDisk(out, [mount_dir / f"{m}.ko" for m in order.read_text().split()])
+
+
+def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Path, progress: Progress | None) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="modtree-", dir=out.parent) as tmp:
+        root = Path(tmp) / "root"
+        release = _extract(kernel, Path(tmp), root, progress)
+        tree = _depmod(root, release)
+        shutil.rmtree(mount_dir, ignore_errors=True)
+        wanted = tree.with_soft_deps(list(mount_with))  # ext4 loads crc32c by name, not by symbol
+        plan = modules.install(tree, wanted, mount_dir)
+        paths.write_atomic(mount_dir / "order", "\n".join(modules.to_load(plan, wanted)) + "\n")
+        _kept_aliases(root / release, kernel_cache.path(kernel_cache.MODTREES, kernel.key, ALIASES))
+        if not out.exists():
+            if progress:
+                progress(f"{kernel.canonical}: making its module tree's disk image")
+            _mkfs(root, out)
+
+
+def aliases(kernel: Kernel) -> Path | None:
+    """The module tree's modules.alias and modules.builtin.alias, once image() made it."""
+    p = kernel_cache.path(kernel_cache.MODTREES, kernel.key, ALIASES)
+    return p if p.exists() else None
+
+
+def _packages(kernel: Kernel, work: Path, progress: Progress | None) -> list[Path]:
+    """The package files that hold the kernel's modules."""
+    scheme = kernel.canonical.split(":", 1)[0]
+    if scheme == "debian":
+        return [debian.fetch_modules_package(kernel, work, progress)]
+    if scheme in ("deb", "rpm"):
+        return [Path(f) for f in kernel.origin.get("files", ())]
+    raise SpecError(f"{kernel.canonical}: kstall gets a kernel's whole module tree from debian:, deb: and rpm: "
+                    "kernels only")
+
+
+def _extract(kernel: Kernel, work: Path, root: Path, progress: Progress | None) -> str:
+    """Every file of lib/modules/<release>/ into root/<release>/, modules
+    uncompressed; the release."""
+    release = kernel.release
+    if release is None or untrusted.release(release) is None:
+        raise SpecError(f"{kernel.canonical}: its release is unknown, so its module tree cannot be found")
+    prefixes = (f"lib/modules/{release}/", f"usr/lib/modules/{release}/")
+    compressed: list[Path] = []
+    count = 0
+    for pkg in _packages(kernel, work, progress):
+        if progress:
+            progress(f"{kernel.canonical}: reading every module from {pkg.name}")
+        count += _stream(pkg, prefixes, root / release, compressed)
+        if pkg.parent == work:
+            pkg.unlink()  # a downloaded package: only its modules are kept
+    if count == 0:
+        raise SpecError(f"{kernel.canonical}: its packages hold no modules under lib/modules/{release}")
+    if compressed:
+        if progress:
+            progress(f"{kernel.canonical}: decompressing {len(compressed)} modules")
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            list(pool.map(_decompress, compressed))
+    return release
+
+
+def _stream(pkg: Path, prefixes: tuple[str, ...], dest: Path, compressed: list[Path]) -> int:
+    """The package's files under prefixes into dest; how many."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=err, preexec_fn=procs.die_with_parent)
+    count = 0
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for m in tar:
+                if not m.isfile():  # directories, and links that could lead out of the tree
+                    continue
+                name = untrusted.relative_path(m.name)
+                if name is None:
+                    raise SpecError(f"package member {m.name!r} leaves the package's tree: refused")
+                rel = next((name[len(p):] for p in prefixes if name.startswith(p)), None)
+                if not rel or rel in ("vmlinuz", "config") or rel.startswith("build"):
+                    continue
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(m)
+                assert src is not None
+                with open(target, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                if target.suffix in modules.DECOMPRESS:
+                    compressed.append(target)
+                count += 1
+    except tarfile.TarError as e:
+        raise SpecError(f"{pkg.name}: unreadable package ({e})") from None
+    finally:
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(60)
+        err.close()
+    return count
+
+
+def _decompress(path: Path) -> None:
+    plain = path.with_suffix("")  # foo.ko.xz -> foo.ko
+    modules.uncompressed_copy(path, plain)
+    path.unlink()
+
+
+def _depmod(root: Path, release: str) -> modules.Tree:
+    """depmod over the tree as the guest will see it (/lib/modules/<release>)."""
+    base = root.parent / "depmod-base"
+    (base / "lib").mkdir(parents=True, exist_ok=True)
+    link = base / "lib" / "modules"
+    if not link.exists():
+        link.symlink_to(root)
+    for stale in (root / release).glob("modules.*"):
+        if stale.name not in ("modules.order", "modules.builtin", "modules.builtin.modinfo"):
+            stale.unlink()  # written for compressed names: depmod writes them again
+    tree = modules.Tree(base, release)
+    tree.ensure_dep()
+    return tree
+
+
+def _kept_aliases(tree: Path, dest: Path) -> None:
+    text = "".join((tree / f).read_text(errors="replace") for f in ("modules.alias", "modules.builtin.alias")
+                   if (tree / f).is_file())
+    paths.write_atomic(dest, text)
+
+
+def _mkfs(root: Path, out: Path) -> None:
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) * 5 // 4 + SLACK_BYTES
+    part = out.with_name(out.name + ".part")
+    try:
+        p = subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "kstall-modules", "-m", "0", "-E", "root_owner=0:0",
+                            "-d", str(root), str(part), f"{size >> 20}M"], capture_output=True, text=True,
+                           timeout=MKFS_TIMEOUT)
+    except FileNotFoundError:
+        raise SpecError(f"mkfs.ext4 not found: {paths.install_hint('e2fsprogs')}") from None
+    except subprocess.TimeoutExpired:
+        p = None
+    if p is None or p.returncode != 0:
+        part.unlink(missing_ok=True)
+        raise SpecError(f"mkfs.ext4 -d {root} failed: " + (p.stderr.strip()[-300:] if p else "timed out"))
+    part.rename(out)
