@@ -75,6 +75,8 @@ class CpuState:
     lock: str = ""       # the lock it spins on: its variable, or its address
     lock_table: str = ""
     sample: int = -1     # the sample it was last seen in this state in
+    regs: tuple = ()     # its registers in that sample: a CPU running with interrupts on is stuck only if
+                         # they never change (a busy program's page clearing stays in one function, moving)
 
     @property
     def benign(self) -> bool:
@@ -149,7 +151,8 @@ def state_of(cpu: dict, rules: Rules, sample: int = -1) -> CpuState:
         if classify.matches(rule.sig, cpu):
             return CpuState(n, rule.sig.name, rule.sig.title, irqs_off, nmi, False, function, rule.waits,
                             lock_table=rule.lock_table, sample=sample)
-    return CpuState(n, "running", "running", irqs_off, nmi, False, function, sample=sample)
+    return CpuState(n, "running", "running", irqs_off, nmi, False, function, sample=sample,
+                    regs=tuple(sorted(cpu.get("regs", {}).items())))
 
 
 def _merge(seq: list[CpuState]) -> CpuState:
@@ -159,8 +162,11 @@ def _merge(seq: list[CpuState]) -> CpuState:
     (state, _), seen = counts.most_common(1)[0]
     last = [s for s in seq if s.state == state][-1]
     last.samples = len(seq)
-    last.stuck = len(seq) > 1 and seen == len(seq)
     last.irqs_off = all(s.irqs_off for s in seq if s.state == state)
+    # running with interrupts on in the same function is a CPU busy in it, not stuck, unless it
+    # is stuck at one place: the same registers in every sample
+    busy = state == "running" and not last.irqs_off and len({s.regs for s in seq}) > 1
+    last.stuck = len(seq) > 1 and seen == len(seq) and not busy
     return last
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.analysis import classify, cpu_state, reach, sleeping, thread_hang
+from harness.analysis import classify, cpu_state, sleeping, thread_hang
+from harness.analysis.reach import Reach
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
 from harness.base.reproducers import Reproducer
@@ -39,7 +40,7 @@ class Findings:
     ended_by: str = ""                  # a program run again and again: which of its limits ended it
     reports: list[dict] = field(default_factory=list)  # the kernel's console reports (console.Report.to_json())
     # a guest environment's account of the program (reach.py): what its calls reached, what it lacked
-    reach: reach.Reach | None = None
+    reach: Reach | None = None
     leftovers: list[dict] = field(default_factory=list)  # its tasks that did not die when its time was up
 
     @property

@@ -34,6 +34,8 @@ _CHECK = re.compile(r"^KSTALL check path=(?P<path>\S+) exists=(?P<exists>[01])")
 _NR = re.compile(r"\b__NR_(\w+)")
 # calls every program's setup makes: reaching them says nothing of its path
 SETUP_CALLS = frozenset({"mmap", "munmap", "mprotect", "exit", "exit_group"})
+# a call that fails only with these did not run its code: the kernel lacks it, or the family it names
+ABSENT_ERRORS = frozenset({"ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT", "ESOCKTNOSUPPORT"})
 
 
 def errno_name(ret: int) -> str:
@@ -84,10 +86,18 @@ class Reach:
     lacks: list[str]                   # asked for, lacking, not gating
 
     def reached(self) -> list[str]:
-        """Its own calls that succeeded at least once, setup calls apart."""
-        return [c for c in self.program if c not in SETUP_CALLS and c in self.calls and self.calls[c].ok]
+        """Its own calls that ran in the kernel (setup calls apart): every one
+        that returned, unless each time with an error that says the kernel
+        lacks the call or the family (a rejection, EINVAL, ran the kernel's
+        checks: a fix may be exactly such a check)."""
+        return [c for c in self.program if c not in SETUP_CALLS and c in self.calls and not self._absent(c)]
+
+    def _absent(self, name: str) -> bool:
+        c = self.calls[name]
+        return not c.ok and set(c.errors) <= ABSENT_ERRORS
 
     def failed(self) -> list[str]:
+        """Its own calls that failed every time."""
         return [c for c in self.program if c in self.calls and not self.calls[c].ok]
 
     def never(self) -> list[str]:
@@ -99,12 +109,16 @@ class Reach:
                                          not [c for c in self.program if c not in SETUP_CALLS])
 
     def text(self) -> str:
-        """What its calls did: 'reached: socket 826 ok; failed every time: connect 1652 (...)'"""
+        """What its calls did: 'its calls ran in the kernel: socket 826 ok, connect 1652 (ENODEV 826, ...)'"""
         parts = []
         if self.reached():
-            parts.append("reached: " + ", ".join(self.calls[c].text() for c in self.reached()[:8]))
-        if self.failed():
-            parts.append("failed every time: " + ", ".join(self.calls[c].text() for c in self.failed()[:6]))
+            parts.append("its calls ran in the kernel: " + ", ".join(self.calls[c].text() for c in self.reached()[:8]))
+            rejected = [c for c in self.reached() if set(self.calls[c].errors) == {"EINVAL"} and not self.calls[c].ok]
+            if rejected:
+                parts.append(f"every {'/'.join(rejected)} was rejected (EINVAL): this kernel refuses its arguments")
+        absent = [c for c in self.program if c in self.calls and self._absent(c)]
+        if absent:
+            parts.append("absent from this kernel: " + ", ".join(self.calls[c].text() for c in absent))
         if self.never():
             parts.append("never ran: " + ", ".join(self.never()[:8]))
         return "; ".join(parts) or "no call of its own was counted"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from harness.base import guest_env, paths, syzkaller
+from harness.base import arch, guest_env, paths, syzkaller
 from harness.base.needs import AGENT, HOST_COMMAND, HOST_COMMAND_NEEDS, KernelNeeds
 
 REPRO_DIR = paths.data_file("repro")
@@ -255,9 +255,10 @@ def program_reproducer(path: Path, source: bool, doc: dict | None = None) -> Rep
 def syzkaller_reproducer(path: Path, header: syzkaller.Header) -> Reproducer:
     """A syzkaller C reproducer, run as syzbot runs one: in syzkaller's guest
     environment, for its time, watched by the kernel's own detectors."""
-    if header.arch and header.arch not in ("amd64", "arm64"):
-        raise ReproducerError(f"{path.name} is syzkaller's reproducer for {header.arch}: kstall builds 64-bit "
-                              "programs for its x86_64 and arm64 guests")
+    known = {arch.get(n).debian for n in arch.names()}
+    if header.arch and header.arch not in known:
+        raise ReproducerError(f"{path.name} is syzkaller's reproducer for {header.arch}: kstall builds programs "
+                              f"for its guests, {', '.join(sorted(known))}")
     env = guest_env.get(syzkaller.ENV)
     d = GENERIC | {"max_seconds": env.seconds, "sleep_after_s": env.sleep_after_s, "default_cpus": env.cpus,
                    "kernel": {"options": list(env.options)},

@@ -30,7 +30,8 @@ from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import Options
 from harness.guest import accel
-from images.guest import boot_image, disks, environment, initramfs, programs, sysroot
+from images.guest import boot_image, environment, initramfs, programs, sysroot
+from images.guest.disks import Disk
 from images.kernels import cached
 from images.kernels.build import BuildOptions
 from images.kernels.kernel import Kernel, SpecError
@@ -139,7 +140,7 @@ class Case:
     calibration: pmiss.Calibration | None  # the one that holds for key
     pmiss_unknown: str = ""     # why none does
     disk: boot_image.BootDisk | None = None  # --boot-image: the image's own disk
-    disks: tuple[disks.Disk, ...] = ()          # a guest environment's (images/guest/environment.py)
+    disks: tuple[Disk, ...] = ()                # a guest environment's (images/guest/environment.py)
 
     @property
     def cpus(self) -> int:

@@ -62,14 +62,14 @@ def build_c(source: Path, arch: str = arches.DEFAULT, flags: tuple[str, ...] | N
     for header in sorted(f for d in include for f in d.glob("*.h")):
         h.update(header.read_bytes())
     h.update(_compiler_identity(cc).encode())
-    flags = list(flags) if flags is not None else cflags()
-    h.update(" ".join(flags).encode())
+    use = list(flags) if flags is not None else cflags()
+    h.update(" ".join(use).encode())
     d = paths.cache_dir() / "programs" / f"{source.stem[:40]}-{h.hexdigest()[:16]}"
     out = d / source.stem
 
     def make() -> None:
         try:
-            p = subprocess.run([cc, *flags, *(f"-I{d}" for d in include), "-o", str(out), str(source)],
+            p = subprocess.run([cc, *use, *(f"-I{d}" for d in include), "-o", str(out), str(source)],
                                capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         except FileNotFoundError:
             a = arches.get(arch)
@@ -79,7 +79,7 @@ def build_c(source: Path, arch: str = arches.DEFAULT, flags: tuple[str, ...] | N
         except subprocess.TimeoutExpired:
             raise BuildError(f"building {source} took longer than {BUILD_TIMEOUT}s") from None
         if p.returncode != 0:
-            raise BuildError(f"{source} does not build ({cc} {' '.join(flags)}):\n"
+            raise BuildError(f"{source} does not build ({cc} {' '.join(use)}):\n"
                              f"{(p.stderr or p.stdout).strip()[-3000:]}")
         (d / "built").touch()
     cached.make_once(d, make, done="built")

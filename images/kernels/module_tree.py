@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,8 +110,7 @@ def _extract(kernel: Kernel, work: Path, root: Path, progress: Progress | None) 
     if compressed:
         if progress:
             progress(f"{kernel.canonical}: decompressing {len(compressed)} modules")
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            list(pool.map(_decompress, compressed))
+        _decompress_all(compressed, os.cpu_count() or 2)
     return release
 
 
@@ -152,10 +151,24 @@ def _stream(pkg: Path, prefixes: tuple[str, ...], dest: Path, compressed: list[P
     return count
 
 
-def _decompress(path: Path) -> None:
-    plain = path.with_suffix("")  # foo.ko.xz -> foo.ko
-    modules.uncompressed_copy(path, plain)
-    path.unlink()
+def _decompress_all(files: list[Path], workers: int) -> None:
+    """foo.ko.xz -> foo.ko, on as many threads as the host has cores (each runs xz or zstd)."""
+    errors: list[BaseException] = []
+
+    def work(part: list[Path]) -> None:
+        try:
+            for path in part:
+                modules.uncompressed_copy(path, path.with_suffix(""))
+                path.unlink()
+        except BaseException as e:  # noqa: BLE001 - raised on the calling thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(files[i::workers],), daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def _depmod(root: Path, release: str) -> modules.Tree:
