@@ -184,8 +184,9 @@ def timeboxed(f: Findings) -> Verdict:
                        summary=f"its setup failed: {said[-1] if said else f'exit {SYZ_FAIL}'}")
     reach = f.reach
     if reach is not None and reach.needs:
-        return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs {'; '.join(reach.needs)}, which this "
-                       f"kernel lacks; {ran}; {reach.text()}", summary=f"needs {reach.needs[0].split(':')[0]}")
+        return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs what this kernel lacks: "
+                       f"{'; '.join(reach.needs)}; {ran}; {reach.text()}",
+                       summary=f"the reproducer needs {reach.needs[0].split(':')[0]}, which this kernel lacks")
     if reach is not None and not reach.reached_kernel:
         return Verdict(VerdictKind.INCONCLUSIVE, f"its calls did not reach the kernel: {reach.text()}; {ran}",
                        summary="its calls did not reach the kernel")

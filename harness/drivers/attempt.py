@@ -435,7 +435,9 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             if way.reading != Reading.VCPUS:
                 READERS[way.reading](r, vm, w, outcome)
                 return outcome, None
-            if r.debug_hang(vm, w, outcome) or false_alarms >= 2:
+            # a program run for its time goes on to its end whatever a silence was: its
+            # hangs are the kernel detectors' to report (at most twice wider)
+            if r.debug_hang(vm, w, outcome) or (false_alarms >= 2 and not r.repro.timebox):
                 if r.samples is not None and not r.samples.dumps:
                     outcome = qemu_at_fault(vm, w, outcome)
                 return outcome, None
@@ -443,8 +445,10 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             for f in r.out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
                 f.rename(r.out_dir / f"false-alarm-{false_alarms}-{f.name}")
             r.echo(f"no culprit on any CPU ({classify.summarize(r.classes) or 'all idle/user'}): "
-                   "resuming, thresholds doubled")
-            w.rearm()
+                   f"resuming{', thresholds doubled' if false_alarms <= 2 else ''}")
+            if r.repro.timebox:  # its end is judged on its own: a silence it outlived is no part of it
+                r.classes, r.hang = [], None
+            w.rearm(widen=false_alarms <= 2)
             if injecting:
                 nmi.start()
     except KeyboardInterrupt:

@@ -321,13 +321,15 @@ class Watch:
             return 0.05
         return min(0.05, max(last + self.freeze_after(now) - now, 0.002))
 
-    def rearm(self) -> None:
-        """After a false alarm: start the freeze and stuck clocks afresh."""
+    def rearm(self, widen: bool = True) -> None:
+        """After a false alarm: start the freeze and stuck clocks afresh, with
+        doubled thresholds unless widen is false."""
         self.agent.restart_clocks(time.monotonic())
-        self.limits.stuck_after *= 2
-        self.limits.freeze_after *= 2
-        if self.limits.freeze_floor is not None:
-            self.limits.freeze_floor *= 2
+        if widen:
+            self.limits.stuck_after *= 2
+            self.limits.freeze_after *= 2
+            if self.limits.freeze_floor is not None:
+                self.limits.freeze_floor *= 2
         self.suspected = False
 
     def unexplained_gap(self) -> float | None:

@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: GPL-2.0
+"""syzbot's hang reproducers on distro kernels, as kstall runs them: a
+benchmark of hours, resumable and shardable, never part of `make test`.
+
+The sample, in this order (--limit N takes its first N):
+  1. every reproducer whose header says status:fixed (fixed upstream before
+     the collection's snapshot, so every Debian kernel carries the fix: any
+     VULNERABLE must be explained);
+  2. the reproducers issue 47 names (--named);
+  3. every status:open one, in file-name order.
+Each runs once on the first kernel (--kernel, default debian:6.1.170) for
+--duration seconds. One that hung there runs --tries in all on it (2 of 3
+is "reproduces"), and once on each --then kernel (default debian:7.3.4).
+
+Every cell is one `kstall verify KERNEL FILE --duration D --json` whose
+summary is kept in STATE/cells/ as it ends: an interrupted benchmark
+(Ctrl-C, a session's end) resumes where it stopped, and --shard I/N splits
+the bugs between machines. --table prints the table from STATE without
+running anything.
+
+  tests/bench/syzbot_repros.py [DIR] [--limit N] [--duration S] [--shard I/N] [--table]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from harness.base import paths, syzkaller  # noqa: E402
+
+DEFAULT_DIR = REPO.parent / "shared" / "syzbot-repros" / "linux"
+NAMED = ("0ff14ee0c4b9da917e9874e250a5f95f92fcb221", "25de48fb3bb299b593c3ea03b3f1bdb065459e24",
+         "f37492de59263a4007bbf76ff9c6147f5ac5050e")
+
+
+def sample(repros: Path) -> list[tuple[Path, syzkaller.Header]]:
+    found = []
+    for p in sorted(repros.glob("*.c")):
+        h = syzkaller.read_header(p)
+        if h is not None and not h.arch:
+            found.append((p, h))
+    fixed = [x for x in found if x[1].status == "fixed"]
+    named = [x for x in found if x[0].stem in NAMED and x not in fixed]
+    opened = [x for x in found if x[1].status == "open" and x not in named]
+    return fixed + named + opened
+
+
+def slug(kernel: str) -> str:
+    return re.sub(r"[^\w.]+", "-", kernel)
+
+
+class State:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cells = root / "cells"
+        self.cells.mkdir(parents=True, exist_ok=True)
+
+    def path(self, bug: str, kernel: str, n: int) -> Path:
+        return self.cells / f"{bug}__{slug(kernel)}__{n}.json"
+
+    def get(self, bug: str, kernel: str, n: int) -> dict | None:
+        p = self.path(bug, kernel, n)
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def tries(self, bug: str, kernel: str) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted(self.cells.glob(f"{bug}__{slug(kernel)}__*.json"))]
+
+
+def run_cell(path: Path, header: syzkaller.Header, kernel: str, n: int, duration: float, state: State,
+             child: list) -> dict:
+    cmd = [sys.executable, str(REPO / "harness" / "kstall"), "verify", kernel, str(path), "--duration",
+           f"{duration:g}", "--json", "--no-snapshot", "--results", str(state.root / "runs")]
+    t = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child[:] = [p]
+    out, err = p.communicate()
+    child[:] = []
+    wall = round(time.monotonic() - t, 1)
+    try:
+        doc = json.loads(out)
+    except json.JSONDecodeError:
+        doc = {"verdict": "ERROR", "line": f"ERROR: kstall printed no record (exit {p.returncode}): "
+                                           f"{err.strip().splitlines()[-1] if err.strip() else ''}"}
+    reach = (doc.get("evidence") or {}).get("reach") or {}
+    cell = {"bug": header.bug_id, "status": header.status, "title": header.title, "kernel": kernel, "try": n,
+            "duration": duration, "verdict": doc.get("verdict"), "line": doc.get("line", ""),
+            "reason": doc.get("reason", ""), "title_found": doc.get("title", ""),
+            "matched": ((doc.get("reproducer") or {}).get("syzbot") or {}).get("matched"),
+            "needs": reach.get("needs", []), "reached": reach.get("reached", []),
+            "console_titles": [t["title"] for t in (doc.get("evidence") or {}).get("console_titles", [])],
+            "wall_s": wall, "to_outcome_s": (doc.get("timings") or {}).get("to_outcome_s"),
+            "results_dir": doc.get("results_dir"), "exit": p.returncode}
+    if p.returncode in (-signal.SIGINT, 130) or "interrupted" in cell["reason"]:
+        raise KeyboardInterrupt
+    paths.write_atomic(state.path(header.bug_id, kernel, n), json.dumps(cell, indent=1) + "\n")
+    return cell
+
+
+def hung(cell: dict) -> bool:
+    return cell.get("verdict") in ("VULNERABLE", "CRASHED")
+
+
+def cell_text(tries: list[dict]) -> str:
+    """One kernel's column for a bug: what its tries gave."""
+    if not tries:
+        return ""
+    first = tries[0]
+    n = len(tries)
+    repro = [t for t in tries if t.get("matched")]
+    if repro:
+        how = repro[0]["matched"]["how"]
+        return f"reproduced ({how}) {len(repro)}/{n}"
+    if any(hung(t) for t in tries):
+        t = next(t for t in tries if hung(t))
+        return f"different: {t['title_found'] or t['line']} {sum(map(hung, tries))}/{n}"
+    if first["verdict"] == "NOT_REPRODUCED":
+        return f"not reproduced ({first['duration']:g} s)"
+    if first.get("needs"):
+        return f"needs {first['needs'][0].split(':')[0]}"
+    return first["line"][:90]
+
+
+def table(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State) -> str:
+    rows = ["| bug | status | syzbot's title | " + " | ".join(kernels) + " |",
+            "|---|---|---|" + "---|" * len(kernels)]
+    done = 0
+    for p, h in items:
+        cols = [cell_text(state.tries(h.bug_id, k)) for k in kernels]
+        if not any(cols):
+            continue
+        done += 1
+        rows.append(f"| [{h.bug_id[:12]}]({h.link}) | {h.status} | {h.title} | " + " | ".join(cols) + " |")
+    return "\n".join(rows) + f"\n\n{done} bugs run\n"
+
+
+def figures(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State) -> str:
+    cells = [c for _, h in items for k in kernels for c in state.tries(h.bug_id, k)]
+    if not cells:
+        return "no cells yet"
+    by: dict[str, int] = {}
+    for c in cells:
+        by[c["verdict"] or "?"] = by.get(c["verdict"] or "?", 0) + 1
+    vuln = [c["to_outcome_s"] or c["wall_s"] for c in cells if c["verdict"] == "VULNERABLE"]
+    clean = [c["wall_s"] for c in cells if c["verdict"] == "NOT_REPRODUCED"]
+    fixed = [c for c in cells if c["status"] == "fixed" and c["kernel"] == kernels[0]]
+    lines = [f"cells: {len(cells)}; " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())),
+             f"wall time of all cells: {sum(c['wall_s'] for c in cells) / 3600:.2f} h"]
+    if vuln:
+        lines.append(f"time to VULNERABLE (from kstall's start to the hang's outcome): median {statistics.median(vuln):.0f} s "
+                     f"over {len(vuln)}")
+    if clean:
+        lines.append(f"time to the end of a NOT_REPRODUCED: median {statistics.median(clean):.0f} s over {len(clean)}")
+    if fixed:
+        lines.append(f"status:fixed on {kernels[0]}: {len(fixed)} run, "
+                     f"{sum(c['verdict'] == 'VULNERABLE' for c in fixed)} VULNERABLE")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR, help="reproducers in syzkaller-repros' layout")
+    ap.add_argument("--kernel", default="debian:6.1.170")
+    ap.add_argument("--then", action="append", help="kernels a reproduced bug runs on too (default debian:7.3.4)")
+    ap.add_argument("--duration", type=float, default=120)
+    ap.add_argument("--tries", type=int, default=3, help="tries on --kernel of a bug that hung there")
+    ap.add_argument("--limit", type=int, help="the sample's first N bugs only")
+    ap.add_argument("--only", help="bugs whose id starts with this")
+    ap.add_argument("--shard", default="1/1", help="I/N: this machine's share of the bugs")
+    ap.add_argument("--state", type=Path, default=paths.cache_dir() / "bench" / "syzbot")
+    ap.add_argument("--table", action="store_true", help="print the table from the state, run nothing")
+    args = ap.parse_args()
+    then = args.then or ["debian:7.3.4"]
+    items = sample(args.dir)
+    if args.only:
+        items = [x for x in items if x[1].bug_id.startswith(args.only)]
+    if args.limit:
+        items = items[:args.limit]
+    i, n = map(int, args.shard.split("/"))
+    mine = [x for k, x in enumerate(items) if k % n == i - 1]
+    state = State(args.state)
+    kernels = [args.kernel, *then]
+    if not args.table:
+        child: list = []
+        try:
+            t0 = time.monotonic()
+            for k, (p, h) in enumerate(mine, 1):
+                first = state.get(h.bug_id, args.kernel, 1) or run_cell(p, h, args.kernel, 1, args.duration, state,
+                                                                       child)
+                plan = [(args.kernel, t) for t in range(2, args.tries + 1)] + [(x, 1) for x in then] \
+                    if hung(first) else []
+                cells = [first] + [state.get(h.bug_id, kk, t) or run_cell(p, h, kk, t, args.duration, state, child)
+                                   for kk, t in plan]
+                print(f"[{k}/{len(mine)} {(time.monotonic() - t0) / 60:.0f} min] {h.bug_id[:12]} {h.status}: "
+                      + "; ".join(f"{c['kernel']}#{c['try']} {c['line'][:100]}" for c in cells), flush=True)
+        except KeyboardInterrupt:
+            for p in child:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            print("interrupted: run it again to resume", file=sys.stderr)
+            return 130
+    print(table(items, kernels, state))
+    print(figures(items, kernels, state))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
