@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """A hang no signature names is classified from each CPU's state (recorded real dumps)."""
+import json
+
 from recorded import load_samples
 
 from harness.analysis import classify, cpu_state
@@ -49,3 +51,24 @@ def test_interrupts_flag_is_read_from_rflags():
     assert cpu_state.state_of(cpu, rules).irqs_off
     assert not cpu_state.state_of(dict(cpu, regs={"cs": "0x10", "eflags": "0x246"}), rules).irqs_off
     assert cpu_state.state_of(dict(cpu, regs={"cs": "0x33", "eflags": "0x246"}), rules).state == "user"
+
+
+def test_a_busy_program_clearing_pages_names_no_culprit():
+    """Recorded: a program faulting in 64 MB again and again on two CPUs
+    (6.1.170, --stuck-after 6): all 3 samples of both CPUs at
+    clear_page_erms+0x7, interrupts on. Busy, not hung: its registers move."""
+    hang = generic("busy-clear-pages-6.1.170", classify.load_signatures())
+    assert not hang.culprits and hang.title == ""
+    assert all(c.state == "running" and c.function == "clear_page_erms" and not c.irqs_off and not c.stuck
+               for c in hang.cpus)
+
+
+def test_a_cpu_running_with_interrupts_on_is_stuck_only_at_one_place():
+    """The same samples with CPU1 held still in every one (its stack and
+    registers those of the first), as a CPU stuck at one instruction would
+    be: then it is stuck, and the culprit."""
+    samples = load_samples("busy-clear-pages-6.1.170")
+    for s in samples:
+        s["cpus"][1] = json.loads(json.dumps(samples[0]["cpus"][1]))
+    hang = cpu_state.analyze(samples, classify.classify_samples(samples, classify.load_signatures()))
+    assert [c.cpu for c in hang.culprits] == [1] and hang.title == "hang in clear_page_erms"
