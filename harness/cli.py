@@ -292,7 +292,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     from harness.drivers import matrix
     from harness.drivers.options import DEFAULT_PMISS, GuestOptions, Options, RunOptions
     try:
-        m = matrix.load(a.file, getattr(a, "arch", None))
+        m = matrix.load(a.file, getattr(a, "arch", None), a.kernel, a.duration)
         shard = expect.parse_shard(a.shard) if a.shard else None
         cells = expect.select(m.cells, shard, a.only, a.exclude)
     except expect.MatrixError as e:
@@ -531,8 +531,14 @@ def _matrix_parsers(sub) -> None:
                         description="Runs every cell of a matrix file (format: ci/README.md) and writes "
                         f"{', '.join(formats.FORMATS)} into a new results directory. Exit status 1 when a "
                         "cell differs from its expectation (regression, unexpected pass, mismatch, error).",
-                        epilog="example: kstall matrix ci/matrix.toml --shard 1/2")
-    mx.add_argument("file", type=Path)
+                        epilog="examples: kstall matrix ci/matrix.toml --shard 1/2; "
+                        "kstall matrix syzkaller-repros/linux --kernel debian:6.1.170 --kernel debian:7.3.4")
+    mx.add_argument("file", type=Path, help="a matrix file, or a directory of syzkaller reproducers "
+                    "(syzkaller-repros' linux/<bug-id>.c) to run on each --kernel")
+    mx.add_argument("--kernel", action="append", metavar="SPEC",
+                    help="with a directory: a kernel to run every reproducer on (repeatable)")
+    mx.add_argument("--duration", type=float, metavar="S",
+                    help="with a directory: each reproducer's time (default: syzkaller's environment's)")
     mx.add_argument("--jobs", type=int, help="cells in flight at once (default: host cores); guests still "
                     "share the cores, booting ahead and running in turn")
     mx.add_argument("--cores", type=int, help="host cores the guests may keep busy (default: all)")

@@ -23,7 +23,7 @@ from typing import Callable
 from harness.analysis import expect, record
 from harness.analysis.expect import FAILING, Cell, CellResult, MatrixError, judge_cell
 from harness.analysis.verdict import VerdictKind
-from harness.base import arch, background, procs, reproducers, rundir as results
+from harness.base import arch, background, procs, reproducers, rundir as results, syzkaller
 from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 from harness.guest.cores import CoreBudget
@@ -32,14 +32,52 @@ from images.kernels import schemes
 from images.kernels.schemes import resolve
 
 
-def load(path: Path, arch_name: str | None = None) -> expect.Matrix:
-    """A matrix file, its reproducers of the user's own checked (MatrixError).
-    arch_name (--arch): the architecture of the rows that name none."""
+def syzkaller_dir(row: dict, base: Path) -> list[dict]:
+    """A [[reproducer]] with dir = a directory of syzkaller reproducers
+    (syzkaller-repros' layout: linux/<bug-id>.c), as one reproducer per bug
+    (named syz-<id>), each with the row's settings; `status` keeps those
+    whose header says one of its states, `bugs` those whose id starts so."""
+    d = (base / row["dir"]).expanduser().resolve()
+    if not d.is_dir():
+        raise MatrixError(f"reproducer dir {row['dir']}: no such directory {d}")
+    wanted, bugs = row.get("status"), row.get("bugs")
+    out = []
+    for f in sorted(d.glob("*.c")) or sorted(d.glob("*/*.c")):
+        h = syzkaller.read_header(f)
+        if h is None or (wanted and h.status not in wanted) or (bugs and not h.bug_id.startswith(tuple(bugs))):
+            continue
+        out.append({k: v for k, v in row.items() if k not in ("dir", "status", "bugs", "name")} |
+                   {"name": reproducers.guest_name("syz-" + (h.bug_id[:12] or f.stem)), "path": str(f)})
+    if not out:
+        raise MatrixError(f"reproducer dir {d}: no syzkaller reproducer (a .c file with syzkaller's header) "
+                          "is selected there")
+    return out
+
+
+def directory_doc(d: Path, kernels: list[str], duration: float | None) -> dict:
+    """`kstall matrix DIR --kernel K...`: a directory of syzkaller reproducers x kernels, as a matrix file."""
+    if not kernels:
+        raise MatrixError(f"{d} is a directory: name the kernels to run it on (--kernel SPEC, repeatable)")
+    row = {"dir": str(d.resolve())} | ({"duration": duration} if duration else {})
+    return {"reproducer": [row], "kernel": [{"spec": k} for k in kernels]}
+
+
+def load(path: Path, arch_name: str | None = None, kernels: list[str] | None = None,
+         duration: float | None = None) -> expect.Matrix:
+    """A matrix file (or a directory of syzkaller reproducers and kernels),
+    its reproducers of the user's own checked (MatrixError). arch_name
+    (--arch): the architecture of the rows that name none."""
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
+        if path.is_dir():
+            doc = directory_doc(path, kernels or [], duration)
+        else:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise MatrixError(f"{path}: {e}") from None
+    base = path if path.is_dir() else path.parent
+    doc["reproducer"] = [x for r in doc.get("reproducer", [])
+                         for x in (syzkaller_dir(r, base) if r.get("dir") else [r])]
     default_arch = arch_name or doc.get("defaults", {}).get("arch")
     for k in doc.get("kernel", []):  # a row's architecture (or the file's) names its kernel: debian:V-arm64
         a = k.get("arch", default_arch)
@@ -51,7 +89,7 @@ def load(path: Path, arch_name: str | None = None) -> expect.Matrix:
     specs = {}
     for r in doc.get("reproducer", []):  # a user's reproducer: path = its .toml, directory, C file or executable
         if r.get("path"):
-            spec = str((path.parent / r["path"]).resolve())
+            spec = str((base / r["path"]).resolve())
             try:
                 specs[r.get("name")] = reproducers.canonical_spec(spec)
                 reproducers.resolve(spec)

@@ -18,10 +18,17 @@ def _cell_text(c: dict | None) -> str:
 
 
 def render(doc: dict) -> str:
-    lines = [f"## {views.headline(doc)}", "", "| kernel | " + " | ".join(doc["reproducers"]) + " |",
-             "|---|" + "---|" * len(doc["reproducers"])]
-    for k, row in views.grid(doc):
-        lines.append(f"| {k} | " + " | ".join(_cell_text(c) for c in row) + " |")
+    bugs = views.syzbot_rows(doc)
+    lines = [f"## {views.headline(doc)}", ""]
+    if len(bugs) < len(doc["reproducers"]):
+        lines += ["| kernel | " + " | ".join(doc["reproducers"]) + " |", "|---|" + "---|" * len(doc["reproducers"])]
+        for k, row in views.grid(doc):
+            lines.append(f"| {k} | " + " | ".join(_cell_text(c) for c in row) + " |")
+    if bugs:
+        lines += ["", "### syzbot's bugs", "", "| bug | syzbot's title | " + " | ".join(doc["kernels"]) + " |",
+                  "|---|---|" + "---|" * len(doc["kernels"])]
+        lines += [f"| [{b.get('bug_id', '')[:12] or b['reproducer']}]({b.get('link', '')}) | {b.get('title', '')} | "
+                  + " | ".join(views.syzbot_text(c) for c in row) + " |" for b, row in bugs]
     failing = [c for c in doc["cells"] if c["failing"]]
     if failing:
         lines += ["", "### Cells that differ from their expectation", ""]

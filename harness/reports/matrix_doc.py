@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.analysis.expect import FAILING, Cell, CellResult, Matrix, expected
 from harness.analysis.record import RunRecord
+from harness.base import syzkaller
 from harness.reports import views
 
 SCHEMA = "kstall.matrix/1"
@@ -70,10 +71,23 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "process": rec.process if rec else None,
         "console_excerpt": _console_excerpt(r.run_dir, rec),
         "console_titles": ev.console_titles if ev else [],
+        # a syzkaller reproducer's bug (title, link, how its hang matched) and what it lacked
+        "syzbot": rec.reproducer.get("syzbot") if rec else None,
+        "needs": ((ev.reach or {}).get("needs") or []) if ev else [],
+        "duration_s": (rec.timings or {}).get("repro_s") if rec else None,
         "timings": rec.timings if rec else {},
         "seconds": round(r.seconds, 2), "kernel_wait_s": round(r.kernel_wait_s, 2),
         "run_dir": os.path.relpath(r.run_dir, root) if r.run_dir else None,
     }
+
+
+def bugs(m: Matrix) -> dict[str, dict]:
+    """Each syzkaller reproducer of the matrix: its bug (title, link) from its header, run or not."""
+    out = {}
+    for c in m.cells:
+        if c.reproducer not in out and c.spec.endswith(".c") and (h := syzkaller.read_header(Path(c.spec))):
+            out[c.reproducer] = h.to_json()
+    return out
 
 
 def totals(cells: list[dict]) -> dict:
@@ -91,6 +105,7 @@ def matrix_doc(m: Matrix, results: list[CellResult], root: Path, run_id: str, sh
     merge must find), by default those of results."""
     cells = [cell_doc(r, root) for r in results]
     return {"schema": SCHEMA, "id": run_id, "matrix": str(m.path), "shards": [shard] if shard else [],
+            "bugs": bugs(m),
             "selected": selected if selected is not None else [c["id"] for c in cells],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -129,6 +144,7 @@ def merge(docs: list[dict]) -> dict:
             "started": min(d["started"] for d in docs), "finished": max(d["finished"] for d in docs),
             "wall_s": max(d["wall_s"] for d in docs), "interrupted": any(d.get("interrupted") for d in docs),
             "kernels": kernels, "reproducers": repros, "cells": merged, "totals": totals(merged),
+            "bugs": {k: v for d in docs for k, v in d.get("bugs", {}).items()},
             "failing": [c["id"] for c in merged if c["failing"]], "exit_code": exit_code(merged)}
 
 

@@ -65,7 +65,11 @@ def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reprod
 
 
 def matrix_table(doc: dict) -> str:
-    """The verdict table `make run` prints."""
+    """The verdict table `make run` prints; syzkaller's reproducers one bug a row."""
+    bugs = views.syzbot_rows(doc)
+    if bugs and len(bugs) == len(doc["reproducers"]):
+        return "\n".join([views.headline(doc), "", bug_table(bugs, doc["kernels"])] +
+                         [views.failing_line(c) for c in doc["cells"] if c["failing"]])
     w = max(len(k) for k in doc["kernels"]) + 2
     rows = views.grid(doc)
     cols = [max([len(r), 14] + [len(_cell_text(row[i])) for _, row in rows]) for i, r in enumerate(doc["reproducers"])]
@@ -83,3 +87,12 @@ def _cell_text(c: dict | None) -> str:
     status = f" [{STATUS_TEXT[c['status']]}]" if c["status"] != "pass" else ""
     predicted = f" ({views.predicted(c)})" if views.predicted(c) else ""
     return (c["verdict"] or STATUS_TEXT[c["status"]]) + predicted + status
+
+
+def bug_table(bugs: list[tuple[dict, list[dict | None]]], kernels: list[str]) -> str:
+    """syzkaller's reproducers: the bug, its title, then each kernel's answer."""
+    out = []
+    for bug, row in bugs:
+        out.append(f"{bug.get('title') or bug['reproducer']}  [{bug.get('link') or bug['reproducer']}]")
+        out += [f"  {k}: {views.syzbot_text(c)}" for k, c in zip(kernels, row)]
+    return "\n".join(out)

@@ -81,3 +81,34 @@ def headline(doc: dict) -> str:
 def failing_line(c: dict) -> str:
     """'REGRESSION: debian:6.16.12/perf-refresh: VULNERABLE: ... (expected not_reproduced)'"""
     return f"{STATUS_TEXT[c['status']]}: {c['id']}: {c['line'] or c['reason']} (expected {c['expect']})"
+
+
+def syzbot_text(c: dict | None) -> str:
+    """A syzkaller reproducer's cell, said as a distro maintainer asks:
+    'reproduced', 'different: TITLE', 'not reproduced (120 s)', 'needs X'."""
+    if c is None:
+        return "-"
+    matched = (c.get("syzbot") or {}).get("matched")
+    if matched:
+        return "reproduced" + (f" ({matched['how']}: {matched['ours']})" if matched["how"] != "title" else "")
+    if c["verdict"] == "VULNERABLE":
+        return f"different: {c.get('title') or c['line']}"
+    if c["verdict"] == "CRASHED":
+        return f"crashed: {c.get('title') or c['line']}"
+    if c["verdict"] == "NOT_REPRODUCED":
+        return "not reproduced" + (f" ({c['duration_s']:.0f} s)" if c.get("duration_s") else "")
+    if c.get("needs"):
+        return f"needs {c['needs'][0].split(':')[0]}"
+    return f"{c['verdict'] or STATUS_TEXT[c['status']]}: {(c.get('line') or c.get('reason') or '')[:80]}"
+
+
+def syzbot_rows(doc: dict) -> list[tuple[dict, list[dict | None]]]:
+    """One row per syzkaller reproducer (its bug: title, link), with its cell per kernel."""
+    cells = {(c["kernel"], c["reproducer"]): c for c in doc["cells"]}
+    rows = []
+    for r in doc["reproducers"]:
+        row = [cells.get((k, r)) for k in doc["kernels"]]
+        bug = doc.get("bugs", {}).get(r) or next((c["syzbot"] for c in row if c and c.get("syzbot")), None)
+        if bug is not None:
+            rows.append((bug | {"reproducer": r}, row))
+    return rows
