@@ -39,7 +39,9 @@ def repro_help() -> str:
             "(a dynamic one goes in with its libraries), data file NAME.toml or its directory (with its "
             "signatures/ and calibration/); or run:'CMD ARGS', a command run in the guest over the host's root "
             "filesystem (read-only, writes to a tmpfs). A program that knows nothing of kstall is run again and "
-            "again (--repeat/--duration), each completed run a pass")
+            "again (--repeat/--duration), each completed run a pass. A syzkaller C reproducer (its header says "
+            "so, or syz:FILE.c) runs as syzbot runs it, for its time, judged against syzbot's title; "
+            "syzbot:ID fetches a bug's reproducer and record from syzbot's dashboard")
 
 def arch_choices() -> list[str]:
     """--arch's names: kstall's (uname -m) and Debian's for each architecture."""

@@ -88,6 +88,20 @@ class BugRecord:
             raise RecordError(f"{where}: [record] lacks {e}") from None
 
     @staticmethod
+    def from_syzbot(doc: dict, where: str) -> "BugRecord":
+        """syzbot's record of a bug, as its dashboard serves it (?json=1;
+        syzkaller's dashboard/api Bug: title, id, fix-commits, cause-commit):
+        the fixing and the causing commit by subject. It gives no versions:
+        where a fix is not in the package's changelog it may be in the
+        kernel's base release, so the changelog alone decides "fixed"."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("fix-commits", []), list):
+            raise RecordError(f"{where}: not syzbot's record of a bug (dashboard/api's Bug)")
+        fixes = [c.get("title", "") for c in doc.get("fix-commits") or [] if isinstance(c, dict)]
+        cause = doc.get("cause-commit") or {}
+        return BugRecord(f"syzbot {str(doc.get('id', ''))[:40]}".strip(), next((f for f in fixes if f), ""),
+                         cause.get("title", "") if isinstance(cause, dict) else "", ())
+
+    @staticmethod
     def from_vulns(vulns: Path, cve: str) -> "BugRecord":
         """CVE's record in a clone of the kernel's vulns repository (or a
         directory of its CVE-*.dyad and CVE-*.mbox files)."""
@@ -164,6 +178,8 @@ def _by_record(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
         b = min(mainline, key=lambda x: x.introduced)
         return NOT_INTRODUCED, [f"record: introduced in {vtext(b.introduced)} ({b.culprit}), "
                                 f"and never backported to {vtext(branch)}.y"], ""
+    elif not rec.branches:  # syzbot's: the commits, not the releases
+        return UNKNOWN, ["record: it names the commits, not the releases they are in"], ""
     else:
         return UNKNOWN, ["record: no line for a mainline introduction or this branch"], ""
     fixes = [b for b in rec.branches if b.fixed and _stable(b.fixed) and b.fixed[:2] == branch]
@@ -268,9 +284,12 @@ def expected_change(rec: BugRecord, versions: list[str]) -> ExpectedChange:
     return ExpectedChange(statuses)
 
 
-def of(doc: dict, name: str) -> BugRecord | None:
-    """A reproducer's record ([record] of its data file), None without one."""
-    return BugRecord.from_doc(doc, f"reproducer {name}: [record]") if doc else None
+def of(doc: dict, name: str, syzbot: dict | None = None) -> BugRecord | None:
+    """A reproducer's record ([record] of its data file, or syzbot's record
+    of a syzkaller reproducer's bug), None without one."""
+    if doc:
+        return BugRecord.from_doc(doc, f"reproducer {name}: [record]")
+    return BugRecord.from_syzbot(syzbot, f"reproducer {name}: syzbot's record") if syzbot else None
 
 
 # the measured verdict each prediction expects (an unknown one expects nothing)

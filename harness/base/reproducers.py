@@ -11,6 +11,8 @@ A reproducer spec is one of:
   run:CMD ARGS  a command run in the guest as it would run on the host, over
                 the host's root filesystem (harness/guest/hostfs.py), from
                 the directory kstall was started in
+  syzbot:ID     syzbot's bug ID (or extid): its C reproducer and record, fetched
+                from the dashboard once
   syz:FILE.c    a syzkaller C reproducer (a .c file with syzkaller's header is
                 one anyway): built and run as syzbot runs it
                 (harness/base/syzkaller.py, harness/base/guest_env.py)
@@ -29,6 +31,7 @@ import tomllib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from harness.base import arch, guest_env, paths, syzkaller
 from harness.base.needs import AGENT, HOST_COMMAND, HOST_COMMAND_NEEDS, KernelNeeds
@@ -36,7 +39,7 @@ from harness.base.needs import AGENT, HOST_COMMAND, HOST_COMMAND_NEEDS, KernelNe
 REPRO_DIR = paths.data_file("repro")
 BUILTIN_CALIBRATION = REPRO_DIR / "calibration"
 # a program run as it is: what its data file need not say
-GENERIC = {"count_name": "runs", "min_count": 1, "count_arg": "", "duration_arg": "", "max_seconds": 60,
+GENERIC: dict[str, Any] = {"count_name": "runs", "min_count": 1, "count_arg": "", "duration_arg": "", "max_seconds": 60,
            "stuck_after_s": 30, "default_cpus": 2, "sleep_after_s": 10}
 
 
@@ -186,6 +189,12 @@ def resolve(spec: str) -> Reproducer:
     """The reproducer a spec names (see the module's docstring)."""
     if spec.startswith(HOST_COMMAND):
         return host_command(spec[len(HOST_COMMAND):].strip())
+    if spec.startswith(syzkaller.FETCH):
+        try:
+            path = syzkaller.fetch(spec[len(syzkaller.FETCH):], paths.cache_dir() / "syzbot")
+        except syzkaller.FetchError as e:
+            raise ReproducerError(str(e)) from None
+        return syzkaller_reproducer(path, syzkaller.read_header(path) or syzkaller.untitled(path))
     if spec.startswith(syzkaller.SPEC):
         path = Path(spec[len(syzkaller.SPEC):]).expanduser().resolve()
         if path.suffix != ".c" or not path.is_file():
@@ -265,7 +274,10 @@ def syzkaller_reproducer(path: Path, header: syzkaller.Header) -> Reproducer:
                    "summary": f"syzbot: {header.title}" if header.title else f"{path.name} (a syzkaller program)"}
     name = guest_name(("syz-" + header.bug_id[:12]) if header.bug_id else path.stem)
     r = program_reproducer(path, source=True, doc=d | {"name": name})
-    return dataclasses.replace(r, env=syzkaller.ENV, syzbot=header.to_json())
+    record = syzkaller.record_beside(path)
+    bug = header.to_json() | ({"record": record, "alt_titles": syzkaller.alt_titles(record, header.title)}
+                              if record else {})
+    return dataclasses.replace(r, env=syzkaller.ENV, syzbot=bug)
 
 
 def from_file(path: Path) -> Reproducer:

@@ -103,7 +103,7 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
     repro = reproducers.resolve(spec) if isinstance(spec, str) else spec
     try:
         sigs, own_bug = classify.signatures_for(repro)
-        record = bug_record.of(repro.record, repro.name)
+        record = bug_record.of(repro.record, repro.name, repro.syzbot.get("record"))
     except ValueError as e:
         raise reproducers.ReproducerError(f"reproducer {repro.name}: {e}") from None
     if repro.source:

@@ -55,6 +55,6 @@ def explain(spec: str, repro: str | None, cve: str | None, vulns: Path | None, e
     else:
         assert repro
         r = reproducers.resolve(repro)
-        record, name = bug_record.of(r.record, r.name), r.name
+        record, name = bug_record.of(r.record, r.name, r.syzbot.get("record")), r.name
     kernel = schemes.resolve(spec, progress=echo)
     return Explanation(kernel, record, predict(kernel, record, echo), name)

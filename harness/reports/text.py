@@ -32,9 +32,15 @@ def run_text(rec: RunRecord) -> str:
         out.append(f"  {ev.p_miss['method']}")
     if ev.console_titles:
         out.append(f"  kernel reported: {views.titles_text(ev.console_titles)}")
+    syz = rec.reproducer.get("syzbot")
+    if syz:
+        out.append(f"  syzbot: \"{syz.get('title') or '?'}\" {syz.get('link') or ''} "
+                   f"(status: {syz.get('status') or '?'})")
     if rec.prediction:
         out.append(f"  {prediction_line(rec.prediction, v.verdict)}")
-    if v.verdict not in (VerdictKind.VULNERABLE, VerdictKind.NOT_REPRODUCED) and v.summary:
+    # a program run for its time says what its calls reached, even when nothing hung
+    timeboxed = rec.reproducer.get("env") and v.verdict == VerdictKind.NOT_REPRODUCED
+    if (v.verdict not in (VerdictKind.VULNERABLE, VerdictKind.NOT_REPRODUCED) or timeboxed) and v.summary:
         out.append(f"  reason: {v.reason}")
     t = rec.timings
     boot = f"boot {t['boot_s']}s" if t.get("boot_s") is not None else "no boot"

@@ -157,8 +157,8 @@ def figures(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], stat
     lines = [f"cells: {len(cells)}; " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())),
              f"wall time of all cells: {sum(c['wall_s'] for c in cells) / 3600:.2f} h"]
     if vuln:
-        lines.append(f"time to VULNERABLE (from kstall's start to the hang's outcome): median {statistics.median(vuln):.0f} s "
-                     f"over {len(vuln)}")
+        lines.append(f"time to VULNERABLE (from kstall's start to the hang's outcome): median "
+                     f"{statistics.median(vuln):.0f} s over {len(vuln)}")
     if clean:
         lines.append(f"time to the end of a NOT_REPRODUCED: median {statistics.median(clean):.0f} s over {len(clean)}")
     if fixed:
