@@ -11,6 +11,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KSTALL = [str(REPO / "harness" / "kstall")]
+# every process this test session starts inherits it: the leftovers a test
+# looks for are its own session's, never another kstall's on the same host
+SESSION = "KSTALL_TEST_SESSION"
+os.environ.setdefault(SESSION, str(os.getpid()))
 
 
 # A second perf bug on arm64 guests under TCG, not the freeze the tests are about: now and then
@@ -70,12 +74,22 @@ def verify_with_fault(results: Path, args: list[str], fault) -> tuple[int, dict,
     return proc.returncode, (json.loads(out) if out.strip().startswith("{") else {}), err
 
 
+def ours(pid: str) -> bool:
+    """Whether a process was started from this test session (its environment says so)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{SESSION}={os.environ[SESSION]}".encode() in env
+
+
 def kstall_processes() -> list[str]:
-    """QEMU, GDB or virtiofsd processes started by any kstall (their command
-    lines name kstall's virtio port, GDB script or run directory)."""
+    """QEMU, GDB or virtiofsd processes started by a kstall of this test
+    session (their command lines name kstall's virtio port, GDB script or
+    run directory): another kstall on the host is none of its business."""
     found = []
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+        if not pid.isdigit() or not ours(pid):
             continue
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -97,7 +111,7 @@ def children_using(cache: Path) -> list[str]:
     """Processes (apt-get, qemu, gdb, make) still working for a kstall that used cache."""
     out = []
     for p in Path("/proc").iterdir():
-        if p.name.isdigit():
+        if p.name.isdigit() and ours(p.name):
             try:
                 cmd = (p / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
             except OSError:

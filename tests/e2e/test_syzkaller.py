@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: GPL-2.0
+"""syzkaller's reproducers, run as syzbot runs them, on a real Debian kernel:
+kstall's own programs in syzkaller's format (tests/fixtures/syzkaller-programs/)
+as one matrix over debian:6.1.170. A hung task the kernel's own detector
+reports is syzbot's title reproduced; a busy program that forks for ever
+runs for its time and is not reproduced, never "stuck"; a socket family the
+kernel lacks is a need; the machine is the one a reproducer expects."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, kstall, kstall_processes
+
+pytestmark = pytest.mark.e2e
+PROGRAMS = REPO / "tests" / "fixtures" / "syzkaller-programs"
+KERNEL = "debian:6.1.170"
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("syzkaller")
+    m = d / "syzkaller.toml"
+    # each its own time: the hung task needs the detector's 30 s and its 5 s checks
+    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa"]\nduration = 90\n'
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["bbbb", "cccc", "dddd"]\nduration = 20\n'
+                 f'[[kernel]]\nspec = "{KERNEL}"\n')
+    p = kstall("matrix", str(m), "--results", str(d), "--json", timeout=900)
+    assert p.stdout.strip().startswith("{"), p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    doc["_dir"] = next(d.glob("*-matrix-*"))
+    return doc
+
+
+def cell(doc: dict, bug: str) -> dict:
+    return next(c for c in doc["cells"] if c["reproducer"].startswith(f"syz-{bug}"))
+
+
+def run_json(doc: dict, c: dict) -> dict:
+    return json.loads((Path(doc["_dir"]) / c["run_dir"] / "run.json").read_text())
+
+
+def test_a_hung_task_the_kernel_reports_reproduces_syzbots_title(matrix):
+    c = cell(matrix, "aaaa")
+    assert c["verdict"] == "VULNERABLE", c["line"]
+    assert c["line"] == 'VULNERABLE: reproduced syzbot\'s "INFO: task hung in pipe_write"'
+    assert c["syzbot"]["matched"]["how"] == "title"
+    run = run_json(matrix, c)
+    assert run["outcome"]["kind"] == "kernel-report"
+    assert "INFO: task hung in pipe_write" in [t["title"] for t in run["evidence"]["console_titles"]]
+    assert run["timings"]["repro_s"] < 80  # the detector spoke: the run did not wait for its time
+
+
+def test_a_busy_forking_program_runs_for_its_time_and_is_not_reproduced(matrix):
+    c = cell(matrix, "bbbb")
+    assert c["verdict"] == "NOT_REPRODUCED", c["line"]
+    run = run_json(matrix, c)
+    assert "stuck" not in run["reason"] and run["reason"].startswith("ran for 20 s")
+    assert run["evidence"]["reach"]["reached"] == ["getpid"] and run["evidence"]["reach"]["needs"] == []
+    assert run["cpus"] == [] and run["hang"] is None
+
+
+def test_a_socket_family_the_kernel_lacks_is_what_the_reproducer_needs(matrix):
+    c = cell(matrix, "cccc")
+    assert c["verdict"] == "INCONCLUSIVE", c["line"]
+    assert c["needs"] and c["needs"][0].startswith("socket family 12 (AF_DECnet): no module of this kernel answers")
+
+
+def test_the_guest_is_the_machine_a_reproducer_expects(matrix):
+    """ext4 under its working directory, root, modules loaded on demand,
+    tun, fuse, loop, ptys and network namespaces: every run exits 0."""
+    c = cell(matrix, "dddd")
+    assert c["verdict"] == "NOT_REPRODUCED", c["line"]
+    run = run_json(matrix, c)
+    assert "exited non-zero" not in run["reason"], run["reason"]
+    assert run["evidence"]["count"] > 5 and run["evidence"]["reach"]["reached"] == ["socket", "openat", "unshare"]
+
+
+def test_the_reports_give_one_row_per_bug(matrix):
+    summary = (Path(matrix["_dir"]) / "summary.md").read_text()
+    rows = [l for l in summary.splitlines() if l.startswith("| [")]
+    assert len(rows) == 4, summary
+    assert any("INFO: task hung in pipe_write | reproduced |" in r for r in rows)
+    assert any("needs socket family 12 (AF_DECnet)" in r for r in rows)
+    assert kstall_processes() == []
