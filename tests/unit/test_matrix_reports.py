@@ -214,3 +214,37 @@ def test_a_merge_that_lacks_a_shard_fails_naming_its_cells(tmp_path):
     assert "not ok 3 debian:7.3.4/perf-refresh" in (tmp_path / "matrix.ktap").read_text()
     assert "debian_7.3.4_perf-refresh fail 0.0" in (tmp_path / "lava-cases.txt").read_text()
     assert matrix_doc.merge([shard(0), shard(1), shard(2)])["exit_code"] == 0
+
+
+def test_a_directory_of_syzkaller_reproducers_is_a_matrix_of_bugs(tmp_path):
+    progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
+    with pytest.raises(matrix.MatrixError, match="--kernel"):
+        matrix_file.load(progs)
+    m = matrix_file.load(progs, kernels=["debian:6.1.170", "debian:7.3.4"], duration=30)
+    assert m.reproducers == ["syz-bbbb00000000", "syz-dddd00000000", "syz-cccc00000000", "syz-aaaa00000000"]
+    assert len(m.cells) == 8 and all(c.duration == 30 and c.spec.endswith(".c") for c in m.cells)
+    f = tmp_path / "m.toml"
+    f.write_text(f'[[reproducer]]\ndir = "{progs}"\nstatus = ["open"]\nbugs = ["aaaa", "dddd"]\n'
+                 '[[kernel]]\nspec = "debian:6.1.170"\n')
+    assert matrix_file.load(f).reproducers == ["syz-dddd00000000", "syz-aaaa00000000"]
+    f.write_text(f'[[reproducer]]\ndir = "{progs}"\nbugs = ["ffff"]\n[[kernel]]\nspec = "debian:6.1.170"\n')
+    with pytest.raises(matrix.MatrixError, match="no syzkaller reproducer"):
+        matrix_file.load(f)
+    # one row per bug in the reports, each kernel's answer as a maintainer asks it
+    doc = matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)
+    assert doc["bugs"]["syz-aaaa00000000"]["title"] == "INFO: task hung in pipe_write"
+    doc["cells"] = [{"kernel": "debian:6.1.170", "reproducer": "syz-aaaa00000000", "verdict": "VULNERABLE",
+                     "status": "pass", "failing": False, "line": "", "title": "INFO: task hung in pipe_write",
+                     "syzbot": {"matched": {"how": "title", "ours": "INFO: task hung in pipe_write"}}},
+                    {"kernel": "debian:7.3.4", "reproducer": "syz-aaaa00000000", "verdict": "VULNERABLE",
+                     "status": "pass", "failing": False, "line": "", "title": "INFO: task hung in anon_pipe_write",
+                     "syzbot": {"matched": None}},
+                    {"kernel": "debian:6.1.170", "reproducer": "syz-cccc00000000", "verdict": "INCONCLUSIVE",
+                     "status": "pass", "failing": False, "line": "", "needs": ["socket family 12 (AF_DECnet): x"]},
+                    {"kernel": "debian:6.1.170", "reproducer": "syz-bbbb00000000", "verdict": "NOT_REPRODUCED",
+                     "status": "pass", "failing": False, "line": "", "duration_s": 300.2}]
+    table = text.matrix_table(doc | {"totals": {"pass": 4}, "wall_s": 1})
+    assert "INFO: task hung in pipe_write  [https://syzkaller.appspot.com/bug?extid=aaaa0000000000000001]" in table
+    assert "  debian:6.1.170: reproduced" in table and "  debian:7.3.4: different: INFO: task hung in " \
+        "anon_pipe_write" in table
+    assert "needs socket family 12 (AF_DECnet)" in table and "not reproduced (300 s)" in table

@@ -135,3 +135,19 @@ def test_initramfs_is_made_again_when_an_input_changes_and_not_read_when_none_di
     second = initramfs.build(guest)
     assert second != first and reads == [1] and b"init two" in second.read_bytes()
     assert initramfs.build(guest, extra={"bin/mine": b"x"}) not in (first, second)
+
+
+def test_a_softdep_brings_the_module_that_answers_its_name_first(tmp_path):
+    """6.1.170's ext4 asks for crypto-crc32c by name (a softdep, not a symbol):
+    its disk does not mount without it. Recorded: that kernel's modules.dep,
+    modules.softdep and modules.alias lines (tests/fixtures/distro/modtree-6.1.170)."""
+    t = modules.Tree(tmp_path, "6.1.0-47-amd64")
+    t.dir.mkdir(parents=True)
+    for f in ("modules.dep", "modules.softdep", "modules.alias"):
+        (t.dir / f).write_text((FIX / "modtree-6.1.170" / f).read_text())
+    assert t.soft_pre() == {"ext4": ["crypto-crc32c"]}
+    assert t.providers("crypto-crc32c") == ["crc32c_generic", "crc32c_intel"]
+    assert t.with_soft_deps(["virtio_blk", "ext4"]) == ["virtio_blk", "crc32c_generic", "ext4"]
+    plan = {m: modules.load_order(t.deps(), m) for m in t.with_soft_deps(["virtio_blk", "ext4"])}
+    assert modules.to_load(plan, list(plan)) == ["virtio_ring", "virtio", "virtio_blk", "crc32c_generic", "crc16",
+                                                  "mbcache", "jbd2", "ext4"]
