@@ -9,8 +9,9 @@ read once from the kernel's packages (the same tar streams as
 images/kernels/packages.py), every module stored uncompressed (busybox's
 modprobe loads plain .ko files), `depmod -b` writes its modules.dep,
 modules.alias and modules.devname, and mkfs.ext4 -d makes the image, cached
-per kernel (harness/base/kernel_cache.py MODTREES). Its modules.alias is
-kept beside it: the host asks it which module would answer a request.
+per kernel (harness/base/kernel_cache.py MODTREES), the most recently used
+up to KSTALL_MODTREE_MAX_GB (4). Its modules.alias is kept beside it: the
+host asks it which module would answer a request.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ ALIASES = "aliases"  # suffix of the kept modules.alias (with modules.builtin.al
 # the image's room beyond its files: ext4's metadata and depmod's indexes
 SLACK_BYTES = 96 << 20
 MKFS_TIMEOUT = 600
+# the module trees kept, most recently used first (each 0.4-0.9 GB on disk)
+MAX_BYTES = int(float(os.environ.get("KSTALL_MODTREE_MAX_GB", "4")) * (1 << 30))
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,29 @@ def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None
         with cached.locked(out):
             if not (out.exists() and order.exists()):
                 _make(kernel, out, mount_with, mount_dir, progress)
+                prune(out.parent, keep=out)
+    os.utime(out)  # its last use: what prune() keeps
     return ModuleDisk(out, [mount_dir / f"{m}.ko" for m in order.read_text().split()])
+
+
+def prune(d: Path, keep: Path, keep_bytes: int = MAX_BYTES) -> list[Path]:
+    """Remove the least recently used kernels' trees (image, aliases, mount
+    modules) beyond keep_bytes on disk; keep is never removed. What went."""
+    images = []
+    for img in d.glob("*.ext4"):
+        try:
+            st = img.stat()
+        except FileNotFoundError:  # another kstall pruned it
+            continue
+        images.append((img == keep, st.st_mtime, st.st_blocks * 512, img))
+    gone, total = [], 0
+    for kept, _, size, img in sorted(images, reverse=True):
+        total += size
+        if not kept and total > keep_bytes:
+            for p in [img, img.with_suffix("." + ALIASES), *d.glob(img.stem + ".mount-*")]:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            gone.append(img)
+    return gone
 
 
 def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Path, progress: Progress | None) -> None:

@@ -151,3 +151,20 @@ def test_a_softdep_brings_the_module_that_answers_its_name_first(tmp_path):
     plan = {m: modules.load_order(t.deps(), m) for m in t.with_soft_deps(["virtio_blk", "ext4"])}
     assert modules.to_load(plan, list(plan)) == ["virtio_ring", "virtio", "virtio_blk", "crc32c_generic", "crc16",
                                                   "mbcache", "jbd2", "ext4"]
+
+
+def test_module_trees_beyond_their_bound_go_least_recently_used_first(tmp_path):
+    from images.kernels import module_tree
+    import os
+    for i, name in enumerate(("old", "mid", "new")):
+        img = tmp_path / f"x86_64-{name}.ext4"
+        with open(img, "wb") as f:
+            f.write(b"m" * 8192)
+        (tmp_path / f"x86_64-{name}.aliases").write_text("alias x y\n")
+        (tmp_path / f"x86_64-{name}.mount-1234").mkdir()
+        os.utime(img, (1000 + i, 1000 + i))
+    gone = module_tree.prune(tmp_path, keep=tmp_path / "x86_64-old.ext4", keep_bytes=20000)
+    assert [p.name for p in gone] == ["x86_64-mid.ext4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "x86_64-new.aliases", "x86_64-new.ext4", "x86_64-new.mount-1234",
+        "x86_64-old.aliases", "x86_64-old.ext4", "x86_64-old.mount-1234"]
