@@ -894,6 +894,7 @@ static void exec_host_command(void)
  *                                 /sbin/modprobe: it logs the request and runs busybox's
  *   nodes                         a device node for each module in modules.devname, whose
  *                                 first open loads it (as kmod's static-nodes)
+ *   busybox                       /bin/sh and the usual commands, as busybox's links
  *   load NAME                     modprobe NAME now
  *   write PATH VALUE              VALUE into PATH (a sysctl, a module parameter)
  *   mount SRC DIR FSTYPE OPTS     mount (OPTS "-": none)
@@ -1130,6 +1131,17 @@ static void env_step(char *line)
 		write_file("/proc/sys/kernel/modprobe", "/sbin/modprobe");
 	} else if (!strcmp(line, "nodes")) {
 		static_nodes();
+	} else if (!strcmp(line, "busybox")) {
+		char path[300];
+		char *argv[] = { path, "--install", "-s", NULL };
+
+		snprintf(path, sizeof(path), "%s/bin/busybox", base_dir);
+		/* it links each applet where it belongs, and makes no directory */
+		make_dirs("/sbin", 0755);
+		make_dirs("/usr/bin", 0755);
+		make_dirs("/usr/sbin", 0755);
+		if (run_wait(argv))
+			env_say("busybox --install: %s", strerror(errno));
 	} else if (sscanf(line, "load %63s", c) == 1) {
 		char *argv[] = { "/sbin/modprobe", "-q", "--", c, NULL };
 		int code = run_wait(argv);

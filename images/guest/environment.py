@@ -11,7 +11,7 @@ from typing import Callable
 
 from harness.base import arch as arches
 from harness.base.guest_env import GuestEnv
-from images.guest import disks, sysroot
+from images.guest import disks, programs, sysroot
 from images.kernels import module_tree
 from images.kernels.kernel import Kernel, SpecError
 
@@ -55,4 +55,6 @@ def prepare(env: GuestEnv, kernel: Kernel, checks: list[str],
         else:
             raise SpecError(f"{env.name}'s environment names a disk kstall does not know: {d.what!r}")
     files = {ENV_FILE: env_text(env, checks).encode(), BUSYBOX: busybox(kernel.arch, progress).read_bytes()}
+    for tool in env.host_tools:
+        files |= programs.host_tool(Path(tool), kernel.arch)
     return Prepared(files, tuple(guest_disks), mount)

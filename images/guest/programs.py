@@ -131,3 +131,15 @@ def guest_files(program: Path, name: str, arch: str = arches.DEFAULT) -> dict[st
     for lib in libraries(program) if native else []:
         files[str(lib).lstrip("/")] = lib.resolve().read_bytes()
     return files
+
+
+def host_tool(path: Path, arch: str) -> dict[str, bytes]:
+    """A host program at its own path in a guest of the host's architecture,
+    with its libraries and loader ({} for another architecture's guest, or
+    a host without it)."""
+    if arches.get(arch).compiler() != "gcc" or not path.is_file():
+        return {}
+    files = {str(path).lstrip("/"): path.read_bytes()}
+    for lib in libraries(path):
+        files[str(lib).lstrip("/")] = lib.resolve().read_bytes()
+    return files
