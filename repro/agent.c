@@ -885,10 +885,12 @@ static void exec_host_command(void)
 }
 
 /*
- * A guest environment: etc/kstall/env beside the agent, written by the host
- * for a program that expects more of its machine than a bare initramfs
- * (syzkaller's reproducers: repro/syzkaller/environment.toml). One step a
- * line, carried out at the GO, before the program starts:
+ * A guest environment: etc/kstall/env.boot and etc/kstall/env beside the
+ * agent, written by the host for a program that expects more of its machine
+ * than a bare initramfs (syzkaller's reproducers:
+ * repro/syzkaller/environment.toml). One step a line: env.boot's as the
+ * guest boots (before its gate, and so in its snapshot), env's at the GO,
+ * before the program starts:
  *   disk SERIAL DIR FSTYPE ro|rw  mount the virtio disk with that serial at DIR
  *   modprobe                      the kernel's request_module() runs this agent as
  *                                 /sbin/modprobe: it logs the request and runs busybox's
@@ -1180,12 +1182,12 @@ static void env_step(char *line)
 	}
 }
 
-static void setup_env(void)
+static void setup_env(const char *name)
 {
 	char path[300], line[600];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/etc/kstall/env", base_dir);
+	snprintf(path, sizeof(path), "%s/etc/kstall/%s", base_dir, name);
 	f = fopen(path, "r");
 	if (!f)
 		return;
@@ -1501,6 +1503,10 @@ int main(int argc, char **argv)
 	pthread_create(&hb, NULL, heartbeat, NULL);
 	if (cmdline_get(cmdline, "kstall.syms", val, sizeof(val)) && val[0] == '1')
 		send_kallsyms();
+	/* what is the same for every run of this guest, before its snapshot:
+	 * module loads and tracing flip the kernel's static keys, text a
+	 * running program must not be executing while it is patched */
+	setup_env("env.boot");
 	if (cmdline_get(cmdline, "kstall.gate", val, sizeof(val)) && val[0] == '1' && agent_fd >= 0) {
 		say("KSTALL ready");
 		host_commands("GO");
@@ -1510,7 +1516,7 @@ int main(int argc, char **argv)
 		if (cmdline_get(go_line, "syms", val, sizeof(val)) && val[0] == '1')
 			send_kallsyms();
 		mount_host();
-		setup_env();
+		setup_env("env");
 	}
 	if (agent_fd >= 0)
 		pthread_create(&cmd, NULL, command_reader, NULL);

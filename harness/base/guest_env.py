@@ -42,7 +42,8 @@ class GuestEnv:
     options: tuple[str, ...]           # the kernel's config must have them
     mount_modules: tuple[str, ...]     # loaded from the initramfs to mount the disks
     disks: tuple[DiskSpec, ...]
-    steps: tuple[str, ...]             # the agent's environment steps (repro/agent.c)
+    boot_steps: tuple[str, ...]        # the agent's environment steps as it boots (repro/agent.c)
+    steps: tuple[str, ...]             # and at the GO
     host_tools: tuple[str, ...]        # host programs a guest of the host's architecture gets
     report_ends: tuple[str, ...]       # console-patterns.toml names that end a run
     alias_needs: tuple[AliasNeed, ...]
@@ -72,7 +73,8 @@ def get(name: str) -> GuestEnv:
         sleep_after_s=float(run.get("sleep_after_s", 0)), cpus=int(run.get("cpus", 2)),
         options=tuple(kernel.get("options", ())), mount_modules=tuple(kernel.get("mount_modules", ())),
         disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0))) for x in d.get("disk", ())),
-        steps=tuple(d["guest"]["steps"]), host_tools=tuple(d["guest"].get("host_tools", ())), report_ends=tuple(d.get("report", {}).get("ends", ())),
+        boot_steps=tuple(d["guest"].get("boot", ())), steps=tuple(d["guest"]["steps"]), host_tools=tuple(d["guest"].get("host_tools", ())),
+        report_ends=tuple(d.get("report", {}).get("ends", ())),
         alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())))
                           for a in needs.get("alias", ())),
         families=tuple((int(k), v) for k, v in needs.get("families", {}).items()))

@@ -15,7 +15,7 @@ from images.guest import disks, programs, sysroot
 from images.kernels import module_tree
 from images.kernels.kernel import Kernel, SpecError
 
-ENV_FILE = "etc/kstall/env"
+BOOT_FILE, ENV_FILE = "etc/kstall/env.boot", "etc/kstall/env"
 BUSYBOX = "bin/busybox"
 HOST_BUSYBOX = Path("/bin/busybox")
 
@@ -36,7 +36,7 @@ def busybox(arch: str, progress: Callable[[str], None] | None = None) -> Path:
 
 
 def env_text(env: GuestEnv, checks: list[str]) -> str:
-    """The agent's steps, then the paths it says are there or not at the end."""
+    """The agent's steps at the GO, then the paths it says are there or not at the end."""
     return "".join(f"{s}\n" for s in env.steps) + "".join(f"check {p}\n" for p in checks)
 
 
@@ -54,7 +54,8 @@ def prepare(env: GuestEnv, kernel: Kernel, checks: list[str],
             guest_disks.append(disks.Disk(disks.empty_ext4(d.size_mb, d.serial, progress), d.serial, throwaway=True))
         else:
             raise SpecError(f"{env.name}'s environment names a disk kstall does not know: {d.what!r}")
-    files = {ENV_FILE: env_text(env, checks).encode(), BUSYBOX: busybox(kernel.arch, progress).read_bytes()}
+    files = {BOOT_FILE: "".join(f"{s}\n" for s in env.boot_steps).encode(), ENV_FILE: env_text(env, checks).encode(),
+             BUSYBOX: busybox(kernel.arch, progress).read_bytes()}
     for tool in env.host_tools:
         files |= programs.host_tool(Path(tool), kernel.arch)
     return Prepared(files, tuple(guest_disks), mount)

@@ -68,8 +68,11 @@ def test_the_guest_gets_its_steps_and_the_device_paths_the_source_names():
     R.source = "/nonexistent"
     assert syzkaller.device_paths(R()) == []
     text = environment.env_text(ENV, ["/dev/vhci"])
-    assert text.splitlines()[0].startswith("disk kstall-modules /lib/modules") and "check /dev/vhci\n" in text
-    assert "timebox\n" in text and "watch-all\n" in text and "trace\n" in text and src
+    assert text.splitlines()[0] == "disk kstall-work /root ext4 rw" and "check /dev/vhci\n" in text
+    assert "timebox\n" in text and "watch-all\n" in text and src
+    # what flips the kernel's static keys happens as the guest boots, before its snapshot
+    assert ENV.boot_steps[0].startswith("disk kstall-modules /lib/modules") and "trace" in ENV.boot_steps
+    assert any(s.startswith("load ") for s in ENV.boot_steps) and not any(s.startswith("load ") for s in ENV.steps)
 
 
 def test_a_socket_family_no_module_answers_is_a_need():
