@@ -87,6 +87,10 @@ def load(path: Path, arch_name: str | None = None, kernels: list[str] | None = N
             except KeyError as e:
                 raise MatrixError(f"{path}: {k['spec']}: {e.args[0]}") from None
     specs = {}
+    for r in doc.get("reproducer", []):  # syzbot = "ID": the bug's reproducer, fetched when its cell runs
+        if r.get("syzbot"):
+            r.setdefault("name", reproducers.guest_name("syz-" + str(r["syzbot"])[:12]))
+            specs[r["name"]] = syzkaller.FETCH + str(r["syzbot"])
     for r in doc.get("reproducer", []):  # a user's reproducer: path = its .toml, directory, C file or executable
         if r.get("path"):
             spec = str((base / r["path"]).resolve())
