@@ -73,6 +73,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1196,6 +1197,33 @@ static void setup_env(const char *name)
 	fclose(f);
 }
 
+/* a checked path: "#" (syzkaller's syz_open_dev) stands for a number chosen
+ * at run time, so /dev/loop# is there when /dev/loop<any number> or /dev/loop is */
+static int path_exists(const char *path)
+{
+	char pattern[600], bare[256];
+	struct stat st;
+	glob_t g;
+	int found;
+
+	if (!strchr(path, '#'))
+		return stat(path, &st) == 0;
+	pattern[0] = bare[0] = 0;
+	for (const char *p = path; *p; p++) {
+		size_t n = strlen(pattern), b = strlen(bare);
+
+		if (*p == '#')
+			snprintf(pattern + n, sizeof(pattern) - n, "[0-9]*");
+		else if (n + 1 < sizeof(pattern))
+			pattern[n] = *p, pattern[n + 1] = 0;
+		if (*p != '#' && b + 1 < sizeof(bare))
+			bare[b] = *p, bare[b + 1] = 0;
+	}
+	found = glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+	globfree(&g);
+	return found || stat(bare, &st) == 0;
+}
+
 /* What the environment saw of the program, after it: the system calls the
  * kernel counted, the modules it asked for, the paths it checks. */
 static void report_env(void)
@@ -1222,11 +1250,8 @@ static void report_env(void)
 				say("KSTALL modprobe status=%d name=%s", status, name);
 		fclose(f);
 	}
-	for (int i = 0; i < env_nchecks; i++) {
-		struct stat st;
-
-		say("KSTALL check path=%s exists=%d", env_checks[i], stat(env_checks[i], &st) == 0);
-	}
+	for (int i = 0; i < env_nchecks; i++)
+		say("KSTALL check path=%s exists=%d", env_checks[i], path_exists(env_checks[i]));
 }
 
 /* the status of the program's own process, when a reaper took it first */

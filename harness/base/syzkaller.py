@@ -118,8 +118,8 @@ _DEV_PATH = re.compile(r'"(/dev/[A-Za-z0-9_./#+:-]+)')
 
 def device_paths(repro) -> list[str]:
     """The device paths a syzkaller reproducer's source names ("/dev/vhci",
-    syz_open_dev's "/dev/loop#" as its first one): the agent says at the end
-    whether each is there, so that a device this kernel lacks is named."""
+    syz_open_dev's "/dev/loop#"): the agent says at the end whether each is
+    there ("#": any number, or none), so that a device this kernel lacks is named."""
     if not repro.syzbot and not repro.env:
         return []
     try:
@@ -130,7 +130,7 @@ def device_paths(repro) -> list[str]:
     for m in _DEV_PATH.finditer(text):
         if text[m.end():m.end() + 1] == "%":  # a format ("/dev/loop%llu"): its numbered ones are made at run time
             continue
-        path = m.group(1).replace("#", "0").rstrip("/")
+        path = m.group(1).rstrip("/")  # syz_open_dev's "#" is a number chosen at run time: the agent globs it
         if ".." not in path and path not in out:
             out.append(path)
     return out[:32]

@@ -8,7 +8,8 @@ The sample, in this order (--limit N takes its first N):
      the collection's snapshot, so every Debian kernel carries the fix: any
      VULNERABLE must be explained);
   2. the reproducers issue 47 names (--named);
-  3. every status:open one, in file-name order.
+  3. every status:open one, in file-name order (--first REGEX: those whose
+     title matches it first).
 Each runs once on the first kernel (--kernel, default debian:6.1.170) for
 --duration seconds. One that hung there runs --tries in all on it (2 of 3
 is "reproduces"), and once on each --then kernel (default debian:7.3.4).
@@ -44,7 +45,7 @@ NAMED = ("0ff14ee0c4b9da917e9874e250a5f95f92fcb221", "25de48fb3bb299b593c3ea03b3
          "f37492de59263a4007bbf76ff9c6147f5ac5050e")
 
 
-def sample(repros: Path) -> list[tuple[Path, syzkaller.Header]]:
+def sample(repros: Path, first: str = "") -> list[tuple[Path, syzkaller.Header]]:
     found = []
     for p in sorted(repros.glob("*.c")):
         h = syzkaller.read_header(p)
@@ -53,6 +54,8 @@ def sample(repros: Path) -> list[tuple[Path, syzkaller.Header]]:
     fixed = [x for x in found if x[1].status == "fixed"]
     named = [x for x in found if x[0].stem in NAMED and x not in fixed]
     opened = [x for x in found if x[1].status == "open" and x not in named]
+    if first:  # open bugs whose title matches first, then the rest, each in file-name order
+        opened.sort(key=lambda x: not re.search(first, x[1].title))
     return fixed + named + opened
 
 
@@ -176,12 +179,14 @@ def main() -> int:
     ap.add_argument("--tries", type=int, default=3, help="tries on --kernel of a bug that hung there")
     ap.add_argument("--limit", type=int, help="the sample's first N bugs only")
     ap.add_argument("--only", help="bugs whose id starts with this")
+    ap.add_argument("--first", default="", metavar="REGEX",
+                    help="open bugs whose title matches go first (the rest follow, in file-name order)")
     ap.add_argument("--shard", default="1/1", help="I/N: this machine's share of the bugs")
     ap.add_argument("--state", type=Path, default=paths.cache_dir() / "bench" / "syzbot")
     ap.add_argument("--table", action="store_true", help="print the table from the state, run nothing")
     args = ap.parse_args()
     then = args.then or ["debian:7.3.4"]
-    items = sample(args.dir)
+    items = sample(args.dir, args.first)
     if args.only:
         items = [x for x in items if x[1].bug_id.startswith(args.only)]
     if args.limit:
@@ -190,6 +195,9 @@ def main() -> int:
     mine = [x for k, x in enumerate(items) if k % n == i - 1]
     state = State(args.state)
     kernels = [args.kernel, *then]
+    # a shell starts a background job with SIGINT ignored: say it ends the benchmark, as SIGTERM does
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if not args.table:
         child: list = []
         try:
