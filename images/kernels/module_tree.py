@@ -19,16 +19,14 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.base import kernel_cache, paths, procs, untrusted
-from images.kernels import cached, debian, modules
+from harness.base import kernel_cache, paths, untrusted
+from images.kernels import cached, debian, modules, packages
 from images.kernels.kernel import Kernel, Progress, SpecError
-from images.kernels.packages import tar_command
 
 ALIASES = "aliases"  # suffix of the kept modules.alias (with modules.builtin.alias appended)
 # the image's room beyond its files: ext4's metadata and depmod's indexes
@@ -141,38 +139,26 @@ def _extract(kernel: Kernel, work: Path, root: Path, progress: Progress | None) 
 
 def _stream(pkg: Path, prefixes: tuple[str, ...], dest: Path, compressed: list[Path]) -> int:
     """The package's files under prefixes into dest; how many."""
-    err = tempfile.TemporaryFile()
-    proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=err, preexec_fn=procs.die_with_parent)
     count = 0
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            for m in tar:
-                if not m.isfile():  # directories, and links that could lead out of the tree
-                    continue
-                name = untrusted.relative_path(m.name)
-                if name is None:
-                    raise SpecError(f"package member {m.name!r} leaves the package's tree: refused")
-                rel = next((name[len(p):] for p in prefixes if name.startswith(p)), None)
-                if not rel or rel in ("vmlinuz", "config") or rel.startswith("build"):
-                    continue
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                src = tar.extractfile(m)
-                assert src is not None
-                with open(target, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-                if target.suffix in modules.DECOMPRESS:
-                    compressed.append(target)
-                count += 1
-    except tarfile.TarError as e:
-        raise SpecError(f"{pkg.name}: unreadable package ({e})") from None
-    finally:
-        if proc.stdout:
-            proc.stdout.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(60)
-        err.close()
+    with packages.stream(pkg) as s:
+        for m in s.tar:
+            if not m.isfile():  # directories, and links that could lead out of the tree
+                continue
+            name = untrusted.relative_path(m.name)
+            if name is None:
+                raise SpecError(f"package member {m.name!r} leaves the package's tree: refused")
+            rel = next((name[len(p):] for p in prefixes if name.startswith(p)), None)
+            if not rel or rel in ("vmlinuz", "config") or rel.startswith("build"):
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = s.tar.extractfile(m)
+            assert src is not None
+            with open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            if target.suffix in modules.DECOMPRESS:
+                compressed.append(target)
+            count += 1
     return count
 
 

@@ -19,8 +19,9 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from harness.base import paths, procs, untrusted
 from images.kernels import cached, modules
@@ -48,6 +49,46 @@ def _checked_release(match: re.Match, member: tarfile.TarInfo, *groups: str) -> 
     if release is None:
         raise SpecError(f"package member {member.name!r} names no kernel release a kernel could have: refused")
     return release
+
+
+class TarStream:
+    """A package read as a tar stream (stream()): its members in s.tar; set
+    s.stopped when the rest is not wanted, so the tool's end is not awaited."""
+
+    def __init__(self, tar: tarfile.TarFile) -> None:
+        self.tar = tar
+        self.stopped = False
+
+
+@contextmanager
+def stream(pkg: Path) -> Iterator[TarStream]:
+    """pkg's members, streamed once by its tool (tar_command); a package the
+    tool cannot read, or tar cannot parse, is a SpecError naming it."""
+    # the tool's stderr goes to a file: a pipe nobody reads would block it once full
+    err_file = tempfile.TemporaryFile()
+    proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=err_file,
+                            preexec_fn=procs.die_with_parent)
+    s: TarStream | None = None
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            s = TarStream(tar)
+            yield s
+        if not s.stopped:  # the tool's end-of-archive padding: let it finish writing
+            while proc.stdout and proc.stdout.read(1 << 20):
+                pass
+    except tarfile.TarError as e:
+        raise SpecError(f"{pkg.name}: unreadable package ({e})") from None
+    finally:
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        rc = proc.wait(60)
+        err_file.seek(0)
+        err = err_file.read(1 << 16).decode(errors="replace")
+        err_file.close()
+    if rc != 0 and not s.stopped:
+        raise SpecError(f"{pkg.name}: {tar_command(pkg)[0]} could not read it: {err.strip()[-300:]}")
 
 
 class Collector:
@@ -84,33 +125,11 @@ class Collector:
     def feed(self, pkg: Path) -> None:
         """Stream one package, keeping what is wanted."""
         self.read.append(pkg.name)
-        # the tool's stderr goes to a file: a pipe nobody reads would block it once full
-        err_file = tempfile.TemporaryFile()
-        proc = subprocess.Popen(tar_command(pkg), stdout=subprocess.PIPE, stderr=err_file,
-                                preexec_fn=procs.die_with_parent)
-        finished_early = False
-        try:
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                for m in tar:
-                    if (m.isfile() or m.issym() or m.islnk()) and self._take(tar, m) and self.done():
-                        finished_early = True
-                        break
-            if not finished_early:  # the tool's end-of-archive padding: let it finish writing
-                while proc.stdout and proc.stdout.read(1 << 20):
-                    pass
-        except tarfile.TarError as e:
-            raise SpecError(f"{pkg.name}: unreadable package ({e})") from None
-        finally:
-            if proc.stdout:
-                proc.stdout.close()
-            if proc.poll() is None:
-                proc.kill()
-            rc = proc.wait(60)
-            err_file.seek(0)
-            err = err_file.read(1 << 16).decode(errors="replace")
-            err_file.close()
-        if rc != 0 and not finished_early:
-            raise SpecError(f"{pkg.name}: {tar_command(pkg)[0]} could not read it: {err.strip()[-300:]}")
+        with stream(pkg) as s:
+            for m in s.tar:
+                if (m.isfile() or m.issym() or m.islnk()) and self._take(s.tar, m) and self.done():
+                    s.stopped = True  # the rest is not needed
+                    break
 
     def _take(self, tar: tarfile.TarFile, m: tarfile.TarInfo) -> bool:
         """Keep member m if the kernel needs it. Its name is the package's: one
