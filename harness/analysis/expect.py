@@ -14,9 +14,11 @@ from harness.analysis.verdict import VerdictKind
 
 # "record": the verdict the bug's published record predicts (harness/analysis/bug_record.py)
 EXPECTATIONS = ("vulnerable", "not_reproduced", "crashed", "inconclusive", "failed", "any", "record")
-# "missing": a cell of the matrix that no merged shard ran; "disagrees": a
-# verdict other than the one the record predicts
-FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing", "disagrees")
+# "missing": a cell of the matrix that no merged shard ran; "not-run": one
+# its run never reached (interrupted: a CI job's timeout); "disagrees": a
+# verdict other than the one the record predicts. A cell that did not run
+# is no pass: the run, and a merge of its shards, fail on it.
+FAILING = ("regression", "unexpected-pass", "mismatch", "error", "missing", "not-run", "disagrees")
 STATUS_TEXT = {"pass": "pass", "disagrees": "DISAGREES WITH THE RECORD", "regression": "REGRESSION",
                "unexpected-pass": "UNEXPECTED PASS",
                "mismatch": "MISMATCH", "error": "ERROR", "missing": "MISSING", "xfail": "xfail", "xpass": "XPASS",

@@ -73,7 +73,8 @@ def get(name: str) -> GuestEnv:
         sleep_after_s=float(run.get("sleep_after_s", 0)), cpus=int(run.get("cpus", 2)),
         options=tuple(kernel.get("options", ())), mount_modules=tuple(kernel.get("mount_modules", ())),
         disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0))) for x in d.get("disk", ())),
-        boot_steps=tuple(d["guest"].get("boot", ())), steps=tuple(d["guest"]["steps"]), host_tools=tuple(d["guest"].get("host_tools", ())),
+        boot_steps=tuple(d["guest"].get("boot", ())), steps=tuple(d["guest"]["steps"]),
+        host_tools=tuple(d["guest"].get("host_tools", ())),
         report_ends=tuple(d.get("report", {}).get("ends", ())),
         alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())))
                           for a in needs.get("alias", ())),

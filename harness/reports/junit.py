@@ -29,11 +29,11 @@ def render(doc: dict) -> str:
                 counts["failures"] += 1
                 el = ET.SubElement(case, "failure", type=st, message=f"{STATUS_TEXT[st]}: {expected}: {c['line']}")
                 el.text = "\n".join(filter(None, [c["line"], c["reason"], views.kernel_said(c), c["backtraces"]]))
-            elif st in ("error", "missing"):
+            elif st in ("error", "missing", "not-run"):
                 counts["errors"] += 1
                 el = ET.SubElement(case, "error", type="error", message=f"{expected}: {c['reason']}")
                 el.text = c["reason"] or ""
-            elif st in ("skip", "xfail", "not-run"):
+            elif st in ("skip", "xfail"):
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=f"{st}: {c['reason'] or c.get('xfail') or ''}")
             out = ET.SubElement(case, "system-out")

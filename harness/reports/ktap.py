@@ -14,16 +14,16 @@ def _ktap_text(text: str) -> str:
 
 def render(doc: dict) -> str:
     """The matrix as KTAP v1 (Documentation/dev-tools/ktap.rst), one test per
-    cell, for LAVA- and tuxrun-style consumers: failing cells are `not ok`,
-    skipped and not-run cells `ok … # SKIP`, xfail cells `ok … # XFAIL`
-    (kselftest's directive); the verdict line follows as a diagnostic."""
+    cell, for LAVA- and tuxrun-style consumers: failing cells (a cell the
+    run never reached among them) are `not ok`, skipped cells `ok … # SKIP`,
+    xfail cells `ok … # XFAIL` (kselftest's directive); the verdict line
+    follows as a diagnostic."""
     out = ["KTAP version 1", f"1..{len(doc['cells'])}", f"# kstall matrix {doc['matrix']} ({doc['id']})"]
     for i, c in enumerate(doc["cells"], 1):
         st = c["status"]
         name = _ktap_text(c["id"]).replace(" ", "_")
         why = _ktap_text(c["reason"] or c.get("xfail") or st)
-        directive = {"skip": f" # SKIP {why}", "not-run": f" # SKIP not run: {why}",
-                     "xfail": f" # XFAIL {why}"}.get(st, "")
+        directive = {"skip": f" # SKIP {why}", "xfail": f" # XFAIL {why}"}.get(st, "")
         out.append(f"{'not ok' if st in FAILING else 'ok'} {i} {name}{directive}")
         detail = c["line"] or c["reason"]
         if detail:

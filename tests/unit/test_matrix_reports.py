@@ -216,6 +216,26 @@ def test_a_merge_that_lacks_a_shard_fails_naming_its_cells(tmp_path):
     assert matrix_doc.merge([shard(0), shard(1), shard(2)])["exit_code"] == 0
 
 
+def test_a_cell_an_interrupted_shard_never_reached_fails_its_merge(tmp_path):
+    """A shard that its CI job's timeout interrupted (SIGINT) marks its
+    unstarted cells not-run: a merge of it fails, naming them, in every format."""
+    ok = recorded_doc(expect="vulnerable")
+    cell = ok["cells"][0]
+    ran = dict(cell, id="debian:6.16.12/perf-refresh")
+    unrun = dict(cell, id="debian:6.17.8/perf-refresh", kernel="debian:6.17.8", status="not-run", verdict=None,
+                 line=None, reason="", failing=True)
+    doc = dict(ok, cells=[ran, unrun], kernels=["debian:6.16.12", "debian:6.17.8"], interrupted=True,
+               selected=[ran["id"], unrun["id"]])
+    merged = matrix_doc.merge([doc])
+    assert merged["exit_code"] == 1 and merged["failing"] == ["debian:6.17.8/perf-refresh"]
+    formats.write_all(tmp_path, merged)
+    assert "not ok 2 debian:6.17.8/perf-refresh" in (tmp_path / "matrix.ktap").read_text()
+    assert "debian_6.17.8_perf-refresh fail" in (tmp_path / "lava-cases.txt").read_text()
+    junit = etree.parse(str(tmp_path / "junit.xml"))
+    assert junit.xpath("//testcase[@name='debian:6.17.8']/error") and not junit.xpath("//skipped")
+    assert matrix.judge("vulnerable", None) == "not-run" and "not-run" in matrix.FAILING
+
+
 def test_a_directory_of_syzkaller_reproducers_is_a_matrix_of_bugs(tmp_path):
     progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
     with pytest.raises(matrix.MatrixError, match="--kernel"):
