@@ -146,6 +146,7 @@ class Snapshot:
             ram_size, ram_data = copy_sparse(vm.ram_fd, directory() / new["ram"])
             written.append(directory() / new["ram"])
             shutil.copyfile(vm.cfg.log_dir / "console.log", directory() / new["console"])
+            os.chmod(directory() / new["console"], 0o600)
             written.append(directory() / new["console"])
             os.replace(tmp, directory() / new["vmstate"])
             written.append(directory() / new["vmstate"])
@@ -201,7 +202,8 @@ def copy_sparse(src: int, dest: Path, chunk: int = 1 << 20) -> tuple[int, int]:
     size = os.fstat(src).st_size
     zero = bytes(PAGE)
     written = 0
-    with open(dest, "wb") as out:
+    # guest RAM (keys, whatever the guest held): its owner's only, as the device state is
+    with open(dest, "wb", opener=lambda p, flags: os.open(p, flags, 0o600)) as out:
         pos = 0
         while pos < size:
             try:

@@ -23,3 +23,4 @@ def test_copy_sparse_keeps_data_and_leaves_holes(tmp_path):
     assert got_size == size and copy == src.read_bytes()
     assert written == 3 * PAGE  # the zero page was not written
     assert os.stat(tmp_path / "copy").st_blocks * 512 < size // 4
+    assert os.stat(tmp_path / "copy").st_mode & 0o077 == 0  # guest RAM is its owner's only
