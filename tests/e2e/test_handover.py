@@ -65,7 +65,7 @@ def test_a_held_guest_takes_one_debugger_and_goes_with_a_killed_kstall(tmp_path)
         holder.wait(30)
         assert wait_for(lambda: not alive(doc["qemu_pid"]), 10, 0.05), "QEMU outlived the kstall holding it"
         p = kstall("attach", str(run), "--batch")
-        assert p.returncode == 1 and "not held" in p.stderr or "gone" in p.stderr, p.stderr
+        assert p.returncode == 1 and ("not held" in p.stderr or "gone" in p.stderr), p.stderr
     finally:
         if holder.poll() is None:
             holder.kill()
