@@ -94,10 +94,12 @@ def parse_vmcoreinfo(text: bytes) -> dict[str, str]:
 class Core:
     """An ELF64 little-endian core file's program headers and physical memory."""
 
-    def __init__(self, path: Path, at: int = 0) -> None:
-        """The ELF file that starts `at` bytes into path (its offsets made the file's)."""
+    def __init__(self, path: Path, at: int = 0, writable: bool = False) -> None:
+        """The ELF file that starts `at` bytes into path (its offsets made the
+        file's); read only unless kstall is completing a core it writes (a
+        core from a CI artifact or a colleague's results may not be writable)."""
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self.fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
         head = os.pread(self.fd, 64, at)
         if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
             os.close(self.fd)
@@ -259,7 +261,7 @@ def complete(path: Path, a: Arch, raw_note: bytes | None, layout: dict | None = 
     """Write the ELF header, program headers and notes in front of QEMU's core,
     which starts HEADROOM bytes into path, with VMCOREINFO and the kernel's
     mappings added when they can be; what was added, or what is missing."""
-    core = Core(path, HEADROOM)
+    core = Core(path, HEADROOM, writable=True)
     try:
         text = note_text(raw_note) if raw_note else None
         own = core.notes()

@@ -6,10 +6,12 @@ and what inspect says of a debugger too old for a kernel."""
 from __future__ import annotations
 
 import io
+import shutil
 import lzma
 import struct
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -218,3 +220,32 @@ def test_a_full_disk_loses_the_core_and_still_lets_qemu_finish(tmp_path):
         assert "No space left" in copy.error
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_core_another_user_wrote_is_read_without_writing_it(tmp_path):
+    """A vmcore from a CI artifact or a colleague's results: readable, not
+    writable to whoever reads it. Read as an ordinary user (root may write
+    anything), its CPUs come out."""
+    import os
+    shared = Path(tempfile.mkdtemp(prefix="kstall-core-", dir="/tmp"))
+    try:
+        core = shared / "vmcore"
+        _core(core)
+        corekernel.complete(core, X86, _vmcoreinfo_in_memory())
+        os.chmod(shared, 0o755)
+        os.chmod(core, 0o444)
+        if os.geteuid() != 0:
+            assert len(coresample.sample(core, X86, None, None)["cpus"]) == 2
+            return
+        pid = os.fork()
+        if pid == 0:  # the reader: nobody, who may read the core and not write it
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                os._exit(0 if len(coresample.sample(core, X86, None, None)["cpus"]) == 2 else 1)
+            except BaseException:  # noqa: BLE001 - the child says it by its status
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
