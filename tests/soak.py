@@ -38,6 +38,16 @@ ARM64_CELLS = {("debian:6.16.12-arm64", "perf-refresh"): "vulnerable",
                ("debian:6.17.8-arm64", "perf-refresh"): "not_reproduced"}
 
 
+def soaked_cells(repros: list[str], known: dict = CELLS) -> list[str]:
+    """The ids of the cells a round of matrix_file(repros, known) runs."""
+    return [f"{k}/{r}" for (k, r) in known if r in repros]
+
+
+def lost_round(ids: list[str], why: str) -> list[dict]:
+    """A round whose matrix wrote no matrix.json: each cell it was to run is an ERROR."""
+    return [{"id": i, "verdict": "ERROR", "status": "error", "reason": why} for i in ids]
+
+
 def matrix_file(path: Path, repros: list[str], known: dict = CELLS) -> Path:
     kernels: dict[str, dict[str, str]] = {}
     for (k, r), want in known.items():
@@ -122,6 +132,8 @@ def main() -> int:
     both = matrix_file(work / "all.toml", ["perf-refresh", "bpf-ringbuf"])
     perf = matrix_file(work / "perf.toml", ["perf-refresh"])
     arm64 = matrix_file(work / "arm64.toml", ["perf-refresh"], ARM64_CELLS)
+    ids = {both: soaked_cells(["perf-refresh", "bpf-ringbuf"]), perf: soaked_cells(["perf-refresh"]),
+           arm64: soaked_cells(["perf-refresh"], ARM64_CELLS)}
     hogs = [multiprocessing.Process(target=hog, daemon=True) for _ in range(os.cpu_count() or 1)] if a.load else []
     for h in hogs:
         h.start()
@@ -134,9 +146,8 @@ def main() -> int:
             p = subprocess.run([sys.executable, str(REPO / "harness" / "kstall"), "matrix", str(m), "--results",
                                 str(out)], capture_output=True, text=True, timeout=3600)
             docs = list(out.glob("*/matrix.json"))
-            if not docs:
-                cells.append({"id": f"round {i}", "verdict": "ERROR", "status": "error",
-                              "reason": f"matrix exited {p.returncode} without matrix.json: {p.stderr[-300:]}"})
+            if not docs:  # as many ERRORs as the round had cells, not one
+                cells += lost_round(ids[m], f"matrix exited {p.returncode} without matrix.json: {p.stderr[-300:]}")
                 continue
             doc = json.loads(docs[0].read_text())
             for c in doc["cells"]:

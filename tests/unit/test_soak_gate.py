@@ -28,3 +28,12 @@ def test_a_false_verdict_fails_the_gate_and_inconclusives_are_held_to_two_percen
     assert not soak.passes(soak.tally(cells(99, "VULNERABLE") + cells(1, "NOT_REPRODUCED", "fail")))
     assert soak.passes(soak.tally(cells(98, "VULNERABLE") + cells(2, "INCONCLUSIVE", "fail")))
     assert not soak.passes(soak.tally(cells(97, "VULNERABLE") + cells(3, "INCONCLUSIVE", "fail")))
+
+
+def test_a_round_that_lost_its_matrix_counts_every_cell_it_was_to_run():
+    """156 good runs and one lost round of the four cells: 4 ERRORs of 160
+    (2.5 %, failing), not 1 of 157 (0.64 %, passing)."""
+    ids = soak.soaked_cells(["perf-refresh", "bpf-ringbuf"])
+    assert len(ids) == 4 and "debian:7.3.4/bpf-ringbuf" in ids
+    f = soak.tally(cells(156, "VULNERABLE") + soak.lost_round(ids, "matrix exited -9 without matrix.json"))
+    assert f["runs"] == 160 and f["errors"] == 4 and not soak.passes(f)
