@@ -15,17 +15,19 @@ stack as kstall walked it, its state, and who waits for whom.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import arch as arches
+from harness.base import paths
 from harness.base.kernel_cache import KernelKey
 from harness.debug.symfile import developer_gdb
 from images.kernels import debuginfo
@@ -97,10 +99,13 @@ def too_new(tool: str, upstream: str) -> str:
 
 
 def _script(text: str, suffix: str) -> str:
-    """A file of batch commands for the debugger (it outlives kstall, which execs the debugger)."""
-    with tempfile.NamedTemporaryFile("w", prefix="kstall-inspect-", suffix=suffix, delete=False) as f:
-        f.write(text)
-    return f.name
+    """A file of batch commands for the debugger, in kstall's cache under a
+    name its text gives: a printed command can be pasted later, and the same
+    commands again reuse the file rather than leave another behind."""
+    path = paths.cache_dir() / "inspect" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}"
+    if not path.exists():
+        paths.write_atomic(path, text)
+    return str(path)
 
 
 def command(r: Run, tool: str, commands: list[str]) -> list[str]:
@@ -144,7 +149,7 @@ def inspect(run: Path, tool: str, commands: list[str], print_only: bool, echo) -
         return 1
     echo(what_kstall_knows(r))
     if print_only or (not commands and not sys.stdin.isatty()):
-        print(" ".join(argv))
+        print(shlex.join(argv))  # pasted into a shell as it is
         return 0
     if shutil.which(argv[0]) is None:
         echo(f"error: {argv[0]} is not installed (Debian package {package})")

@@ -249,3 +249,25 @@ def test_a_core_another_user_wrote_is_read_without_writing_it(tmp_path):
         assert os.WEXITSTATUS(status) == 0
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_inspect_prints_a_command_that_pastes_and_leaves_no_script_in_tmp(tmp_path, monkeypatch, capsys):
+    """A run kept under a path with a space: --print's command, pasted into a
+    shell, is the same argv; a crash --ex script is kstall's, reused, not /tmp's."""
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "my runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "vmcore").write_bytes(b"core")
+    vmlinux = tmp_path / "vmlinux with space"
+    vmlinux.write_bytes(b"elf")
+    r = inspect.Run(run, {"kernel": {"arch": "x86_64"}}, run / "vmcore", vmlinux, None)
+    before = set(Path(tempfile.gettempdir()).glob("kstall-inspect-*"))
+    argv = inspect.command(r, "crash", ["bt -a"])
+    assert inspect.command(r, "crash", ["bt -a"]) == argv and argv[-1].startswith(str(tmp_path / "cache"))
+    assert Path(argv[-1]).read_text() == "bt -a\nquit\n"
+    assert set(Path(tempfile.gettempdir()).glob("kstall-inspect-*")) == before
+    import shlex
+    assert shlex.split(shlex.join(argv)) == argv
+    monkeypatch.setattr(inspect, "load", lambda p: r)
+    assert inspect.inspect(run, "crash", ["bt -a"], True, lambda m: None) == 0
+    assert shlex.split(capsys.readouterr().out.strip()) == argv
