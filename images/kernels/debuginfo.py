@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import lzma
+import os
 import re
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from images.kernels.packages import tar_command
 _MEMBER = re.compile(r"(?:\./)?usr/lib/debug/(?:boot/vmlinux-[^/]+|lib/modules/[^/]+/vmlinux)")
 _AR_MAGIC = b"!<arch>\n"
 _CHUNK = 1 << 20
+PARTIAL = ".vmlinux-"  # a vmlinux being copied in: .vmlinux-<pid>-<random>
 
 
 @dataclass
@@ -152,19 +154,40 @@ class _Stream:
             pass
 
 
+def _copy_to_partial(src, dest_dir: Path) -> Path:
+    """src's bytes into a new partial file in dest_dir, named for this
+    process: a copy cut short (a reset connection, Ctrl-C, a full disk)
+    removes it, and one this process left by dying is removed by the next
+    (_drop_orphans). Up to 855 MB each: none may stay."""
+    _drop_orphans(dest_dir)
+    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f"{PARTIAL}{os.getpid()}-")
+    try:
+        with open(fd, "wb") as f:
+            while chunk := src.read(_CHUNK):
+                f.write(chunk)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def _drop_orphans(dest_dir: Path) -> None:
+    """Partial files of processes that are gone."""
+    for f in dest_dir.glob(f"{PARTIAL}*"):
+        pid = f.name[len(PARTIAL):].split("-", 1)[0]
+        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+            f.unlink(missing_ok=True)
+
+
 def _keep_member(tar: tarfile.TarFile, dest_dir: Path) -> tuple[Path, str] | None:
-    """The vmlinux member of a streamed package, written to a temporary file in dest_dir."""
+    """The vmlinux member of a streamed package, written to a partial file in dest_dir."""
     for m in tar:
         if not (m.isfile() and _MEMBER.fullmatch(m.name)):
             continue
         src = tar.extractfile(m)
         if src is None:
             continue
-        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=".vmlinux-")
-        with open(fd, "wb") as f:
-            while chunk := src.read(_CHUNK):
-                f.write(chunk)
-        return Path(tmp), m.name
+        return _copy_to_partial(src, dest_dir), m.name
     return None
 
 
@@ -255,11 +278,8 @@ def from_file(kernel: Kernel, given: Path, progress: Progress | None = None) -> 
             raise SpecError(f"{given.name} holds no vmlinux under usr/lib/debug")
         tmp = kept[0]
     else:
-        fd, name = tempfile.mkstemp(dir=dest_dir, prefix=".vmlinux-")
-        with open(fd, "wb") as out, open(given, "rb") as src:
-            while chunk := src.read(_CHUNK):
-                out.write(chunk)
-        tmp = Path(name)
+        with open(given, "rb") as src:
+            tmp = _copy_to_partial(src, dest_dir)
     size = given.stat().st_size
     path = _publish(tmp, booted, given.name)
     return Fetched(path, buildid.of_elf(path) or "", given.name, round(size / 1e6, 1), round(time.monotonic() - t0, 1))

@@ -6,6 +6,7 @@ and what inspect says of a debugger too old for a kernel."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import lzma
 import struct
@@ -226,7 +227,6 @@ def test_a_core_another_user_wrote_is_read_without_writing_it(tmp_path):
     """A vmcore from a CI artifact or a colleague's results: readable, not
     writable to whoever reads it. Read as an ordinary user (root may write
     anything), its CPUs come out."""
-    import os
     shared = Path(tempfile.mkdtemp(prefix="kstall-core-", dir="/tmp"))
     try:
         core = shared / "vmcore"
@@ -271,3 +271,28 @@ def test_inspect_prints_a_command_that_pastes_and_leaves_no_script_in_tmp(tmp_pa
     monkeypatch.setattr(inspect, "load", lambda p: r)
     assert inspect.inspect(run, "crash", ["bt -a"], True, lambda m: None) == 0
     assert shlex.split(capsys.readouterr().out.strip()) == argv
+
+
+def test_a_debug_info_copy_cut_short_leaves_no_partial_file(tmp_path):
+    """A download that breaks off (here: the stream raises half-way) removes
+    its partial vmlinux; one a dead process left is removed by the next."""
+    from images.kernels import debuginfo
+
+    class Breaks(io.RawIOBase):
+        def __init__(self):
+            self.n = 0
+
+        def read(self, size=-1):
+            self.n += 1
+            if self.n > 2:
+                raise ConnectionResetError("connection reset by peer")
+            return b"x" * (1 << 20)
+    orphan = tmp_path / f"{debuginfo.PARTIAL}999999999-abc"  # no such process
+    orphan.write_bytes(b"half a vmlinux")
+    mine = tmp_path / f"{debuginfo.PARTIAL}{os.getpid()}-live"  # this process's, still being written
+    mine.write_bytes(b"")
+    with pytest.raises(ConnectionResetError):
+        debuginfo._copy_to_partial(Breaks(), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+    kept = debuginfo._copy_to_partial(io.BytesIO(b"vmlinux"), tmp_path)
+    assert kept.read_bytes() == b"vmlinux" and kept.name.startswith(f"{debuginfo.PARTIAL}{os.getpid()}-")
