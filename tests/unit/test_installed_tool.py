@@ -2,7 +2,9 @@
 """kstall as an installed tool: its version and its doctor."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +76,30 @@ def test_the_shell_completes_commands_options_and_debian_versions():
         p = subprocess.run(["bash", "-c", script.split("try '")[0] + f"try '{REPO / 'harness' / 'kstall'} verify "
                             "debian:6.16.'\n"], capture_output=True, text=True, timeout=60)
         assert "6.16.12" in p.stdout.split(), p.stdout  # bash completes after the colon it splits at
+
+
+def test_an_installed_tree_gets_no_bytecode_written_into_it(tmp_path):
+    """Run as root from a tree marked INSTALLED (as /usr/lib/kstall is), the
+    launcher writes no __pycache__ beside the code; a checkout's does as usual."""
+    from harness import cli
+    real = Path(cli.__file__).parent
+    tree = tmp_path / "lib" / "kstall"
+    (tree / "harness").mkdir(parents=True)
+    shutil.copy2(real / "kstall", tree / "harness" / "kstall")
+    for p in real.iterdir():  # the rest of the package as it is, through links
+        if p.name not in ("kstall", "__pycache__"):
+            (tree / "harness" / p.name).symlink_to(p)
+    for top in ("images", "gdbscripts", "repro", "build"):
+        (tree / top).symlink_to(real.parent / top)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+    def version() -> None:
+        p = subprocess.run([sys.executable, str(tree / "harness" / "kstall"), "--version"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stderr
+    version()
+    assert (tree / "harness" / "__pycache__").is_dir()  # a tree of one's own: as Python does
+    shutil.rmtree(tree / "harness" / "__pycache__")
+    (tree / "INSTALLED").write_text("")
+    version()
+    assert not (tree / "harness" / "__pycache__").exists()
