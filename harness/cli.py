@@ -736,10 +736,11 @@ def cmd_doctor(a: argparse.Namespace) -> int:
     from harness.drivers import doctor
     try:
         needed = doctor.matrix_arches(a.matrix) if a.matrix else set()
+        builds_c = doctor.matrix_builds_c(a.matrix) if a.matrix else False
     except MatrixError as e:
         echo_stderr(f"error: {e}")
         return EXIT_USAGE
-    findings = doctor.examine(a.offline or a.packages, needed)
+    findings = doctor.examine(a.offline or a.packages, needed, builds_c)
     if a.packages:
         print(" ".join(doctor.missing_packages(findings)))
         return 0

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import time
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -138,23 +139,56 @@ def _who() -> Finding:
 
 def matrix_arches(path: Path) -> set[str]:
     """The guest architectures a matrix file's kernels are for (MatrixError
-    for a file that is no matrix). A debian: kernel names its own; a file,
-    an image or a build is taken to be the host's."""
+    for a file that is no matrix): a row's `arch` (or the file's [defaults]
+    arch) whatever its scheme; without one, a debian: kernel names its own,
+    and a package, image, file or build is taken to be the host's."""
     from harness.drivers import matrix
     from images.kernels import debian
-    return {arches.by_debian(debian.arch_of(spec.partition(":")[2])).name if spec.startswith("debian:")
-            else arches.host().name for spec in matrix.load(path).kernels}
+    m = matrix.load(path)  # checks the file, and gives debian: rows their architecture
+    doc = tomllib.loads(path.read_text())
+    default = doc.get("defaults", {}).get("arch")
+    out = set()
+    for row, spec in zip(doc.get("kernel", []), m.kernels):
+        given = row.get("arch", default)
+        if given:
+            out.add(arches.named(given).name)
+        elif spec.startswith("debian:"):
+            out.add(arches.by_debian(debian.arch_of(spec.partition(":")[2])).name)
+        else:
+            out.add(arches.host().name)
+    return out
 
 
-def examine(offline: bool = False, needed: frozenset[str] | set[str] = frozenset()) -> list[Finding]:
+def matrix_builds_c(path: Path) -> bool:
+    """Whether a matrix runs a C file of a user's, which kstall builds for each guest's architecture."""
+    from harness.drivers import matrix
+    return any(c.spec.endswith(".c") or c.spec.startswith("syz") for c in matrix.load(path).cells)
+
+
+def examine(offline: bool = False, needed: frozenset[str] | set[str] = frozenset(),
+            builds_c: bool = False) -> list[Finding]:
     """needed: the guest architectures whose QEMU and debugger a run needs,
-    besides the host's own (a matrix's, say)."""
-    return [*_tools({arches.host().name, *needed}), _kvm(), _disk(), _debian(offline), _who()]
+    besides the host's own (a matrix's, say); builds_c: the run builds a
+    user's C file for each of them, with their cross compiler and C library."""
+    compilers = [_compiler(n) for n in sorted(needed) if builds_c and n != arches.host().name]
+    return [*_tools({arches.host().name, *needed}), *compilers, _kvm(), _disk(), _debian(offline), _who()]
+
+
+def _compiler(name: str) -> Finding:
+    """The cross compiler and C library that build a user's C file for a guest of another architecture."""
+    a = arches.get(name)
+    cc = shutil.which(a.compiler())
+    libc = Path("/usr") / a.table["triplet"] / "include" / "stdio.h"
+    missing = [p for p, ok in ((a.table["cross_package"], cc), (a.table["cross_libc_package"], libc.is_file()))
+               if not ok]
+    return Finding(f"C compiler for {name}", FAIL if missing else OK,
+                   f"{cc}, {libc.parent}" if not missing else f"a C file for {a.debian} guests needs "
+                   f"{', '.join(missing)}", package=" ".join(missing))
 
 
 def missing_packages(findings: list[Finding]) -> list[str]:
     """The Debian packages that would mend what a run needs and lacks."""
-    return sorted({f.package for f in findings if f.status == FAIL and f.package})
+    return sorted({p for f in findings if f.status == FAIL and f.package for p in f.package.split()})
 
 
 def report(findings: list[Finding], as_json: bool) -> tuple[str, int]:

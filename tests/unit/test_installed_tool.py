@@ -103,3 +103,22 @@ def test_an_installed_tree_gets_no_bytecode_written_into_it(tmp_path):
     (tree / "INSTALLED").write_text("")
     version()
     assert not (tree / "harness" / "__pycache__").exists()
+
+
+def test_the_doctor_reads_every_rows_architecture_and_a_c_files_cross_compiler(tmp_path, monkeypatch):
+    """A deb: or file: row that says arch = "arm64" is an arm64 guest (CI
+    installs what this names before a shard); a matrix that builds a user's C
+    file for it needs that architecture's cross compiler and C library."""
+    (tmp_path / "mine.c").write_text("int main(void) { return 0; }\n")
+    m = tmp_path / "m.toml"
+    m.write_text('[[reproducer]]\nname = "mine"\npath = "mine.c"\n'
+                 '[[kernel]]\nspec = "deb:/srv/linux-image-6.12.107-arm64.deb"\narch = "arm64"\n'
+                 '[[kernel]]\nspec = "file:/boot/vmlinuz"\n')
+    foreign = next(n for n in arch.names() if n != arch.host().name)
+    assert doctor.matrix_arches(m) == {arch.host().name, foreign} and doctor.matrix_builds_c(m)
+    a = arch.get(foreign)
+    real_which = doctor.shutil.which
+    monkeypatch.setattr(doctor.shutil, "which", lambda t: None if t == a.compiler() else real_which(t))
+    missing = doctor.missing_packages(doctor.examine(offline=True, needed={foreign}, builds_c=True))
+    assert a.table["cross_package"] in missing
+    assert a.table["cross_package"] not in doctor.missing_packages(doctor.examine(offline=True, needed={foreign}))
