@@ -71,6 +71,14 @@ def _signatures(doc: dict) -> list[classify.Signature]:
     return classify.signatures_for(repro)[0] if repro else classify.load_signatures()
 
 
+def recorded_culprit(doc: dict) -> str:
+    """The culprit signature the run's CPUs had: what today's reading of the
+    same samples is set against. A verdict judged by another judge (a
+    latency stall the reproducer measured, a process's threads) named no CPU
+    culprit, and its evidence is in the record, not in the samples."""
+    return next((c.get("signature") or "" for c in doc.get("cpus", []) if c.get("role") == str(Role.CULPRIT)), "")
+
+
 def read(run: Path) -> Reading:
     """The run's samples classified with today's files, beside its record."""
     try:
@@ -87,7 +95,7 @@ def read(run: Path) -> Reading:
     recorded = {c["cpu"]: {k: c.get(k) for k in ("signature", "role", "class")} for c in doc.get("cpus", [])}
     culprits = [c for c in classes if c.signature.role == Role.CULPRIT]
     culprit_now = culprits[0].signature.name if culprits else ""
-    out = Reading(run, recorded, now, doc.get("signature") or "", culprit_now,
+    out = Reading(run, recorded, now, recorded_culprit(doc), culprit_now,
                   culprits[0].title if culprits else hang.title)
     if samples and out.culprit_before != culprit_now:  # (without samples the culprit was read another way)
         out.differences.append(f"culprit signature: recorded {out.culprit_before or 'none'}, "

@@ -67,3 +67,15 @@ def test_the_console_is_titled_again_and_a_changed_title_is_a_difference(tmp_pat
     _console_run(tmp_path, "6.16.12-hung-task.log", "INFO: task hung in something_else")
     r = analyze.read(tmp_path)
     assert r.differences == [f"console: recorded 'INFO: task hung in something_else', today {title!r}"]
+
+
+def test_a_verdict_its_own_judge_reached_reads_the_same_when_nothing_changed():
+    """bpf-ringbuf on 6.16.12: VULNERABLE by the reproducer's own latency
+    measurement, with no CPU culprit: today's reading of its samples (no CPU
+    culprit) is the same, not "recorded reserve-latency-stall, today none"."""
+    r = analyze.read(FIXTURES / "bpf-ringbuf-6.16.12-rqspinlock")
+    assert r.agrees, r.differences
+    assert analyze.recorded_culprit({"signature": "reserve-latency-stall", "cpus": [
+        {"cpu": 0, "signature": "unknown", "role": "unknown"}]}) == ""
+    assert analyze.recorded_culprit({"cpus": [{"cpu": 1, "signature": "hrtimer_cancel_self_deadlock",
+                                               "role": "culprit"}]}) == "hrtimer_cancel_self_deadlock"
