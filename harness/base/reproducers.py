@@ -157,7 +157,17 @@ class Reproducer:
 
     @property
     def calibration_dir(self) -> Path:
-        return Path(self.calibration) if self.calibration else BUILTIN_CALIBRATION
+        """Where `calibrate --write` writes its calibration: its own directory,
+        or for a built-in of an installed kstall (whose tree dpkg owns, read
+        only) the user's, in the cache."""
+        if self.calibration:
+            return Path(self.calibration)
+        return paths.cache_dir() / "calibration" / "builtin" if paths.INSTALLED else BUILTIN_CALIBRATION
+
+    @property
+    def calibration_dirs(self) -> tuple[Path, ...]:
+        """Where its calibrations are read from: the one calibrate writes first, then the package's."""
+        return tuple(dict.fromkeys([self.calibration_dir, *([] if self.calibration else [BUILTIN_CALIBRATION])]))
 
 
 def names() -> list[str]:

@@ -13,6 +13,7 @@ from typing import Callable
 
 from harness.analysis import pmiss
 from harness.analysis.verdict import VerdictKind
+from harness.base import arch as arches
 from harness.drivers import case as cases, verify
 from harness.drivers.options import Options
 
@@ -38,18 +39,27 @@ def run(kernel: str, reproducer: str, opts: Options, count: int, write_file: boo
     runs = []
     canonical = kernel
     loaded = cases.load(reproducer, echo)
+    accel, arch = "", ""
     for i in range(count):
         rec = verify.verify(kernel, loaded, opts, echo).record
-        canonical = rec.kernel["canonical"]
+        canonical, arch = rec.kernel["canonical"], rec.vm.get("arch") or rec.kernel.get("arch") or arches.DEFAULT
+        # the accelerator the runs are for: each one's first attempt's (an emulator fault's
+        # retry runs under tcg-single, a rate of its own that holds for no normal run)
+        accel = accel or (rec.attempts[0].get("accel") if rec.attempts else None) or rec.vm["accel"]
+        run_accel = rec.vm["accel"]
+        line = (f"run {i + 1}/{count}: {rec.verdict.verdict} after {rec.passes_before_hang} passes "
+                f"({rec.id})")
+        if run_accel != accel:
+            print(f"{line}: ended under {run_accel}, not {accel}: left out of the rate", flush=True)
+            continue
         runs.append({"verdict": rec.verdict.verdict, "count": rec.passes_before_hang,
                      "seconds": rec.timings.get("hang_after_s") or rec.timings.get("repro_s") or 0, "id": rec.id})
-        print(f"run {i + 1}/{count}: {rec.verdict.verdict} after {runs[-1]['count']} passes, "
-              f"{runs[-1]['seconds']}s ({rec.id})", flush=True)
+        print(f"{line}, {runs[-1]['seconds']}s", flush=True)
     hangs = [r for r in runs if r["verdict"] == VerdictKind.VULNERABLE]
     print(f"{len(hangs)}/{len(runs)} runs hung")
-    if write_file:
+    if write_file and runs:
         repro = loaded.spec
-        key = cases.key_for(loaded, opts, rec.vm["accel"], rec.vm["arch"])
+        key = cases.key_for(loaded, opts, accel, arch)
         path = pmiss.file_for(repro.name, key.arch, repro.calibration_dir)
         write(path, repro.name, canonical, key, runs, sys.argv[1:])
         cal = pmiss.load(repro.name, key, repro.calibration_dir)

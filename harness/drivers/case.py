@@ -112,7 +112,8 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
         repro = dataclasses.replace(repro, program=str(build(repro)))
         if time.monotonic() - t > 0.1:  # not cached
             echo(f"{Path(repro.source).name}: built {repro.program} ({time.monotonic() - t:.2f}s)")
-    return Loaded(repro, tuple(sigs), own_bug, record, pmiss.load_files(repro.name, repro.calibration_dir))
+    calibrations = tuple(c for d in repro.calibration_dirs for c in pmiss.load_files(repro.name, d))
+    return Loaded(repro, tuple(sigs), own_bug, record, calibrations)
 
 
 def build(repro: Reproducer, arch: str = arches.DEFAULT) -> Path:

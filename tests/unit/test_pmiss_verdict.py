@@ -202,3 +202,37 @@ def test_a_bisection_judges_a_step_by_the_calibration_for_the_accelerator_it_ran
     assert policy.calibration("kvm") is None  # a KVM step does not borrow TCG's hang rate
     assert pmiss.load_file("perf-refresh").mismatch(key("perf-refresh", accel="")) == \
         "no calibration for a run whose accelerator is not known"
+
+
+def test_calibrate_keys_its_file_by_the_runs_accelerator_and_writes_where_the_user_may(tmp_path, monkeypatch):
+    """Three recorded VULNERABLE runs of perf-refresh, the second retried under
+    tcg-single after an emulator fault: the file holds for tcg runs and the
+    retried run is left out of the rate. An installed kstall writes a
+    built-in's calibration into the user's cache, and reads it from there."""
+    import copy
+    import json as json_
+    from recorded import FIXTURES
+    from harness.analysis.record import RunRecord
+    from harness.base import paths
+    from harness.drivers import calibrate, verify
+    from harness.drivers.options import Options
+    base = json_.loads((FIXTURES / "perf-refresh-6.16.12-4cpu" / "run.json").read_text())
+    docs = []
+    for i, accel in enumerate(("tcg", "tcg-single", "tcg")):
+        d = copy.deepcopy(base)
+        d["id"], d["vm"]["accel"] = f"run-{i}", accel
+        d["attempts"] = [{"attempt": 1, "accel": "tcg"}] + ([{"attempt": 2, "accel": accel}] if accel != "tcg" else [])
+        docs.append(d)
+    made = iter(docs)
+
+    class Result:
+        def __init__(self, doc):
+            self.record = RunRecord.from_json(doc)
+    monkeypatch.setattr(verify, "verify", lambda *a, **k: Result(next(made)))
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
+    monkeypatch.setattr(paths, "INSTALLED", True)
+    assert calibrate.run("debian:6.16.12", "perf-refresh", Options(), 3, True, lambda m: None) == 0
+    written = tmp_path / "calibration" / "builtin" / "perf-refresh.toml"
+    text = written.read_text()
+    assert 'accel = "tcg"' in text and text.count("[[run]]") == 2 and "run-1" not in text
+    assert written.parent in reproducers.load("perf-refresh").calibration_dirs
