@@ -24,6 +24,9 @@ class QMP:
         self.events: list[dict[str, Any]] = []
         # one command at a time: the NMI injector's thread shares the monitor
         self.lock = threading.Lock()
+        # every command carries an id and takes only the reply with its id: the
+        # late reply of a command that timed out is no answer to the next one
+        self._ids = 0
 
     def connect(self, deadline: float, alive: Callable[[], bool] = lambda: True) -> None:
         """Connect (QEMU may still be creating the socket: alive() says
@@ -74,7 +77,9 @@ class QMP:
     def _cmd(self, name: str, timeout: float | None = None, fds: list[int] | None = None, **args: Any) -> Any:
         if self.sock is None:
             raise QMPError("QMP not connected")
-        msg: dict[str, Any] = {"execute": name}
+        self._ids += 1
+        ident = f"kstall-{self._ids}"
+        msg: dict[str, Any] = {"execute": name, "id": ident}
         if args:
             msg["arguments"] = args
         data = json.dumps(msg).encode() + b"\n"
@@ -88,6 +93,8 @@ class QMP:
             reply = self._read_msg(deadline)
             if "event" in reply:
                 self.events.append(reply)
+                continue
+            if reply.get("id") != ident:  # an earlier command's, which timed out waiting for it
                 continue
             if "error" in reply:
                 raise QMPError(f"{name}: {reply['error'].get('desc', reply['error'])}")
