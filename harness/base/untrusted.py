@@ -1,10 +1,15 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Numbers read from guest text (console, agent channel, /proc lines). The
-guest is not trusted: what is not a number of sane length is no number, and
-nothing here raises."""
+"""What kstall reads from something it does not trust: numbers in guest
+text (console, agent channel, /proc lines), names and paths in packages
+and images, and the fields of a run record (run.json, held.json) that came
+from elsewhere (a colleague's results, a CI artifact). What is not a sane
+number, name or path is none, and nothing here raises."""
 from __future__ import annotations
 
+import os
 import re
+import stat
+from pathlib import Path
 
 _DEC = re.compile(r"-?\d{1,20}")
 _HEX = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,16}")
@@ -40,3 +45,36 @@ def relative_path(text: str) -> str | None:
     if not parts or ".." in parts:
         return None
     return "/".join(parts)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# a path kstall itself would write: absolute, plain characters (no shell or gdb syntax, no spaces)
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9/._+-]{0,4000}")
+
+
+def sha256(text: object) -> str | None:
+    """A SHA-256 in hex, else None (a record's kernel hash names cache files)."""
+    return text if isinstance(text, str) and _SHA256.fullmatch(text) else None
+
+
+def path_under(text: object, root: Path) -> Path | None:
+    """A record's path when it lies inside root once resolved (kstall writes
+    beside some of them), else None."""
+    if not isinstance(text, str) or not _PLAIN_PATH.fullmatch(text):
+        return None
+    try:
+        p, r = Path(text).resolve(), root.resolve()
+    except (OSError, RuntimeError):
+        return None
+    return p if p == r or r in p.parents else None
+
+
+def socket_path(text: object) -> Path | None:
+    """A record's unix socket: a plain absolute path to an existing socket
+    (it goes into gdb's `target remote`, where a leading '|' runs a command)."""
+    if not isinstance(text, str) or not _PLAIN_PATH.fullmatch(text):
+        return None
+    try:
+        return Path(text) if stat.S_ISSOCK(os.stat(text).st_mode) else None
+    except OSError:
+        return None

@@ -23,7 +23,7 @@ from harness.analysis import classify, console, cpu_state
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import Kallsyms
 from harness.base import arch as arches
-from harness.base import reproducers
+from harness.base import paths, reproducers, untrusted
 from harness.debug import corekernel, coresample
 from harness.drivers import layouts
 
@@ -132,10 +132,15 @@ def _read_console(run: Path, doc: dict, out: Reading) -> None:
 
 def _read_core(run: Path, doc: dict, out: Reading) -> None:
     """The CPUs as the vmcore has them; a culprit the record names that no CPU of the core shows is a difference."""
-    a = arches.get(doc["kernel"].get("arch") or arches.DEFAULT)
-    kallsyms = Path((doc.get("symbols") or {}).get("cached") or "")
-    syms = Kallsyms.load(kallsyms) if kallsyms.is_file() else None
-    lay = layouts.cached(kallsyms) if syms else None
+    name = (doc.get("kernel") or {}).get("arch") or arches.DEFAULT
+    if name not in arches.names():
+        out.differences.append(f"vmcore: run.json names no architecture kstall knows ({str(name)[:20]!r})")
+        return
+    a = arches.get(name)
+    # only from kstall's own cache: a layout is written beside the symbols, and another user's may not be readable
+    kallsyms = untrusted.path_under((doc.get("symbols") or {}).get("cached"), paths.cache_dir())
+    syms = Kallsyms.load(kallsyms) if kallsyms is not None and kallsyms.is_file() else None
+    lay = layouts.cached(kallsyms) if syms and kallsyms else None
     try:
         s = coresample.sample(run / "vmcore", a, syms, json.loads(lay.read_text()) if lay else None)
     except (corekernel.CoreError, OSError) as e:

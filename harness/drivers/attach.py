@@ -19,15 +19,21 @@ import os
 from pathlib import Path
 
 from harness.base import arch as arches
+from harness.base import paths, untrusted
 from harness.debug.symfile import developer_gdb
 from harness.guest import hold
 
 
 def gdb_command(doc: dict, commands: list[str], batch: bool) -> list[str]:
-    def path(key: str) -> Path | None:
-        return Path(doc[key]) if doc.get(key) else None
-    return developer_gdb(arches.get(doc["arch"]), path("vmlinux"), path("symbols"), path("layout"),
-                         f"target remote {doc['gdb_socket']}", commands, batch)
+    """gdb on the held guest held.json names (hold.read checked its socket
+    and architecture). Its symbols and layout are taken only from kstall's
+    own cache, since a symbol file is written beside them."""
+    cache = paths.cache_dir()
+    vmlinux = Path(doc["vmlinux"]) if isinstance(doc.get("vmlinux"), str) and Path(doc["vmlinux"]).is_file() \
+        else None
+    return developer_gdb(arches.get(doc["arch"]), vmlinux, untrusted.path_under(doc.get("symbols"), cache),
+                         untrusted.path_under(doc.get("layout"), cache), f"target remote {doc['gdb_socket']}",
+                         commands, batch)
 
 
 def attach(run_dir: Path, commands: list[str], batch: bool, echo) -> int:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import arch as arches
-from harness.base import paths
+from harness.base import paths, untrusted
 from harness.base.kernel_cache import KernelKey
 from harness.debug.symfile import developer_gdb
 from images.kernels import debuginfo
@@ -67,11 +67,16 @@ def load(run: Path) -> Run:
         why = (doc.get("vm") or {}).get("vmcore") or {}
         raise InspectError(f"{run}: no vmcore" + (f" ({why['error']})" if why.get("error") else
                                                   " (verify --vmcore writes one when a run hangs)"))
-    k = doc["kernel"]
-    vmlinux = debuginfo.for_image(KernelKey(k["sha256"], k.get("arch") or arches.DEFAULT), Path(k["vmlinuz"]),
-                                  Path(k["vmlinux"]) if k.get("vmlinux") else None)
-    syms = (doc.get("symbols") or {}).get("cached") or (doc.get("symbols") or {}).get("path")
-    return Run(run, doc, core, vmlinux, Path(syms) if syms and Path(syms).is_file() else None)
+    k = doc.get("kernel") or {}
+    sha, arch = untrusted.sha256(k.get("sha256")), k.get("arch") or arches.DEFAULT
+    if sha is None or arch not in arches.names():  # they name files in kstall's cache
+        raise InspectError(f"{run}/run.json names no kernel kstall can look up (sha256 "
+                           f"{str(k.get('sha256'))[:70]!r}, arch {str(arch)[:20]!r}): refused")
+    own = Path(k["vmlinux"]) if isinstance(k.get("vmlinux"), str) else None
+    vmlinux = debuginfo.for_image(KernelKey(sha, arch), Path(str(k.get("vmlinuz"))), own)
+    recorded = (doc.get("symbols") or {}).get("cached") or (doc.get("symbols") or {}).get("path")
+    syms = untrusted.path_under(recorded, paths.cache_dir())  # a symbol file is written beside it
+    return Run(run, doc, core, vmlinux, syms if syms and syms.is_file() else None)
 
 
 def _version_of(tool: str) -> str:

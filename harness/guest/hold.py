@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness.base import procs
+from harness.base import arch as arches
+from harness.base import procs, untrusted
 from harness.base.procs import Interrupted
 from harness.guest.vm import VM
 
@@ -95,8 +96,13 @@ def read(run_dir: Path) -> dict:
                       "the hold ended, or the run was not a hang)") from None
     except (OSError, ValueError) as e:
         raise NotHeld(f"{run_dir / HELD}: unreadable ({e})") from None
-    fields = procs.stat_fields(f"/proc/{doc.get('holder_pid')}/stat")
-    if len(fields) <= 19 or fields[19] != doc.get("holder_start") or not Path(doc["gdb_socket"]).exists():
+    if not isinstance(doc, dict) or untrusted.socket_path(doc.get("gdb_socket")) is None:
+        raise NotHeld(f"{run_dir / HELD}: names no gdbstub socket kstall would have made "
+                      f"({str(doc.get('gdb_socket') if isinstance(doc, dict) else doc)[:100]!r}): refused")
+    if doc.get("arch") not in arches.names():
+        raise NotHeld(f"{run_dir / HELD}: names no architecture kstall knows ({str(doc.get('arch'))[:40]!r}): refused")
+    fields = procs.stat_fields(f"/proc/{untrusted.num(str(doc.get('holder_pid')), 0)}/stat")
+    if len(fields) <= 19 or fields[19] != doc.get("holder_start"):
         raise NotHeld(f"{run_dir}: the kstall that held its guest is gone, and the guest with it")
     return doc
 

@@ -150,9 +150,17 @@ def test_the_cpu_notes_bear_the_pid_each_cpu_runs():
     assert pids == [90, corekernel.IDLE_PID + 1, corekernel.IDLE_PID + 2]  # two idle CPUs stay two threads
 
 
+def gdbstub(path: Path):
+    """A unix socket where a held guest's gdbstub would be."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    return s
+
+
 def test_one_debugger_at_a_time_and_a_gone_holder_is_said(tmp_path):
     sock = tmp_path / "gdb.sock"
-    sock.touch()
+    server = gdbstub(sock)
     doc = {"gdb_socket": str(sock)}
     with hold.attach_lock(doc):
         with pytest.raises(hold.NotHeld, match="another debugger is attached"):
@@ -162,9 +170,45 @@ def test_one_debugger_at_a_time_and_a_gone_holder_is_said(tmp_path):
         pass
     with pytest.raises(hold.NotHeld, match="not held"):
         hold.read(tmp_path)
-    (tmp_path / hold.HELD).write_text('{"gdb_socket": "%s", "holder_pid": 999999999, "holder_start": "1"}' % sock)
+    (tmp_path / hold.HELD).write_text('{"gdb_socket": "%s", "arch": "x86_64", "holder_pid": 999999999, '
+                                      '"holder_start": "1"}' % sock)
     with pytest.raises(hold.NotHeld, match="gone"):
         hold.read(tmp_path)
+    server.close()
+
+
+def test_a_record_from_elsewhere_names_no_command_and_no_file_outside_the_cache(tmp_path, monkeypatch):
+    """held.json and run.json come from a colleague or a CI artifact: a
+    gdbstub 'socket' that is a gdb pipe command, a kernel hash that climbs out
+    of the cache, a symbols path elsewhere are refused or left out."""
+    import json
+    import os
+    from harness.drivers import attach
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
+    with open(f"/proc/{os.getpid()}/stat") as f:  # a holder that is alive: this test
+        start = f.read().rsplit(")", 1)[1].split()[17]
+    held = {"gdb_socket": "|touch /tmp/kstall-pwned", "arch": "x86_64", "holder_pid": os.getpid(),
+            "holder_start": start}
+    (tmp_path / hold.HELD).write_text(json.dumps(held))
+    with pytest.raises(hold.NotHeld, match="refused"):
+        hold.read(tmp_path)
+    sock = tmp_path / "gdb.sock"
+    server = gdbstub(sock)
+    elsewhere = tmp_path / "alice" / "x86_64-abc.kallsyms"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("ffffffff81000000 T _text\n")
+    argv = attach.gdb_command(held | {"gdb_socket": str(sock), "symbols": str(elsewhere), "vmlinux": None},
+                              [], True)
+    assert f"target remote {sock}" in argv and not any(str(elsewhere) in a for a in argv)
+    assert not list(elsewhere.parent.glob("*.elf"))  # nothing written beside a path from a record
+    server.close()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vmcore").write_bytes(b"core")
+    (run / "run.json").write_text(json.dumps({"kernel": {"sha256": "../../../tmp/x", "arch": "x86_64",
+                                                         "vmlinuz": "/nonexistent"}}))
+    with pytest.raises(inspect.InspectError, match="refused"):
+        inspect.load(run)
 
 
 def test_inspect_names_a_debugger_too_old_for_the_kernel(monkeypatch):
