@@ -190,7 +190,9 @@ def timeboxed(f: Findings) -> Verdict:
     if reach is not None and not reach.reached_kernel:
         return Verdict(VerdictKind.INCONCLUSIVE, f"its calls did not reach the kernel: {reach.text()}; {ran}",
                        summary="its calls did not reach the kernel")
-    what = reach.text() if reach is not None else "what its calls reached is unknown (no system call count)"
+    what = reach.text() if reach is not None else (
+        f"what its calls reached is unknown (a {f.repro.abi} program's calls are not counted)" if f.repro.abi
+        else "what its calls reached is unknown (no system call count)")
     return Verdict(VerdictKind.NOT_REPRODUCED, f"{ran} without a hang; {what}; {f.pmiss.get('text', '')}",
                    summary=f"{ran} without a hang, {f.pmiss.get('text', 'P(miss) unknown')}",
                    confidence="low", p_miss=f.pmiss)

@@ -146,7 +146,13 @@ def of_elf(head: bytes) -> str | None:
     if head[:4] != b"\x7fELF" or len(head) < 20:
         return None
     machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
-    return next((n for n in names() if get(n).table["elf_machine"] == machine), f"ELF machine {machine}")
+    return next((n for n in names() if get(n).table["elf_machine"] == machine or
+                 get(n).table.get("compat", {}).get("elf_machine") == machine), f"ELF machine {machine}")
+
+
+def with_compat(abi: str) -> Arch | None:
+    """The architecture whose kernels run programs of another ABI (its table's compat: "386" on x86_64)."""
+    return next((get(n) for n in names() if get(n).table.get("compat", {}).get("name") == abi), None)
 
 
 def named(name: str) -> Arch:

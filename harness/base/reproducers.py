@@ -129,6 +129,8 @@ class Reproducer:
     env: str = ""
     # a syzkaller reproducer's header (harness/base/syzkaller.py Header.to_json()), or {}
     syzbot: dict = field(default_factory=dict, hash=False, compare=False)
+    # a program of another ABI than its guest's own ("386": a 32-bit x86 program, arches.toml compat), or ""
+    abi: str = ""
 
 
     def arguments(self, users: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -275,19 +277,22 @@ def syzkaller_reproducer(path: Path, header: syzkaller.Header) -> Reproducer:
     """A syzkaller C reproducer, run as syzbot runs one: in syzkaller's guest
     environment, for its time, watched by the kernel's own detectors."""
     known = {arch.get(n).debian for n in arch.names()}
-    if header.arch and header.arch not in known:
+    abi = syzkaller.abi_of(path, header)
+    if header.arch and header.arch not in known and arch.with_compat(header.arch) is None:
         raise ReproducerError(f"{path.name} is syzkaller's reproducer for {header.arch}: kstall builds programs "
                               f"for its guests, {', '.join(sorted(known))}")
     env = guest_env.get(syzkaller.ENV)
+    runs_it = arch.with_compat(abi) if abi else None
+    compat = runs_it.table["compat"] if runs_it else {}
     d = GENERIC | {"max_seconds": env.seconds, "sleep_after_s": env.sleep_after_s, "default_cpus": env.cpus,
-                   "kernel": {"options": list(env.options)},
+                   "kernel": {"options": [*env.options, *([compat["option"]] if compat.get("option") else [])]},
                    "summary": f"syzbot: {header.title}" if header.title else f"{path.name} (a syzkaller program)"}
     name = guest_name(("syz-" + header.bug_id[:12]) if header.bug_id else path.stem)
     r = program_reproducer(path, source=True, doc=d | {"name": name})
     record = syzkaller.record_beside(path)
     bug = header.to_json() | ({"record": record, "alt_titles": syzkaller.alt_titles(record, header.title)}
                               if record else {})
-    return dataclasses.replace(r, env=syzkaller.ENV, syzbot=bug)
+    return dataclasses.replace(r, env=syzkaller.ENV, syzbot=bug, abi=abi)
 
 
 def from_file(path: Path) -> Reproducer:

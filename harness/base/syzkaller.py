@@ -103,6 +103,21 @@ def alt_titles(record: dict | None, title: str) -> list[str]:
     return [t for t in dict.fromkeys([(record or {}).get("title", ""), *found]) if t and t != title][:16]
 
 
+# system calls only 32-bit x86 has: a reproducer that makes them is a "386" one, header or not
+_I386_CALLS = re.compile(r"\b__NR_(?:mmap2|socketcall|ipc|_llseek|fcntl64|stat64|fstat64|lstat64)\b")
+
+
+def abi_of(path: Path, header: Header) -> str:
+    """The ABI a syzkaller reproducer is for when it is not its guest's own:
+    "386" (its header's arch, or the 32-bit calls it makes), else ""."""
+    if header.arch == "386":
+        return "386"
+    try:
+        return "386" if _I386_CALLS.search(path.read_text(errors="replace")) else ""
+    except OSError:
+        return ""
+
+
 def untitled(path: Path) -> Header:
     """syz:FILE with no header: a syzkaller program of unknown bug."""
     return Header("", marked=False)

@@ -529,7 +529,8 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
 
 def program_reach(r: _Run, w: Watch) -> reach.Reach | None:
     """What a guest environment's agent said the program reached and lacked (reach.py)."""
-    if not r.repro.env or not w.agent.env_lines:
+    # a program of another ABI (a 32-bit one) makes calls the tracer numbers by the native table: unread
+    if not r.repro.env or not w.agent.env_lines or r.repro.abi:
         return None
     aliases = module_tree.aliases(r.kernel)
     try:

@@ -117,8 +117,13 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
 
 
 def build(repro: Reproducer, arch: str = arches.DEFAULT) -> Path:
-    """A user's C file built for arch, with its guest environment's flags if it has one."""
-    return programs.build_c(Path(repro.source), arch, guest_env.get(repro.env).cflags if repro.env else None)
+    """A user's C file built for arch, with its guest environment's flags if
+    it has one, for its ABI if it is another than the guest's (-m32)."""
+    flags = guest_env.get(repro.env).cflags if repro.env else None
+    compat = arches.get(arch).table.get("compat", {})
+    if repro.abi and compat.get("name") == repro.abi:
+        flags = (*(flags or programs.cflags()), *compat["cflags"])
+    return programs.build_c(Path(repro.source), arch, flags)
 
 
 def guest_files(repro: Reproducer, arch: str) -> dict[str, bytes]:

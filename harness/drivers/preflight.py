@@ -52,6 +52,9 @@ def _absent(kernel: Kernel, options: tuple[str, ...]) -> list[str]:
 def _machine_lacks(kernel: Kernel, repro: Reproducer | None) -> str:
     """Why the kernel's architecture cannot run the reproducer's path ('' when it can)."""
     a = arches.get(kernel.arch)
+    if repro and repro.abi and a.table.get("compat", {}).get("name") != repro.abi:
+        return (f"the reproducer is a {repro.abi} program, and {a.name} kernels run none (its 32-bit ABI is "
+                "another architecture's): it cannot run there (checked before booting)")
     if repro and repro.nmi_rate and a.nmi == "none":
         return (f"the reproducer's path runs in NMI context, and an {a.name} guest has no NMI "
                 f"({a.table.get('nmi_why', 'no NMI source')}): its NMI path cannot run there (checked before booting)")

@@ -50,8 +50,11 @@ def test_its_file_resolves_to_a_timeboxed_run_in_syzkallers_environment(tmp_path
     assert not reproducers.resolve(str(plain)).env and reproducers.resolve(f"syz:{plain}").env == "syzkaller"
     i386 = tmp_path / "i386.c"
     i386.write_text((PROGRAMS / "pipe_hang.c").read_text().replace("// status:open", "// status:open arch:386"))
-    with pytest.raises(reproducers.ReproducerError, match="386"):
-        reproducers.resolve(str(i386))
+    assert reproducers.resolve(str(i386)).abi == "386"  # built -m32 for x86_64 guests
+    mips = tmp_path / "mips.c"
+    mips.write_text((PROGRAMS / "pipe_hang.c").read_text().replace("// status:open", "// status:open arch:mips64le"))
+    with pytest.raises(reproducers.ReproducerError, match="mips64le"):
+        reproducers.resolve(str(mips))
 
 
 def test_the_time_box_is_syzbots_scaled_for_tcg():
@@ -251,3 +254,22 @@ def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypa
     monkeypatch.setenv("KSTALL_SYZBOT_URL", "http://127.0.0.1:9")
     with pytest.raises(reproducers.ReproducerError, match="cannot fetch"):
         reproducers.resolve("syzbot:bbbb0000000000000002")
+
+
+def test_a_32_bit_reproducer_is_built_for_its_abi_and_runs_only_where_a_kernel_can(tmp_path):
+    from harness.base import arch
+    from harness.drivers import preflight
+    from images.kernels.kernel import Kernel
+    src = tmp_path / "i386.c"
+    src.write_text((PROGRAMS / "needs_decnet.c").read_text().replace("__NR_mmap,", "__NR_mmap2,"))
+    r = reproducers.resolve(str(src))
+    assert r.abi == "386" and "IA32_EMULATION" in r.needs.options
+    assert reproducers.resolve(str(PROGRAMS / "needs_decnet.c")).abi == ""
+    compat = arch.with_compat("386")
+    assert compat is not None and compat.name == "x86_64"
+    others = [n for n in arch.names() if n != compat.name]
+    for n in others:
+        k = Kernel("k", "k", tmp_path / "vmlinuz", "0" * 64, arch=n)
+        assert "386 program" in preflight._machine_lacks(k, r)
+    assert preflight._machine_lacks(Kernel("k", "k", tmp_path / "vmlinuz", "0" * 64, arch=compat.name), r) == ""
+    assert arch.of_elf(b"\x7fELF\x01\x01\x01" + bytes(11) + (3).to_bytes(2, "little")) == compat.name
