@@ -17,6 +17,7 @@ so QEMU finishes, and the partial file is removed.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -95,7 +96,8 @@ def read_vmcoreinfo(vm: VM, address: int | None, cpus: int) -> bytes | None:
     return None
 
 
-def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, layout: dict | None) -> dict:
+def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, layout: dict | None,
+          format_: str = FORMAT) -> dict:
     """RUN/vmcore of a stopped guest, made whole for crash, drgn and gdb
     (harness/debug/corekernel.py); what run.json says of it."""
     dest = out_dir / NAME
@@ -105,14 +107,19 @@ def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, 
     copy = _SparseCopy(r, dest, corekernel.HEADROOM)  # the headers go in front (corekernel.complete)
     copy.start()
     error = ""
+    handed = False  # QEMU holds the pipe's write end as _FD_NAME
     try:
         vm.qmp.send_fd(_FD_NAME, w)
+        handed = True
         os.close(w)
         w = -1
         vm.qmp.cmd("dump-guest-memory", timeout=DUMP_TIMEOUT_S, paging=False, protocol=f"fd:{_FD_NAME}",
-                   format=FORMAT)
+                   format=format_)
     except (QMPError, OSError) as e:
         error = f"QEMU could not write the core: {e}"
+        if handed:  # a dump that did not start leaves QEMU its end: the copy would wait for QEMU's exit
+            with contextlib.suppress(QMPError, OSError):
+                vm.qmp.cmd("closefd", fdname=_FD_NAME)
     finally:
         if w >= 0:
             os.close(w)

@@ -133,3 +133,28 @@ def test_an_arm64_vmcore_opens_in_gdb_with_the_captured_symbols_and_reads_again(
     assert any("hrtimer_cancel" in c for c in cpus), out[-3000:]
     assert "el0t_64_sync" in out, out[-3000:]  # walked down to the system call's entry
     assert "hrtimer_cancel_self_deadlock" in signatures_in_vmcore(run)
+
+
+def test_a_core_qemu_refuses_to_write_leaves_no_copy_waiting(tmp_path):
+    """QEMU given the pipe (getfd) and then refusing the dump: kstall takes
+    its end back (closefd), so the copy ends at once instead of waiting for
+    QEMU's exit (600 s under --hold). A paused 6.1.170 guest; a format QEMU does not know."""
+    import threading
+    from harness.base import arch, paths
+    from harness.debug import vmcore
+    from harness.guest import machine
+    from harness.guest.vm import VM, VMConfig
+    from images.guest import initramfs
+    from images.kernels.schemes import resolve
+    k = resolve("debian:6.1.170")
+    m = machine.for_kernel(k)
+    cfg = VMConfig(kernel=m.boot_file(k), initrd=initramfs.build(paths.guest_dir(k.arch)), cmdline="",
+                   log_dir=tmp_path, machine=m.name, arch=k.arch)
+    with VM(cfg) as vm:
+        vm.start()
+        vm.qmp.cmd("stop")
+        t = time.monotonic()
+        doc = vmcore.write(vm, tmp_path, arch.get(k.arch), None, 2, None, format_="kstall-no-such-format")
+        assert "error" in doc and time.monotonic() - t < 5, doc
+        assert not any(th.name == "kstall-vmcore" and th.is_alive() for th in threading.enumerate())
+        assert not (tmp_path / vmcore.NAME).exists()
