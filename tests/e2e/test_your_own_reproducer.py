@@ -6,8 +6,10 @@ and one in which a step hangs another way."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,24 @@ def test_a_user_program_stuck_in_user_space_is_dumped_and_its_deadlock_cycle_nam
     assert doc["title"] == "user-space deadlock: 2 threads, mutex -> mutex", doc["title"]
     assert "deadlock: LWP" in doc["summary"] and "<->" in doc["summary"]
     assert doc["hang"]["title"] == ""  # the vCPUs were read first: no kernel culprit
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs (root)")
+def test_a_host_command_runs_from_a_directory_on_another_file_system(tmp_path):
+    """run:CMD from a directory on a tmpfs of its own (as /tmp or /home on its
+    own partition are): the guest sees its files, and the host's stay as they were."""
+    here = Path(tempfile.mkdtemp(prefix="kstall-hostfs-", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "kstall-test", str(here)], check=True)
+    try:
+        (here / "marker").write_text("on a tmpfs of its own\n")
+        p = subprocess.run([*KSTALL_CMD, "verify", "debian:7.3.4", "run:cat marker && echo written > marker",
+                            "--json", "--results", str(tmp_path)], cwd=here, capture_output=True, text=True,
+                           timeout=600)
+        doc = json.loads(p.stdout)
+        assert doc["verdict"] == "NOT_REPRODUCED", doc["line"]
+        log = (Path(doc["results_dir"]) / "agent.log").read_text()
+        assert "on a tmpfs of its own" in log
+        assert (here / "marker").read_text() == "on a tmpfs of its own\n"  # the guest wrote to its overlay only
+    finally:
+        subprocess.run(["umount", str(here)], check=False)
+        here.rmdir()

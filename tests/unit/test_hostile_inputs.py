@@ -197,3 +197,23 @@ def test_a_backing_file_outside_the_images_directory_is_refused(tmp_path):
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(base), str(top)], check=True)
     r = resolve_audited(tmp_path, f"image:{top}")
     assert_refused(r, f"its backing file {base} is outside the image's directory")
+
+
+def test_a_host_commands_file_systems_below_root_are_its_own_overlays():
+    """Recorded /proc/self/mountinfo lines of a host with /home, a tmpfs
+    /tmp and a path with a space: each real file system below / is
+    overlaid; /proc, /sys, /dev and their children are the guest's own."""
+    from harness.guest import hostfs
+    info = "\n".join([
+        "22 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw",
+        "23 22 0:21 / /proc rw,nosuid shared:12 - proc proc rw",
+        "24 22 0:22 / /sys rw,nosuid shared:7 - sysfs sysfs rw",
+        "25 24 0:23 / /sys/fs/cgroup rw shared:9 - cgroup2 cgroup2 rw",
+        "26 22 0:5 / /dev rw,nosuid shared:2 - devtmpfs udev rw",
+        "27 26 0:24 / /dev/shm rw shared:4 - tmpfs tmpfs rw",
+        "28 22 253:2 / /home rw,relatime shared:30 - ext4 /dev/vda2 rw",
+        "29 22 0:31 / /tmp rw shared:31 - tmpfs tmpfs rw",
+        "30 28 0:40 / /home/alice/my\\040data rw shared:32 - ext4 /dev/vdb rw",
+        "31 22 0:41 / /run rw shared:33 - tmpfs tmpfs rw",
+    ])
+    assert hostfs.submounts(info) == ["/home", "/tmp"]
