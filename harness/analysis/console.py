@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness.analysis import report_title
 from harness.analysis.classify import base_name
-from harness.base import paths
+from harness.base import arch, paths
 
 PATTERNS = paths.data_file("harness", "analysis", "console-patterns.toml")
 _TIMESTAMP = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
@@ -29,7 +29,10 @@ _WHERE_IN = r"\+0x[0-9a-f]+/0x[0-9a-f]+"  # %pS's offset/size after a symbol
 _FUNC = r"(?P<func>[A-Za-z_][\w.]*)" + _WHERE_IN
 _FRAME = re.compile(r"^\s*(?:\[<[0-9a-f]+>\]\s*)*(?P<unreliable>\?\s*)?" + _FUNC + r"(?:\s+\[[\w-]+\])?\s*$")
 _OFFSET = re.compile(r"(?<=[\w.])" + _WHERE_IN)
-_KERNEL_RIP = re.compile(r"^\s*RIP: 0010:(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
+# where a CPU was, and where a stack trace starts, as each architecture's console says it (arches.toml console)
+_KERNEL_PC = re.compile(r"^\s*(?:" + "|".join(re.escape(arch.get(n).table["console"]["pc"]) for n in arch.names())
+                        + r")(?:\[<[0-9a-f]+>\]\s*)*" + _FUNC)
+_TRACE_START = frozenset(arch.get(n).table["console"]["trace"] for n in arch.names())
 # how far into a report its function is looked for (an RCU stall with its
 # registers and two stacks runs to ~180)
 TRACE_LINES = 240
@@ -226,7 +229,7 @@ def caller_id(line: str) -> str | None:
 def frame_function(line: str) -> tuple[str, bool] | None:
     """(function, reliable) of a call-trace or kernel-RIP line, else None."""
     body, _ = strip_prefix(line)
-    m = _KERNEL_RIP.match(body) or _FRAME.match(body)
+    m = _KERNEL_PC.match(body) or _FRAME.match(body)
     if not m:
         return None
     return base_name(m.group("func")), not m.groupdict().get("unreliable")
@@ -244,8 +247,8 @@ def report_function(lines: list[str], func_from: str, skip: re.Pattern | None) -
     start = None
     for i, line in enumerate(lines[1:], 1):
         body, _ = strip_prefix(line)
-        if (func_from == "rip" and _KERNEL_RIP.match(body)) or \
-                (func_from == "trace" and body.strip() == "Call Trace:"):
+        if (func_from == "rip" and _KERNEL_PC.match(body)) or \
+                (func_from == "trace" and body.strip() in _TRACE_START):
             start = i
             break
     if start is None and func_from == "rip":  # a report without registers: its trace

@@ -45,6 +45,38 @@ def test_no_code_outside_the_table_names_an_architecture():
     assert found == [], "\n".join(found)
 
 
+# how a kernel's console spells where a CPU was and where a stack trace starts (arches.toml console)
+CONSOLE = re.compile(r"RIP: 0010|Call [Tt]race:|\bpc : |PC is at")
+
+
+def test_no_code_outside_the_table_spells_an_architectures_console():
+    """A console rule written for x86's "RIP: 0010:" or "Call Trace:" alone
+    titles another architecture's report otherwise: the spellings are the table's."""
+    found = []
+    for pkg in ("harness", "images", "gdbscripts"):
+        for f in sorted((REPO / pkg).rglob("*.py")):
+            tree = ast.parse(f.read_text())
+            docs = _docstrings(tree) | _help_texts(tree)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                        and CONSOLE.search(node.value):
+                    found.append(f"{f.relative_to(REPO)}:{node.lineno}: {node.value[:60]!r}")
+    assert found == [], "\n".join(found)
+
+
+def test_an_arm64_csd_lock_timeout_is_titled_as_an_x86_one():
+    from harness.analysis import console
+    head = "[ 61.1] smp: csd: Detected non-responsive CSD lock (#1) on CPU#0, waiting 5000000 ns for CPU#01 " \
+           "do_nothing+0x0/0x8(0x0)."
+    x86 = [head, "[ 61.1] NMI backtrace for cpu 1", "[ 61.1] RIP: 0010:hrtimer_cancel+0x28/0x40",
+           "[ 61.1] Call Trace:", "[ 61.1]  <TASK>", "[ 61.1]  cpu_clock_event_stop+0x1c/0x60"]
+    arm64 = [head, "[ 61.1] NMI backtrace for cpu 1", "[ 61.1] pstate: 60000005 (nZCv daif -PAN -UAO)",
+             "[ 61.1] pc : hrtimer_cancel+0x28/0x40", "[ 61.1] lr : cpu_clock_event_stop+0x1c/0x60",
+             "[ 61.1] Call trace:", "[ 61.1]  hrtimer_cancel+0x28/0x40", "[ 61.1]  cpu_clock_event_stop+0x1c/0x60"]
+    titles = [[r.title for r in console.scan("\n".join(log)) if r.name == "csd-lock-timeout"] for log in (x86, arm64)]
+    assert titles == [["INFO: csd lock timeout in hrtimer_cancel"]] * 2
+
+
 def test_the_x86_64_row_answers_what_the_code_used_to_know():
     a = arch.get("x86_64")
     assert a.debian == "amd64" and a.gdb_arch == "i386:x86-64" and (a.pc, a.sp, a.fp) == ("rip", "rsp", "rbp")
