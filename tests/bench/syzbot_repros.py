@@ -128,7 +128,8 @@ def cell_text(tries: list[dict]) -> str:
         t = next(t for t in tries if hung(t))
         return f"different: {t['title_found'] or t['line']} {sum(map(hung, tries))}/{n}"
     if first["verdict"] == "NOT_REPRODUCED":
-        return f"not reproduced ({first['duration']:g} s)"
+        reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
+        return f"not reproduced ({first['duration']:g} s; reached: {reached or 'its setup only'})"
     if first.get("needs"):
         return f"needs {first['needs'][0].split(':')[0]}"
     return first["line"][:90]
