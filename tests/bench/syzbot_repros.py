@@ -129,7 +129,9 @@ def cell_text(tries: list[dict]) -> str:
         return f"different: {t['title_found'] or t['line']} {sum(map(hung, tries))}/{n}"
     if first["verdict"] == "NOT_REPRODUCED":
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
-        return f"not reproduced ({first['duration']:g} s; reached: {reached or 'its setup only'})"
+        if not reached:
+            reached = "not counted" if "is unknown" in first.get("reason", "") else "its setup only"
+        return f"not reproduced ({first['duration']:g} s; reached: {reached})"
     if first.get("needs"):
         return f"needs {first['needs'][0].split(':')[0]}"
     return first["line"][:90]
