@@ -118,11 +118,12 @@ def load(spec: str | Reproducer, echo: Echo) -> Loaded:
 
 def build(repro: Reproducer, arch: str = arches.DEFAULT) -> Path:
     """A user's C file built for arch, with its guest environment's flags if
-    it has one, for its ABI if it is another than the guest's (-m32)."""
+    it has one, by its ABI's compiler if it is another than the guest's (386)."""
     flags = guest_env.get(repro.env).cflags if repro.env else None
     compat = arches.get(arch).table.get("compat", {})
     if repro.abi and compat.get("name") == repro.abi:
-        flags = (*(flags or programs.cflags()), *compat["cflags"])
+        return programs.build_c(Path(repro.source), arch, (*(flags or programs.cflags()), *compat["cflags"]),
+                                compiler=(compat["cc"], " ".join(compat["packages"])))
     return programs.build_c(Path(repro.source), arch, flags)
 
 

@@ -51,10 +51,12 @@ def _compiler_identity(cc: str) -> str:
         return cc
 
 
-def build_c(source: Path, arch: str = arches.DEFAULT, flags: tuple[str, ...] | None = None) -> Path:
+def build_c(source: Path, arch: str = arches.DEFAULT, flags: tuple[str, ...] | None = None,
+            compiler: tuple[str, str] | None = None) -> Path:
     """The static binary of source for arch, built once per source, headers,
-    compiler and flags (a guest environment's own, or the built-ins')."""
-    cc = arches.get(arch).compiler()
+    compiler and flags (a guest environment's own, or the built-ins');
+    compiler: another than arch's (a 32-bit ABI's), and the packages that have it."""
+    cc = compiler[0] if compiler else arches.get(arch).compiler()
     if not source.is_file():
         raise BuildError(f"no such C file {source}")
     include = include_dirs()
@@ -73,7 +75,7 @@ def build_c(source: Path, arch: str = arches.DEFAULT, flags: tuple[str, ...] | N
                                capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         except FileNotFoundError:
             a = arches.get(arch)
-            package = "gcc" if cc == "gcc" else a.table.get("cross_package", cc)
+            package = compiler[1] if compiler else "gcc" if cc == "gcc" else a.table.get("cross_package", cc)
             raise BuildError(f"{cc} not found: " + (f"apt install {package}" if paths.INSTALLED else
                                                      "run `make deps`")) from None
         except subprocess.TimeoutExpired:

@@ -273,3 +273,6 @@ def test_a_32_bit_reproducer_is_built_for_its_abi_and_runs_only_where_a_kernel_c
         assert "386 program" in preflight._machine_lacks(k, r)
     assert preflight._machine_lacks(Kernel("k", "k", tmp_path / "vmlinuz", "0" * 64, arch=compat.name), r) == ""
     assert arch.of_elf(b"\x7fELF\x01\x01\x01" + bytes(11) + (3).to_bytes(2, "little")) == compat.name
+    from harness.drivers import case
+    elf = case.build(r, compat.name).read_bytes()[:20]  # the i686 cross compiler's static PIE
+    assert elf[4] == 1 and int.from_bytes(elf[18:20], "little") == 3
