@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,6 +101,20 @@ def kstall_processes() -> list[str]:
                 ("virtiofsd" in cmd and "/kstall-" in cmd):
             found.append(f"{pid}: {cmd[:120]}")
     return found
+
+
+def run_dirs_of(pids: set[int]) -> list[Path]:
+    """The private run directories (/tmp/kstall-*) these kstall processes made
+    and left (their .owner names the pid): another kstall's are not theirs."""
+    out = []
+    for p in Path(tempfile.gettempdir()).glob("kstall-*"):
+        try:
+            owner = (p / ".owner").read_text().split()[0]
+        except (OSError, IndexError):
+            continue
+        if owner.isdigit() and int(owner) in pids:
+            out.append(p)
+    return out
 
 
 def gdb_pids() -> list[int]:
