@@ -34,6 +34,7 @@ class StateRule:
     sig: classify.Signature  # the functions that put a CPU in this state
     waits: str               # "cpu", "lock" or ""
     lock_table: str = ""     # the kernel's table of held locks that names the lock (kernel-waits.toml)
+    moves_with: str = ""     # "console": moving, not stuck, while the console's output grows
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Rules:
         states = tuple(StateRule(classify.Signature(
             s["name"], s["title"], Role.UNKNOWN, 0, frozenset(s["at"]), under=frozenset(s.get("under", ())),
             within=int(s.get("within", 12)), depth=int(s.get("depth", 1))), s.get("waits", ""),
-            s.get("lock_table", "")) for s in doc["state"])
+            s.get("lock_table", ""), s.get("moves_with", "")) for s in doc["state"])
         return Rules(states, frozenset(doc["title"]["skip"]), tuple(doc["title"]["skip_prefixes"]),
                      frozenset(doc["nmi"]["under"]))
 
@@ -74,6 +75,7 @@ class CpuState:
     waits_how: str = ""  # "memory": read from the kernel's records; "": inferred from the CPUs' states
     lock: str = ""       # the lock it spins on: its variable, or its address
     lock_table: str = ""
+    moves_with: str = ""
     sample: int = -1     # the sample it was last seen in this state in
     regs: tuple = ()     # its registers in that sample: a CPU running with interrupts on is stuck only if
                          # they never change (a busy program's page clearing stays in one function, moving)
@@ -150,14 +152,15 @@ def state_of(cpu: dict, rules: Rules, sample: int = -1) -> CpuState:
     for rule in rules.states:
         if classify.matches(rule.sig, cpu):
             return CpuState(n, rule.sig.name, rule.sig.title, irqs_off, nmi, False, function, rule.waits,
-                            lock_table=rule.lock_table, sample=sample)
+                            lock_table=rule.lock_table, moves_with=rule.moves_with, sample=sample)
     return CpuState(n, "running", "running", irqs_off, nmi, False, function, sample=sample,
                     regs=tuple(sorted(cpu.get("regs", {}).items())))
 
 
-def _merge(seq: list[CpuState]) -> CpuState:
+def _merge(seq: list[CpuState], printed: list[int | None]) -> CpuState:
     """One CPU across samples: its most frequent state; stuck when it was in
-    that state (and, running elsewhere, in that function) in every sample."""
+    that state (and, running elsewhere, in that function) in every sample.
+    printed: how much the console held at each sample, where known."""
     counts = Counter((s.state, s.function if s.state == "running" else "") for s in seq)
     (state, _), seen = counts.most_common(1)[0]
     last = [s for s in seq if s.state == state][-1]
@@ -166,7 +169,12 @@ def _merge(seq: list[CpuState]) -> CpuState:
     # running with interrupts on in the same function is a CPU busy in it, not stuck, unless it
     # is stuck at one place: the same registers in every sample
     busy = state == "running" and not last.irqs_off and len({s.regs for s in seq}) > 1
-    last.stuck = len(seq) > 1 and seen == len(seq) and not busy
+    # a CPU in the console's write path while the console grew is printing (an OOM killer's
+    # task list under TCG keeps a CPU there, interrupts off, for seconds): not stuck
+    first = [s for s in seq if s.state == state][0]
+    before, after = (printed[s.sample] if 0 <= s.sample < len(printed) else None for s in (first, last))
+    printing = last.moves_with == "console" and before is not None and after is not None and after > before
+    last.stuck = len(seq) > 1 and seen == len(seq) and not busy and not printing
     return last
 
 
@@ -239,7 +247,8 @@ def analyze(samples: list[dict], classes: list[classify.CpuClass], rules: Rules 
                 st = CpuState(cpu["cpu"], "idle" if benign[cpu["cpu"]].name == "idle" else "user",
                               benign[cpu["cpu"]].title, st.irqs_off, False, False, "")
             per_cpu.setdefault(cpu["cpu"], []).append(st)
-    cpus = [_merge(seq) for _, seq in sorted(per_cpu.items())]
+    printed = [s.get("console_bytes") for s in samples]
+    cpus = [_merge(seq, printed) for _, seq in sorted(per_cpu.items())]
     waits = Waits.from_samples(samples)
     locks = LockNames(variables, waits.per_cpu_offsets) if variables is not None else None
     culprits = _assign_roles(cpus, _read_waits(cpus, samples, waits, locks))

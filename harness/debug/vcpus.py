@@ -185,7 +185,7 @@ class Prepared:
 
 
 def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int, interval: float, resume: bool,
-                    prepared: Prepared | None = None) -> list[dict]:
+                    prepared: Prepared | None = None, console: Path | None = None) -> list[dict]:
     if prepared is not None:
         session = prepared.take()
         if session is None:  # not a second start: a GDB that could not start once will not now
@@ -198,7 +198,8 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int,
         for i in range(count):
             if i:
                 session.let_run(interval)
-            dumps.append(session.sample(out_dir / f"sample-{i}.json"))
+            dumps.append(_with_console(session.sample(out_dir / f"sample-{i}.json"), out_dir / f"sample-{i}.json",
+                                       console))
     finally:
         session.close(resume)
     return dumps
@@ -259,14 +260,26 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
     return doc
 
 
+def _with_console(doc: dict, path: Path, console: Path | None) -> dict:
+    """A sample with how much the guest had printed by then: a CPU in the
+    console's write path while that grows is printing, not stuck
+    (cpu_state.py). QEMU writes the log as the guest's UART sends."""
+    if console is not None:
+        with contextlib.suppress(OSError):
+            doc["console_bytes"] = console.stat().st_size
+            path.write_text(json.dumps(doc))
+    return doc
+
+
 MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop runs
 
 
 def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int = 3, interval: float = 0.2,
-           resume: bool = False, prepared: Prepared | None = None) -> Samples:
+           resume: bool = False, prepared: Prepared | None = None, console: Path | None = None) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
     With resume the guest keeps running afterwards (a possible false alarm).
-    A prepared GDB is used when it started; either way it is taken."""
+    A prepared GDB is used when it started; either way it is taken. console:
+    the guest's console log, whose size each sample records."""
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     result = Samples()
@@ -280,7 +293,7 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int
         result.seconds = round(time.monotonic() - t0, 2)
         return result
     try:
-        result.dumps = sample_with_gdb(gdb_socket, out_dir, target, count, interval, resume, prepared)
+        result.dumps = sample_with_gdb(gdb_socket, out_dir, target, count, interval, resume, prepared, console)
         result.method = "gdb"
     except DebugError as e:
         result.errors.append(f"gdb: {e}")
@@ -293,7 +306,8 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int
                     qmp.cmd("cont")
                     time.sleep(interval)
                     qmp.cmd("stop")
-                result.dumps.append(sample_with_qmp(qmp, out_dir, syms, i, target.arch, layout=lay))
+                result.dumps.append(_with_console(sample_with_qmp(qmp, out_dir, syms, i, target.arch, layout=lay),
+                                                  out_dir / f"sample-{i}.json", console))
             result.method = "qmp"
             if resume:
                 qmp.cmd("cont")

@@ -4,11 +4,108 @@ console, the agent channel) and tagged blobs (the symbols port). The guest is
 not trusted: lines and blobs are bounded, and what is not kstall's is dropped."""
 from __future__ import annotations
 
+import collections
+import os
 import re
+import select
 import socket
+import threading
 import time
 
 from harness.base.untrusted import num
+
+
+class Pump:
+    """A guest stream read by a thread of its own as fast as QEMU sends it.
+    QEMU's UART waits for a full socket: while kstall was busy (a console
+    flood on a loaded host, or the seconds GDB samples the vCPUs) a guest
+    printing an OOM killer's task list stood in the UART's wait with
+    interrupts off, and was read as a hang of its own. Readers see a socket:
+    fileno() for select, recv() that raises BlockingIOError when nothing is
+    there. Up to `limit` bytes wait unread; beyond that the guest waits."""
+
+    def __init__(self, sock: socket.socket, limit: int = 64 << 20) -> None:
+        self.sock, self.limit = sock, limit
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = 0
+        self._eof = False
+        self._stop = False
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._thread = threading.Thread(target=self._run, name="kstall-stream-pump", daemon=True)
+        self._thread.start()
+
+    def fileno(self) -> int:
+        return self._wake_r
+
+    def _run(self) -> None:
+        while not self._stop:
+            if self._size >= self.limit:
+                time.sleep(0.01)
+                continue
+            try:
+                ready, _, _ = select.select([self.sock], [], [], 0.2)  # bounded: close() is seen within it
+                if not ready:
+                    continue
+                data = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            except (OSError, ValueError):
+                data = b""
+            with self._lock:
+                if data:
+                    self._chunks.append(data)
+                    self._size += len(data)
+                else:
+                    self._eof = True
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass  # the pipe is full: a reader is woken already
+            if not data:
+                return
+
+    def recv(self, n: int) -> bytes:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        with self._lock:
+            if not self._chunks:
+                if self._eof:
+                    return b""
+                raise BlockingIOError
+            taken, size = [], 0
+            while self._chunks and size < n:
+                c = self._chunks.popleft()
+                if size + len(c) > n:
+                    c, back = c[:n - size], c[n - size:]
+                    self._chunks.appendleft(back)
+                taken.append(c)
+                size += len(c)
+            self._size -= size
+            out, more = b"".join(taken), bool(self._chunks)
+        if more:  # more than asked for: select wakes the reader again
+            try:
+                os.write(self._wake_w, b"x")
+            except (BlockingIOError, OSError):
+                pass
+        return out
+
+    def close(self) -> None:
+        self._stop = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's select at once
+        except OSError:
+            pass
+        self._thread.join(timeout=1.0)
+        self.sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class LineReader:
@@ -16,7 +113,7 @@ class LineReader:
     than max_line is cut there (the rest comes as further lines), so an
     endless line costs neither memory nor time."""
 
-    def __init__(self, sock: socket.socket | None, max_line: int = 16384) -> None:
+    def __init__(self, sock: socket.socket | Pump | None, max_line: int = 16384) -> None:
         self.sock = sock
         self.buf = b""
         self.eof = sock is None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.base import leftovers, paths, procs
 from harness.base import arch as arches
-from harness.guest import hostfs, machine
+from harness.guest import hostfs, machine, streams
 from harness.guest.qmp import QMP, QMPError
 from images.guest import disks
 
@@ -81,7 +81,7 @@ class VM:
         leftovers.mark(self.run_dir)
         self.proc: subprocess.Popen | None = None
         self.qmp = QMP(self.sock("qmp"))
-        self.console: socket.socket | None = None
+        self.console: streams.Pump | None = None
         self.agent: socket.socket | None = None
         self.syms: socket.socket | None = None
         self.started_at = 0.0
@@ -91,6 +91,11 @@ class VM:
 
     def sock(self, name: str) -> Path:
         return self.run_dir / f"{name}.sock"
+
+    @property
+    def console_log(self) -> Path:
+        """What the guest's UART sent, written by QEMU as it arrives."""
+        return self.cfg.log_dir / "console.log"
 
     @property
     def gdb_socket(self) -> Path:
@@ -137,7 +142,7 @@ class VM:
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
             # appended to: a restored guest's log starts with the boot its snapshot saw
             "-chardev", f"socket,id=con0,path={self.sock('console')},server=on,wait=off,"
-                        f"logfile={logs / 'console.log'},logappend=on",
+                        f"logfile={self.console_log},logappend=on",
             "-serial", "chardev:con0",
             "-device", "virtio-serial-pci,id=vser0",
             "-chardev", f"socket,id=agent0,path={self.sock('agent')},server=on,wait=off,"
@@ -213,7 +218,7 @@ class VM:
             # every port connected before a snapshot loads: a port whose host is
             # not there when the state is loaded is closed to the guest, and a
             # restored agent reading its GO from it reads end-of-file
-            self.console = self._connect("console", deadline)
+            self.console = streams.Pump(self._connect("console", deadline))
             self.agent = self._connect("agent", deadline)
             self.syms = self._connect("syms", deadline)
             if self._incoming is not None:

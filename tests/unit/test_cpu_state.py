@@ -72,3 +72,29 @@ def test_a_cpu_running_with_interrupts_on_is_stuck_only_at_one_place():
         s["cpus"][1] = json.loads(json.dumps(samples[0]["cpus"][1]))
     hang = cpu_state.analyze(samples, classify.classify_samples(samples, classify.load_signatures()))
     assert [c.cpu for c in hang.culprits] == [1] and hang.title == "hang in clear_page_erms"
+
+
+def test_a_cpu_printing_while_the_console_grows_is_not_stuck():
+    """Recorded: a syzkaller reproducer that drives a 6.1.170 guest into the
+    OOM killer, whose task list CPU0 prints with interrupts off in every
+    sample (UART wait, console_unlock, the tick inside it) while the console
+    grew by 5 KB between the first sample and the last. It is printing."""
+    samples = load_samples("printing-oom-6.1.170")
+    assert samples[-1]["console_bytes"] > samples[0]["console_bytes"]
+    hang = cpu_state.analyze(samples, classify.classify_samples(samples, classify.load_signatures()))
+    cpu0 = hang.cpus[0]
+    assert cpu0.state == "printing" and cpu0.irqs_off and not cpu0.stuck
+    assert not hang.culprits and hang.title == ""
+
+
+def test_a_cpu_in_the_console_path_while_nothing_is_printed_is_stuck():
+    """The same samples with the console as it was at the first: a CPU that
+    prints nothing there is stuck there, the culprit (as is one whose
+    samples say nothing of the console)."""
+    first = load_samples("printing-oom-6.1.170")[0]["console_bytes"]
+    for printed in (first, None):
+        samples = load_samples("printing-oom-6.1.170")
+        for s in samples:
+            s["console_bytes"] = printed
+        hang = cpu_state.analyze(samples, classify.classify_samples(samples, classify.load_signatures()))
+        assert [c.cpu for c in hang.culprits] == [0] and hang.cpus[0].stuck
