@@ -897,6 +897,8 @@ static void exec_host_command(void)
  *                                 /sbin/modprobe: it logs the request and runs busybox's
  *   nodes                         a device node for each module in modules.devname, whose
  *                                 first open loads it (as kmod's static-nodes)
+ *   devlinks                      /dev/char/MAJ:MIN and /dev/block/MAJ:MIN for each device
+ *                                 there is, as udev links them
  *   busybox                       /bin/sh and the usual commands, as busybox's links
  *   load NAME                     modprobe NAME now
  *   write PATH VALUE              VALUE into PATH (a sysctl, a module parameter)
@@ -1064,6 +1066,48 @@ static void static_nodes(void)
 	env_say("nodes: %d device nodes load their modules on first open", made);
 }
 
+/* udev's links by number, which syzkaller's syz_open_dev(0xc, MAJ, MIN) opens:
+ * /sys/dev/char/4:1/uevent says DEVNAME=tty1, so /dev/char/4:1 -> ../tty1 */
+static void device_links(void)
+{
+	static const char *const kinds[] = { "char", "block" };
+	int made = 0;
+
+	for (size_t k = 0; k < 2; k++) {
+		char dir[64], path[600], uevent[1024], link[600], target[300];
+		struct dirent *e;
+		DIR *d;
+
+		snprintf(dir, sizeof(dir), "/sys/dev/%s", kinds[k]);
+		d = opendir(dir);
+		if (!d) {
+			env_say("devlinks: %s: %s", dir, strerror(errno));
+			continue;
+		}
+		snprintf(link, sizeof(link), "/dev/%s", kinds[k]);
+		mkdir(link, 0755);
+		while ((e = readdir(d))) {
+			char *name;
+
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s/uevent", dir, e->d_name);
+			read_small(path, uevent, sizeof(uevent));
+			name = strstr(uevent, "DEVNAME=");
+			if (!name || strstr(name, ".."))
+				continue;
+			name += strlen("DEVNAME=");
+			name[strcspn(name, "\n")] = 0;
+			snprintf(target, sizeof(target), "../%s", name);
+			snprintf(link, sizeof(link), "/dev/%s/%s", kinds[k], e->d_name);
+			if (symlink(target, link) == 0)
+				made++;
+		}
+		closedir(d);
+	}
+	env_say("devlinks: %d links to devices by number", made);
+}
+
 static void loopback_up(void)
 {
 	struct ifreq ifr = { 0 };
@@ -1134,6 +1178,8 @@ static void env_step(char *line)
 		write_file("/proc/sys/kernel/modprobe", "/sbin/modprobe");
 	} else if (!strcmp(line, "nodes")) {
 		static_nodes();
+	} else if (!strcmp(line, "devlinks")) {
+		device_links();
 	} else if (!strcmp(line, "busybox")) {
 		char path[300];
 		char *argv[] = { path, "--install", "-s", NULL };
