@@ -900,7 +900,7 @@ static void exec_host_command(void)
  *   devlinks                      /dev/char/MAJ:MIN and /dev/block/MAJ:MIN for each device
  *                                 there is, as udev links them
  *   busybox                       /bin/sh and the usual commands, as busybox's links
- *   load NAME                     modprobe NAME now
+ *   load NAME [PARAM=VALUE...]    modprobe NAME now, with those parameters
  *   write PATH VALUE              VALUE into PATH (a sysctl, a module parameter)
  *   mount SRC DIR FSTYPE OPTS     mount (OPTS "-": none)
  *   symlink TARGET LINK
@@ -1192,8 +1192,15 @@ static void env_step(char *line)
 		if (run_wait(argv))
 			env_say("busybox --install: %s", strerror(errno));
 	} else if (sscanf(line, "load %63s", c) == 1) {
-		char *argv[] = { "/sbin/modprobe", "-q", "--", c, NULL };
-		int code = run_wait(argv);
+		/* its parameters follow it, a word each */
+		char *argv[16] = { "/sbin/modprobe", "-q", "--", c }, *save = NULL;
+		int n = 4, code;
+
+		snprintf(d, sizeof(d), "%s", line + strlen("load ") + strlen(c));
+		for (char *w = strtok_r(d, " ", &save); w && n < 15; w = strtok_r(NULL, " ", &save))
+			argv[n++] = w;
+		argv[n] = NULL;
+		code = run_wait(argv);
 
 		if (code)
 			env_say("load %s: modprobe exited %d", c, code);

@@ -11,7 +11,9 @@ test` (a clean root and its packages take minutes); root only.
      kstall doctor, verify debian:6.16.12 perf-refresh (VULNERABLE, exit 1),
      verify debian:6.17.8 ./my.c (a verdict);
   4. nothing written under /usr/lib/kstall, and the results in the user's
-     ~/.local/state/kstall/results, as the README says.
+     ~/.local/state/kstall/results, as the README says;
+  5. root's verify too leaves nothing under /usr/lib/kstall that dpkg does
+     not own (Python writes bytecode wherever it may).
 
 Prints each step's time; exit 1 on the first failure.
 """
@@ -59,7 +61,17 @@ def main() -> int:
         results = list((ROOT / "home" / USER / ".local" / "state" / "kstall" / "results").iterdir())
         print(f"{'ok  ' if not written else 'FAIL'} nothing written under /usr/lib/kstall ({len(written)} files)")
         print(f"{'ok  ' if len(results) >= 2 else 'FAIL'} results in ~/.local/state/kstall/results ({len(results)})")
-        return 0 if not written and len(results) >= 2 else 1
+        # root may write where the package lies (Python's bytecode beside its modules):
+        # it must not, or the files outlive `apt purge`
+        v = step("as root: kstall verify debian:6.16.12 perf-refresh", in_root(
+            f"cd /tmp && KSTALL_CACHE=/home/{USER}/.cache/kstall kstall verify debian:6.16.12 perf-refresh"), ok=(1,))
+        print(f"     {v.stdout.splitlines()[0]}")
+        owned = set(step("dpkg -L kstall", in_root("dpkg -L kstall")).stdout.split())
+        alien = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "usr" / "lib" / "kstall").rglob("*")
+                       if "/" + str(p.relative_to(ROOT)) not in owned)
+        print(f"{'ok  ' if not alien else 'FAIL'} under /usr/lib/kstall, nothing dpkg does not own "
+              f"({len(alien)} files{': ' + ', '.join(alien[:5]) if alien else ''})")
+        return 0 if not written and len(results) >= 2 and not alien else 1
 
 
 if __name__ == "__main__":
