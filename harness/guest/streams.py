@@ -1,69 +1,54 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The guest's streams as they arrive on QEMU's unix sockets: text lines (the
-console, the agent channel) and tagged blobs (the symbols port). The guest is
-not trusted: lines and blobs are bounded, and what is not kstall's is dropped."""
+"""The guest's streams: text lines (the console, as QEMU writes it to its log
+file; the agent channel, on a unix socket) and tagged blobs (the symbols
+port). The guest is not trusted: lines and blobs are bounded, and what is
+not kstall's is dropped."""
 from __future__ import annotations
 
-import collections
 import os
 import re
-import select
 import socket
 import threading
 import time
+from pathlib import Path
 
 from harness.base.untrusted import num
 
 
-class Pump:
-    """A guest stream read by a thread of its own as fast as QEMU sends it.
-    QEMU's UART waits for a full socket: while kstall was busy (a console
-    flood on a loaded host, or the seconds GDB samples the vCPUs) a guest
-    printing an OOM killer's task list stood in the UART's wait with
-    interrupts off, and was read as a hang of its own. Readers see a socket:
-    fileno() for select, recv() that raises BlockingIOError when nothing is
-    there. Up to `limit` bytes wait unread; beyond that the guest waits."""
+class FileTail:
+    """The guest's console as QEMU writes it to its log file, read from where
+    it stood when the guest started. A file, not a socket: QEMU's UART sends
+    a byte a write, a unix socket holds only a few hundred of those, and
+    whenever kstall was slower than that (a loaded host, the seconds GDB
+    samples the vCPUs) the guest stood in the UART's transmit wait with
+    interrupts off (read once as a hang in console_unlock), and QEMU wrote
+    the refused byte to its log twice. A file never refuses a byte. Readers
+    see a socket: fileno() for select (a pipe a thread marks when the file
+    has grown), recv() that raises BlockingIOError when nothing is new."""
 
-    def __init__(self, sock: socket.socket, limit: int = 64 << 20) -> None:
-        self.sock, self.limit = sock, limit
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._size = 0
-        self._eof = False
-        self._stop = False
-        self._lock = threading.Lock()
+    POLL_S = 0.01
+
+    def __init__(self, path: Path, start: int = 0) -> None:
+        self.f = open(path, "rb")  # noqa: SIM115 - kept open for the guest's life; close() closes it
+        self.f.seek(start)
+        self._seen = start
+        self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._thread = threading.Thread(target=self._run, name="kstall-stream-pump", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kstall-console-tail", daemon=True)
         self._thread.start()
 
     def fileno(self) -> int:
         return self._wake_r
 
     def _run(self) -> None:
-        while not self._stop:
-            if self._size >= self.limit:
-                time.sleep(0.01)
-                continue
+        while not self._stop.wait(self.POLL_S):  # bounded: close() is seen within one poll
             try:
-                ready, _, _ = select.select([self.sock], [], [], 0.2)  # bounded: close() is seen within it
-                if not ready:
-                    continue
-                data = self.sock.recv(1 << 16)
-            except BlockingIOError:
-                continue
+                size = os.fstat(self.f.fileno()).st_size
             except (OSError, ValueError):
-                data = b""
-            with self._lock:
-                if data:
-                    self._chunks.append(data)
-                    self._size += len(data)
-                else:
-                    self._eof = True
-            try:
-                os.write(self._wake_w, b"x")
-            except (BlockingIOError, OSError):
-                pass  # the pipe is full: a reader is woken already
-            if not data:
                 return
+            if size > self._seen:
+                self._seen = size
+                _mark(self._wake_w)
 
     def recv(self, n: int) -> bytes:
         try:
@@ -71,36 +56,17 @@ class Pump:
                 pass
         except (BlockingIOError, OSError):
             pass
-        with self._lock:
-            if not self._chunks:
-                if self._eof:
-                    return b""
-                raise BlockingIOError
-            taken, size = [], 0
-            while self._chunks and size < n:
-                c = self._chunks.popleft()
-                if size + len(c) > n:
-                    c, back = c[:n - size], c[n - size:]
-                    self._chunks.appendleft(back)
-                taken.append(c)
-                size += len(c)
-            self._size -= size
-            out, more = b"".join(taken), bool(self._chunks)
-        if more:  # more than asked for: select wakes the reader again
-            try:
-                os.write(self._wake_w, b"x")
-            except (BlockingIOError, OSError):
-                pass
-        return out
+        data = self.f.read(n)
+        if not data:
+            raise BlockingIOError
+        if len(data) == n:  # there may be more: select wakes the reader again
+            _mark(self._wake_w)
+        return data
 
     def close(self) -> None:
-        self._stop = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's select at once
-        except OSError:
-            pass
+        self._stop.set()
         self._thread.join(timeout=1.0)
-        self.sock.close()
+        self.f.close()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
@@ -108,12 +74,19 @@ class Pump:
                 pass
 
 
+def _mark(fd: int) -> None:
+    try:
+        os.write(fd, b"x")
+    except (BlockingIOError, OSError):
+        pass  # the pipe is full: the reader is woken already
+
+
 class LineReader:
     """Lines from a guest's stream. The guest is not trusted: a line longer
     than max_line is cut there (the rest comes as further lines), so an
     endless line costs neither memory nor time."""
 
-    def __init__(self, sock: socket.socket | Pump | None, max_line: int = 16384) -> None:
+    def __init__(self, sock: socket.socket | FileTail | None, max_line: int = 16384) -> None:
         self.sock = sock
         self.buf = b""
         self.eof = sock is None

@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: GPL-2.0
 """One QEMU guest: its command line, its private run directory, its lifetime.
 
-Every channel is a unix socket in a private 0700 directory: QMP, the gdbstub,
-the kernel console (UART) and the agent's virtio-serial ports. QEMU starts
-paused (-S) so the host is connected to every stream before the first byte;
-the console and agent channels also log to files through QEMU itself, so a
-kstall crash loses nothing the guest said.
+Every channel but the console is a unix socket in a private 0700 directory:
+QMP, the gdbstub, the agent's virtio-serial ports. The kernel console (UART)
+goes to a file QEMU writes, which kstall reads as it grows (a socket made
+the guest wait for kstall: harness/guest/streams.py). QEMU starts paused
+(-S) so the host is connected to every stream before the first byte; the
+agent channel also logs to a file through QEMU itself, so a kstall crash
+loses nothing the guest said.
 """
 from __future__ import annotations
 
@@ -81,7 +83,8 @@ class VM:
         leftovers.mark(self.run_dir)
         self.proc: subprocess.Popen | None = None
         self.qmp = QMP(self.sock("qmp"))
-        self.console: streams.Pump | None = None
+        self.console: streams.FileTail | None = None
+        self._console_from = 0
         self.agent: socket.socket | None = None
         self.syms: socket.socket | None = None
         self.started_at = 0.0
@@ -141,8 +144,7 @@ class VM:
             "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
             # appended to: a restored guest's log starts with the boot its snapshot saw
-            "-chardev", f"socket,id=con0,path={self.sock('console')},server=on,wait=off,"
-                        f"logfile={self.console_log},logappend=on",
+            "-chardev", f"file,id=con0,path={self.console_log},append=on",
             "-serial", "chardev:con0",
             "-device", "virtio-serial-pci,id=vser0",
             "-chardev", f"socket,id=agent0,path={self.sock('agent')},server=on,wait=off,"
@@ -198,6 +200,8 @@ class VM:
         if self.cfg.shared_ram or self.cfg.host_fs:  # virtiofsd maps guest RAM
             self.ram_fd = os.memfd_create("kstall-ram", os.MFD_CLOEXEC)  # QEMU opens it through /proc
             os.ftruncate(self.ram_fd, self.cfg.memory_mb << 20)
+        self.console_log.touch()  # read from where it stands: a restored guest's begins with its boot
+        self._console_from = self.console_log.stat().st_size
         command = self.command()
         with open(self.cfg.log_dir / "qemu.log", "wb") as log:
             log.write((" ".join(command) + "\n").encode())
@@ -218,7 +222,7 @@ class VM:
             # every port connected before a snapshot loads: a port whose host is
             # not there when the state is loaded is closed to the guest, and a
             # restored agent reading its GO from it reads end-of-file
-            self.console = streams.Pump(self._connect("console", deadline))
+            self.console = streams.FileTail(self.console_log, self._console_from)
             self.agent = self._connect("agent", deadline)
             self.syms = self._connect("syms", deadline)
             if self._incoming is not None:
