@@ -23,6 +23,9 @@ their Debian container, and compared with `make run`. Not part of `make test`
   5. Every cell has the same status and verdict in both merged results as in
      the baseline, and LAVA has one test case per cell with the baseline's
      pass, fail or skip.
+  6. GitHub again with shard 1 alone, its `kstall matrix` step cancelled
+     (SIGINT) halfway through the time it took above, as a job's timeout
+     cancels it: the merge must fail, naming the cells the shard never ran.
 
 Prints each job's time and the comparison; exit 1 on any difference.
 """
@@ -65,6 +68,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="the CI templates' jobs rehearsed in a clean root, against make run")
     ap.add_argument("--baseline", type=Path, help="a results directory of `make run` to compare with (default: "
                     "run it now)")
+    ap.add_argument("--interrupt-only", type=float, metavar="S",
+                    help="only step 6, shard 1's matrix step cancelled after S seconds")
     args = ap.parse_args()
     # a SIGTERM unwinds like Ctrl-C: the root's mounts are let go
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -75,6 +80,14 @@ def main() -> int:
         print("check-ci: no gitlab-ci-local: run ci/install-npm-tools")
         return 1
     t_all = time.monotonic()
+    if args.interrupt_only is not None:
+        deb = build_deb()
+        with mounted():
+            HOST.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(deb, HOST / deb.name)
+            with bound(paths.cache_dir(), "/root/.cache/kstall"):
+                cut = interrupted_shard(f"file://{INSIDE}/{deb.name}", project_files(), args.interrupt_only)
+        return 1 if cut else 0
     base = json.loads((args.baseline / "matrix.json").read_text()) if args.baseline else None
     deb = build_deb()
     # kept after the check (the baseline's results, the scratch GitLab project) to look into
@@ -89,8 +102,7 @@ def main() -> int:
              env={**os.environ, "KSTALL_RESULTS": str(work / "baseline")})
         base = json.loads((merged_dir(work / "baseline") / "matrix.json").read_text())
         print(f"     {base['totals']} in {time.monotonic() - t0:.0f}s")
-    # the project: its matrix file, where its CI files say it is
-    project = {"ci/matrix.toml": (REPO / "ci" / "matrix.toml").read_text()}
+    project = project_files()
     with mounted():
         HOST.mkdir(parents=True, exist_ok=True)
         shutil.copy2(deb, HOST / deb.name)
@@ -99,6 +111,7 @@ def main() -> int:
             gh_doc = json.loads((github.rehearse(deb_url, project) / "matrix.json").read_text())
             gl_doc = json.loads((gitlab.rehearse(deb_url, project, work) / "matrix.json").read_text())
             lava_cases = lava_run.rehearse(deb_url, project)
+            cut = interrupted_shard(deb_url, project)
     diffs = compare(base, "github", gh_doc) + compare(base, "gitlab", gl_doc)
     want = {lava.case_name(c["id"]): lava.result(c["status"]) for c in base["cells"]}
     got = {k: v for k, v in lava_cases.items() if k in want or k not in ("kstall-doctor", "kstall-matrix-run")}
@@ -110,7 +123,35 @@ def main() -> int:
     for d in diffs + lava_diffs:
         print(f"     {d}")
     print(f"check-ci: {time.monotonic() - t_all:.0f}s in all")
-    return 1 if diffs or lava_diffs else 0
+    return 1 if diffs or lava_diffs or cut else 0
+
+
+SHARD, STEP = "shard-1", "Run the shard"
+
+
+def project_files() -> dict[str, str]:
+    """The project: its matrix file, where its CI files say it is."""
+    return {"ci/matrix.toml": (REPO / "ci" / "matrix.toml").read_text()}
+
+
+def interrupted_shard(deb_url: str, project: dict[str, str], after: float | None = None) -> list[str]:
+    """Shard 1 cancelled halfway (or after that many seconds); what is wrong
+    with its merge ([] if nothing)."""
+    half = after if after is not None else github.TOOK[SHARD][STEP] / 2
+    merged = github.rehearse(deb_url, project, cancel=(SHARD, STEP, half))
+    doc = json.loads((merged / "matrix.json").read_text())
+    unrun = sorted(c["id"] for c in doc["cells"] if c["status"] == "not-run")
+    merge = github.JOBS.get("merge", {})
+    said = merge.get("outputs", {}).get("failing", "").split()
+    wrong = ([] if merge.get("result") == "failure" else ["the merge job did not fail"]) + \
+        ([] if unrun else ["no cell is marked not-run (the shard ran to its end in half its time?)"]) + \
+        [f"{i} not named by the merge's failing output" for i in unrun if i not in said]
+    print(f"{'ok  ' if not wrong else 'FAIL'} github, shard 1 cancelled after {half:.0f}s: merge "
+          f"{merge.get('result')}, {len(unrun)} cells not run ({', '.join(unrun[:4])}"
+          f"{', ...' if len(unrun) > 4 else ''}), {len(doc['cells'])} in all")
+    for w in wrong:
+        print(f"     {w}")
+    return wrong
 
 
 if __name__ == "__main__":

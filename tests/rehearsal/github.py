@@ -112,8 +112,11 @@ def gh_uses(action: str, with_: dict, ws: Path, store: Path, project: dict[str, 
     return True
 
 
-def gh_job(job: dict, contexts: dict, store: Path, project: dict[str, str], tag: str) -> dict:
-    """One job instance in a new workspace: its result and outputs."""
+def gh_job(job: dict, contexts: dict, store: Path, project: dict[str, str], tag: str,
+           cancel: tuple[str, float] | None = None) -> dict:
+    """One job instance in a new workspace: its result, outputs and each
+    named step's time. cancel: (step name, seconds): that step is cancelled
+    then, as a runner cancels a job that ran out of time."""
     ws = HOST / "gh" / tag
     shutil.rmtree(ws, ignore_errors=True)
     (ws / ".tmp").mkdir(parents=True)
@@ -126,6 +129,7 @@ def gh_job(job: dict, contexts: dict, store: Path, project: dict[str, str], tag:
     funcs = {"success": lambda: ok, "failure": lambda: not ok, "always": lambda: True, "fromJSON": json.loads,
              "hashFiles": lambda *p: "rehearsal"}
     t0 = time.monotonic()
+    took: dict[str, float] = {}
     for i, st in enumerate(job["steps"]):
         if not gh_eval(str(st.get("if", "success()")).replace("${{", "").replace("}}", ""), contexts, funcs):
             continue
@@ -141,16 +145,27 @@ def gh_job(job: dict, contexts: dict, store: Path, project: dict[str, str], tag:
             out.touch()
             summary.touch()
             cwd = f"{inside}/{st['working-directory']}" if "working-directory" in st else inside
-            good = run_script(gh_sub(st["run"], contexts, funcs), cwd, env, log) == 0
+            t_step = time.monotonic()
+            after = cancel[1] if cancel and st.get("name") == cancel[0] else None
+            good = run_script(gh_sub(st["run"], contexts, funcs), cwd, env, log, interrupt_after=after) == 0
+            took[str(st.get("name", i))] = time.monotonic() - t_step
             if "id" in st:
                 contexts["steps"][st["id"]] = {"outputs": gh_outputs(out.read_text())}
         ok = ok and good
     outputs = {k: gh_text(gh_sub(v, contexts, funcs)) for k, v in job.get("outputs", {}).items()}
     print(f"{'ok  ' if ok else 'FAIL'} github job {tag}: {time.monotonic() - t0:.1f}s (log {log})", flush=True)
-    return {"result": "success" if ok else "failure", "outputs": outputs}
+    return {"result": "success" if ok else "failure", "outputs": outputs, "took": took}
 
 
-def rehearse(deb_url: str, project: dict[str, str]) -> Path:
+# the last rehearsal's: each job instance's named steps' times; each job's result and outputs
+TOOK: dict[str, dict[str, float]] = {}
+JOBS: dict[str, dict] = {}
+
+
+def rehearse(deb_url: str, project: dict[str, str], cancel: tuple[str, str, float] | None = None) -> Path:
+    """The workflow's jobs in order; their merged results' directory.
+    cancel: (job instance, step name, seconds): that instance alone runs of
+    its job's matrix, and its step is cancelled then."""
     caller = yaml.safe_load(ct.GITHUB_CALLER.read_text())
     (call,) = caller["jobs"].values()
     workflow = yaml.safe_load(ct.WORKFLOW.read_text())
@@ -171,9 +186,16 @@ def rehearse(deb_url: str, project: dict[str, str]) -> Path:
         axes = {k: gh_sub(v, contexts, {"fromJSON": json.loads})
                 for k, v in job.get("strategy", {}).get("matrix", {}).items()}
         combos = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
-        runs = [gh_job(job, {**contexts, "matrix": m}, store, project,
-                       f"{name}{''.join(f'-{v}' for v in m.values())}") for m in combos]
+        tags = [f"{name}{''.join(f'-{v}' for v in m.values())}" for m in combos]
+        if cancel and cancel[0] in tags:
+            combos, tags = [m for m, t in zip(combos, tags) if t == cancel[0]], [cancel[0]]
+        runs = [gh_job(job, {**contexts, "matrix": m}, store, project, tag,
+                       (cancel[1], cancel[2]) if cancel and tag == cancel[0] else None)
+                for m, tag in zip(combos, tags)]
+        TOOK.update({tag: r["took"] for tag, r in zip(tags, runs)})
         needs[name] = {"result": "success" if all(r["result"] == "success" for r in runs) else "failure",
                        "outputs": {k: v for r in runs for k, v in r["outputs"].items()}}
+    JOBS.clear()
+    JOBS.update(needs)
     print("     github: jobs " + ", ".join(f"{n} {r['result']}" for n, r in needs.items()))
     return merged_dir(HOST / "gh" / "merge" / "merged")

@@ -5,6 +5,7 @@ jobs' order by their needs, and where a merge left its matrix.json."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,10 +19,14 @@ BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 JOB_TIMEOUT = 3600
 
 
-def run_script(script: str, cwd: str, env: dict, log: Path, shell=("bash", "--noprofile", "--norc", "-eo",
-                                                                   "pipefail")) -> int:
+SHELL = ("bash", "--noprofile", "--norc", "-eo", "pipefail")
+
+
+def run_script(script: str, cwd: str, env: dict, log: Path, shell=SHELL, interrupt_after: float | None = None) -> int:
     """One script in the root, in cwd (as the root sees it), with only env;
-    its output appended to log."""
+    its output appended to log. interrupt_after: seconds after which the
+    step is cancelled as a runner cancels one whose job ran out of time
+    (SIGINT to its processes, SIGKILL to what is left 30 s later)."""
     fd, path = tempfile.mkstemp(dir=HOST, suffix=".sh")
     with os.fdopen(fd, "w") as f:
         f.write(script + "\n")
@@ -30,12 +35,33 @@ def run_script(script: str, cwd: str, env: dict, log: Path, shell=("bash", "--no
         with log.open("a") as out:
             out.write(f"$ {script}\n")
             out.flush()
-            p = subprocess.run(["chroot", str(ROOT), "env", "--ignore-environment", f"--chdir={cwd}",
-                                *[f"{k}={v}" for k, v in {**BASE_ENV, **env}.items()], *shell, inside],
-                               stdout=out, stderr=subprocess.STDOUT, timeout=JOB_TIMEOUT)
-        return p.returncode
+            p = subprocess.Popen(["chroot", str(ROOT), "env", "--ignore-environment", f"--chdir={cwd}",
+                                  *[f"{k}={v}" for k, v in {**BASE_ENV, **env}.items()], *shell, inside],
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                return p.wait(timeout=interrupt_after if interrupt_after is not None else JOB_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                if interrupt_after is None:
+                    _signal_group(p, signal.SIGKILL)
+                    p.wait(timeout=30)
+                    raise
+                out.write(f"rehearsal: step cancelled after {interrupt_after:.0f}s (SIGINT)\n")
+                out.flush()
+                _signal_group(p, signal.SIGINT)
+            try:
+                return p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+                return p.wait(timeout=30)
     finally:
         os.unlink(path)
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 # what a new job's container has not: kstall, and the other guest
