@@ -13,7 +13,10 @@ from its record) in one of these ways, tried in order:
    report or task shows ("stack"): kstall and syzkaller pass over
    different helper frames to name a hung task, so the same hang can be
    "INFO: task hung in lock_sock_nested" there and "... in vsock_connect"
-   here, with lock_sock_nested on its stack;
+   here, with lock_sock_nested on its stack; or syzbot's function is one
+   the distro's build inlined into a frame of the report ("inlined", read
+   from the kernel's debug info: harness/debug/inlines.py), which syzbot's
+   symbolized reports show and a distro kernel's console does not;
 3. the kinds are alike ("kind"): a task that "can't die" (a linux-next
    report Debian's kernels do not have) is a hung task here, and a soft
    lockup, an RCU stall and a hard lockup in the same function are the same
@@ -41,21 +44,25 @@ FUNCTIONLESS = {re.compile(r"^INFO: task .*can't die for more than \d+ seconds\.
 
 @dataclass(frozen=True)
 class Hang:
-    """One hang of a run: its title and the functions on its stack."""
+    """One hang of a run: its title, the functions on its stack and those
+    inlined into them."""
     title: str
     frames: tuple[str, ...] = ()
+    inlined: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Match:
-    how: str       # "title", "stack" or "kind"
+    how: str       # "title", "stack", "inlined" or "kind"
     theirs: str    # syzbot's title that matched
     ours: str      # the run's hang that matched it
 
     def text(self) -> str:
         if self.how == "title":
             return f"reproduced syzbot's \"{self.theirs}\""
-        why = "its function is on the stack" if self.how == "stack" else "the same kind of hang"
+        why = {"stack": "its function is on the stack",
+               "inlined": "its function is inlined into a frame, as the kernel's debug info says"}.get(
+            self.how, "the same kind of hang")
         return f"reproduced syzbot's \"{self.theirs}\" ({self.ours}: {why})"
 
 
@@ -82,6 +89,8 @@ def match_one(theirs: str, hang: Hang) -> Match | None:
     our_kind, our_func = split(hang.title)
     if kind == our_kind and func and func in hang.frames:
         return Match("stack", theirs, hang.title)
+    if kind == our_kind and func and func in hang.inlined:
+        return Match("inlined", theirs, hang.title)
     if _alike(kind, our_kind) and (not func or func == our_func or func in hang.frames):
         return Match("kind", theirs, hang.title)
     return None
@@ -90,7 +99,7 @@ def match_one(theirs: str, hang: Hang) -> Match | None:
 def match(titles: list[str], hangs: list[Hang]) -> Match | None:
     """The first of the run's hangs that matches one of syzbot's titles, the best way first."""
     found = [m for h in hangs for t in titles if (m := match_one(t, h)) is not None]
-    order = {"title": 0, "stack": 1, "kind": 2}
+    order = {"title": 0, "stack": 1, "inlined": 2, "kind": 3}
     return min(found, key=lambda m: order[m.how]) if found else None
 
 
@@ -98,4 +107,4 @@ def report_hang(report: dict) -> Hang:
     """A console report of run.json: its title and the function names its excerpt shows."""
     frames = tuple(m.group(1) for line in report.get("excerpt", ())
                    for m in [re.search(r"\b([A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+", line)] if m)
-    return Hang(report.get("title", ""), tuple(f.split(".")[0] for f in frames))
+    return Hang(report.get("title", ""), tuple(f.split(".")[0] for f in frames), tuple(report.get("inlined", ())))

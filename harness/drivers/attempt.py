@@ -30,7 +30,8 @@ from harness.base import background, guest_env, paths, reproducers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
-from harness.debug import process, vcpus as debug, vmcore
+from harness.analysis.kallsyms import Kallsyms
+from harness.debug import inlines, process, vcpus as debug, vmcore
 from harness.drivers import layouts
 from harness.drivers.case import Case
 from harness.drivers.options import FREEZE_CEILING, FREEZE_FLOOR, Options
@@ -521,11 +522,25 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.run.pmiss_target,
                         r.opts.run.pmiss_given, r.classes, r.samples.errors if r.samples else [], report_reason,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
-                        ended_by(repro, plan, w.agent.count), [rep.to_json() for rep in w.console.reports],
+                        ended_by(repro, plan, w.agent.count), with_inlines(r, [rep.to_json() for rep in w.console.reports]),
                         reached := program_reach(r, w), w.agent.leftovers))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
                    accel=plan.vm.accel, reach=reached.to_json() if reached else None)
+
+
+def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:
+    """A syzkaller reproducer's titled reports with the functions the build
+    inlined into their frames ("inlined"), when kstall has the kernel's debug
+    info: syzbot names a hang after those too (harness/debug/inlines.py)."""
+    titled = [rep for rep in reports if rep.get("kind") in console.TITLED_KINDS]
+    vmlinux = debuginfo.cached_vmlinux(r.kernel) if titled and r.repro.syzbot else None
+    if vmlinux is None or r.syms_path is None:
+        return reports
+    syms = Kallsyms.load(r.syms_path)
+    for rep in titled:
+        rep["inlined"] = inlines.inlined(inlines.addresses(rep.get("excerpt", []), syms), vmlinux)
+    return reports
 
 
 def program_reach(r: _Run, w: Watch) -> reach.Reach | None:

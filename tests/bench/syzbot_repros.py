@@ -14,6 +14,10 @@ Each runs once on the first kernel (--kernel, default debian:6.1.170) for
 --duration seconds. One that hung there runs --tries in all on it (2 of 3
 is "reproduces"), and once on each --then kernel (default debian:7.3.4).
 
+Each kernel's debug info is fetched first (`kstall symbols K --debuginfo`,
+--no-debuginfo: not): syzbot names a hang after the functions a build
+inlined, which only the debug info shows (harness/debug/inlines.py).
+
 Every cell is one `kstall verify KERNEL FILE --duration D --json` whose
 summary is kept in STATE/cells/ as it ends: an interrupted benchmark
 (Ctrl-C, a session's end) resumes where it stopped, and --shard I/N splits
@@ -173,6 +177,17 @@ def figures(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], stat
     return "\n".join(lines)
 
 
+def fetch_debuginfo(kernel: str) -> None:
+    """The kernel's vmlinux with DWARF into kstall's cache (once: a cached one is kept)."""
+    cmd = [sys.executable, str(REPO / "harness" / "kstall"), "symbols", kernel, "--debuginfo"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        said = (p.stdout.strip() or p.stderr.strip()).splitlines()[-1:] or [f"exit {p.returncode}"]
+    except subprocess.TimeoutExpired:
+        said = ["timed out after 1800 s"]
+    print(f"debug info of {kernel}: {said[0]}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR, help="reproducers in syzkaller-repros' layout")
@@ -187,6 +202,7 @@ def main() -> int:
     ap.add_argument("--shard", default="1/1", help="I/N: this machine's share of the bugs")
     ap.add_argument("--state", type=Path, default=paths.cache_dir() / "bench" / "syzbot")
     ap.add_argument("--table", action="store_true", help="print the table from the state, run nothing")
+    ap.add_argument("--no-debuginfo", action="store_true", help="do not fetch the kernels' debug info")
     args = ap.parse_args()
     then = args.then or ["debian:7.3.4"]
     items = sample(args.dir, args.first)
@@ -204,6 +220,8 @@ def main() -> int:
     if not args.table:
         child: list = []
         try:
+            for kern in ([] if args.no_debuginfo else kernels):
+                fetch_debuginfo(kern)
             t0 = time.monotonic()
             for k, (p, h) in enumerate(mine, 1):
                 first = state.get(h.bug_id, args.kernel, 1) or run_cell(p, h, args.kernel, 1, args.duration, state,
