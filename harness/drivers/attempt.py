@@ -519,10 +519,11 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                 (r.out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.console.reports if rep.kind == OutcomeKind.INFRA), "")
     pm = pmiss.p_miss(r.case.calibration, w.agent.count, repro.count_name, r.case.pmiss_unknown)
+    reports = with_inlines(r, [rep.to_json() for rep in w.console.reports])
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.run.pmiss_target,
                         r.opts.run.pmiss_given, r.classes, r.samples.errors if r.samples else [], report_reason,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
-                        ended_by(repro, plan, w.agent.count), with_inlines(r, [rep.to_json() for rep in w.console.reports]),
+                        ended_by(repro, plan, w.agent.count), reports,
                         reached := program_reach(r, w), w.agent.leftovers))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
