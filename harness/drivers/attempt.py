@@ -519,7 +519,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                 (r.out_dir / "latency.svg").write_text(chart)
     report_reason = next((rep.reason for rep in w.console.reports if rep.kind == OutcomeKind.INFRA), "")
     pm = pmiss.p_miss(r.case.calibration, w.agent.count, repro.count_name, r.case.pmiss_unknown)
-    reports = watch_doc["console_reports"] = with_inlines(r, watch_doc["console_reports"])
+    reports = watch_doc["console_reports"] = with_inlines(r, [rep.to_json() for rep in w.console.reports])
     v = decide(Findings(outcome, repro, w.agent.ktap, w.agent.count, r.own_bug, pm, r.opts.run.pmiss_target,
                         r.opts.run.pmiss_given, r.classes, r.samples.errors if r.samples else [], report_reason,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
