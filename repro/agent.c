@@ -1021,9 +1021,12 @@ static int modprobe_main(int argc, char **argv)
 	while (waitpid(status, &status, 0) < 0 && errno == EINTR)
 		;
 	status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	/* the module is the first word that is no option: parameters may follow it */
+	for (n = 1; n < argc && argv[n][0] == '-'; n++)
+		;
 	fd = open(MODPROBE_LOG, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	if (fd >= 0 && argc > 1) {
-		snprintf(line, sizeof(line), "%d %s\n", status, argv[argc - 1]);
+	if (fd >= 0 && n < argc) {
+		snprintf(line, sizeof(line), "%d %s\n", status, argv[n]);
 		say_fd(fd, line, strlen(line));	/* one write: O_APPEND keeps lines whole */
 	}
 	if (fd >= 0)

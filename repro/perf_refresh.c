@@ -46,6 +46,7 @@ struct options {
 static atomic_ullong hup_signals;	/* refresh-to-zero passes completed */
 static atomic_ullong other_signals;	/* POLL_IN and friends */
 static atomic_ullong unmaps;		/* bystander munmap calls */
+static atomic_ullong rearms;		/* enables asked for again: none came through */
 static atomic_int stop;
 static atomic_int failed_errno;
 static __thread int event_fd = -1;
@@ -99,10 +100,38 @@ static int open_event(unsigned long long period_ns)
 	return fd;
 }
 
+static unsigned long long now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000ULL + t.tv_nsec / 1000000;
+}
+
+/* An enable the kernel drops leaves the event silent for ever, which reads as
+ * a hang with no culprit (seen on arm64 6.16.12: a WARNING in event_function
+ * during the first REFRESH, then no overflow at all). A period is 100 us, so
+ * 100 ms without any signal is a lost enable: ask again. On an affected kernel
+ * the first overflow hangs this CPU, so this never runs there once it matters. */
+static void rearm_if_silent(int fd, unsigned long long *seen, unsigned long long *since)
+{
+	unsigned long long n = atomic_load(&hup_signals) + atomic_load(&other_signals), t = now_ms();
+
+	if (n != *seen) {
+		*seen = n;
+		*since = t;
+	} else if (t - *since >= 100) {
+		ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+		atomic_fetch_add(&rearms, 1);
+		*since = t;
+	}
+}
+
 static void *worker(void *arg)
 {
 	const struct options *o = arg;
 	volatile unsigned long spin = 0;
+	unsigned long long seen = 0, since = now_ms();
 	int fd = open_event(o->period_ns);
 
 	if (fd < 0) {
@@ -114,7 +143,8 @@ static void *worker(void *arg)
 	ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
 	/* burn CPU time in user mode: cpu-clock only advances while we run */
 	while (!atomic_load_explicit(&stop, memory_order_relaxed))
-		spin++;
+		if ((++spin & 0xffff) == 0)
+			rearm_if_silent(fd, &seen, &since);
 	ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
 	event_fd = -1;
 	return NULL;
@@ -226,9 +256,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		pthread_join(tids[i], NULL);
 
-	ksft_print_msg("result count=%llu elapsed_ms=%llu other_signals=%llu bystander_unmaps=%llu\n",
+	ksft_print_msg("result count=%llu elapsed_ms=%llu other_signals=%llu bystander_unmaps=%llu rearms=%llu\n",
 		       (unsigned long long)atomic_load(&hup_signals), elapsed_ms,
-		       (unsigned long long)atomic_load(&other_signals), (unsigned long long)atomic_load(&unmaps));
+		       (unsigned long long)atomic_load(&other_signals), (unsigned long long)atomic_load(&unmaps),
+		       (unsigned long long)atomic_load(&rearms));
 	err = atomic_load(&failed_errno);
 	if (err)
 		ksft_test_result_skip("perf-refresh: perf_event_open: %s\n", strerror(err));

@@ -33,13 +33,17 @@ _MODPROBE = re.compile(r"^KSTALL modprobe status=(?P<status>-?\d+) name=(?P<name
 _CHECK = re.compile(r"^KSTALL check path=(?P<path>\S+) exists=(?P<exists>[01])")
 _NR = re.compile(r"\b__NR_(\w+)")
 # calls every program's setup makes: reaching them says nothing of its path
-SETUP_CALLS = frozenset({"mmap", "munmap", "mprotect", "exit", "exit_group"})
+SETUP_CALLS = frozenset({"mmap", "mmap2", "munmap", "mprotect", "exit", "exit_group"})
 # a call that fails only with these did not run its code: the kernel lacks it, or the family it names
 ABSENT_ERRORS = frozenset({"ENOSYS", "EAFNOSUPPORT", "EPROTONOSUPPORT", "ESOCKTNOSUPPORT"})
 
 
+# the kernel's own restart codes (include/linux/errno.h): a call a signal interrupted
+RESTART_ERRORS = {512: "ERESTARTSYS", 513: "ERESTARTNOINTR", 514: "ERESTARTNOHAND", 516: "ERESTART_RESTARTBLOCK"}
+
+
 def errno_name(ret: int) -> str:
-    return errno.errorcode.get(-ret, f"E{-ret}")
+    return errno.errorcode.get(-ret) or RESTART_ERRORS.get(-ret) or f"E{-ret}"
 
 
 @dataclass
@@ -131,13 +135,17 @@ class Reach:
                 "checks": self.checks}
 
 
-def parse(lines: list[str]) -> tuple[dict[str, Call], dict[str, tuple[int, int]], dict[str, bool]]:
+def parse(lines: list[str], numbers: dict[int, str] | None = None
+          ) -> tuple[dict[str, Call], dict[str, tuple[int, int]], dict[str, bool]]:
+    """numbers: the program's own ABI's table (syscall_numbers), when it is not
+    the kernel's native one the tracer named the calls by."""
     calls: dict[str, Call] = {}
     requests: dict[str, tuple[int, int]] = {}
     checks: dict[str, bool] = {}
     for line in lines:
         if (m := _HIST.match(line)) is not None:
-            c = calls.setdefault(m.group("name"), Call(m.group("name")))
+            name = m.group("name") if numbers is None else numbers.get(int(m.group("nr")), f"syscall_{m['nr']}")
+            c = calls.setdefault(name, Call(name))
             n = int(m.group("count"))
             if m.group("ret") is None:
                 c.count += n
@@ -162,8 +170,9 @@ def _fill(what: str, m: re.Match, env: GuestEnv) -> str:
     return text
 
 
-def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None) -> Reach:
-    calls, requests, checks = parse(lines)
+def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None,
+            numbers: dict[int, str] | None = None) -> Reach:
+    calls, requests, checks = parse(lines, numbers)
     needs: list[str] = []
     lacks: list[str] = []
     for name, (asked, status) in requests.items():

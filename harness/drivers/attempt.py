@@ -26,7 +26,7 @@ from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict
 from harness.base import arch as arches
-from harness.base import background, guest_env, paths, reproducers
+from harness.base import background, guest_env, paths, reproducers, syscall_numbers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
 from harness.base.procs import Interrupted
@@ -546,16 +546,22 @@ def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:
 
 def program_reach(r: _Run, w: Watch) -> reach.Reach | None:
     """What a guest environment's agent said the program reached and lacked (reach.py)."""
-    # a program of another ABI (a 32-bit one) makes calls the tracer numbers by the native table: unread
-    if not r.repro.env or not w.agent.env_lines or r.repro.abi:
+    if not r.repro.env or not w.agent.env_lines:
         return None
+    numbers = None  # a program of another ABI (a 32-bit one): the tracer named its calls by the native table
+    if r.repro.abi:
+        runs_it = arches.with_compat(r.repro.abi)
+        compat = runs_it.table["compat"] if runs_it else {}
+        numbers = syscall_numbers.table(compat["cc"], tuple(compat.get("cflags", []))) if compat else {}
+        if not numbers:
+            return None
     aliases = module_tree.aliases(r.kernel)
     try:
         source = Path(r.repro.source).read_text(errors="replace") if r.repro.source else ""
     except OSError:
         source = ""
     return reach.analyse(w.agent.env_lines, reach.program_calls(source), guest_env.get(r.repro.env),
-                         reach.Aliases(aliases.read_text(errors="replace")) if aliases else None)
+                         reach.Aliases(aliases.read_text(errors="replace")) if aliases else None, numbers)
 
 
 def snapshot_doc(snap: snapshot.Snapshot | None, restored: dict | None, saved: dict) -> dict | None:

@@ -8,6 +8,7 @@ kernel lacks is a need; the machine is the one a reproducer expects."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,9 @@ def test_a_busy_forking_program_runs_for_its_time_and_is_not_reproduced(matrix):
     c = cell(matrix, "bbbb")
     assert c["verdict"] == "NOT_REPRODUCED", c["line"]
     run = run_json(matrix, c)
-    assert "stuck" not in run["reason"] and run["reason"].startswith("ran for 20 s")
+    ran = re.match(r"ran for (\d+) s", run["reason"])
+    # its time, and the second or so the guest takes to stop it on a busy host
+    assert "stuck" not in run["reason"] and ran and 20 <= int(ran[1]) <= 25, run["reason"]
     assert run["evidence"]["reach"]["reached"] == ["getpid"] and run["evidence"]["reach"]["needs"] == []
     assert run["cpus"] == [] and run["hang"] is None
 

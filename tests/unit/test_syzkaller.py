@@ -17,7 +17,7 @@ from harness.analysis.findings import Findings
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.analysis.verdict import Verdict, VerdictKind
-from harness.base import guest_env, reproducers, syzkaller
+from harness.base import guest_env, reproducers, syscall_numbers, syzkaller
 from images.guest import environment
 from images.kernels import changelog
 
@@ -110,6 +110,22 @@ def test_a_call_the_kernel_rejects_reached_it_and_one_it_lacks_did_not():
     assert r.reached() == ["a"] and r.never() == ["c"] and r.reached_kernel
     assert r.needs == ["the system call b (ENOSYS: this kernel does not have it)"]
     assert "every a was rejected (EINVAL)" in r.text()
+
+
+def test_a_32_bit_programs_calls_are_named_by_its_own_abis_table():
+    """Recorded: a 386 reproducer on 7.3.4 (x86_64). The tracer named its calls
+    by x86_64's table (its mount, i386's 21, as access); the i686 compiler's
+    headers name them again."""
+    numbers = syscall_numbers.table("i686-linux-gnu-gcc")
+    assert numbers[21] == "mount" and numbers[39] == "mkdir" and numbers[192] == "mmap2"
+    lines = (RUNS / "umount-tree-386-7.3.4.agent.log").read_text().splitlines()
+    program = ["exit_group", "mkdir", "mount", "mknod", "mmap", "pause", "mmap2"]
+    assert reach.analyse(lines, program, ENV, None).reached() == []  # by the native table: nothing of its own
+    r = reach.analyse(lines, program, ENV, None, numbers)
+    assert r.reached() == ["mkdir", "mount", "mknod", "pause"] and r.needs == []
+    assert r.calls["mount"].count == 700
+    assert r.calls["mount"].errors == {"ENOMEM": 20, "ENOSPC": 18, "EINVAL": 1, "ENOENT": 1}
+    assert r.calls["pause"].errors == {"ERESTARTNOHAND": 100}  # the kernel's restart code, by its name
 
 
 def timeboxed(fields: str, reach_: reach.Reach | None = None, leftovers: list[dict] | None = None) -> Verdict:
