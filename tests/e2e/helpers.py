@@ -22,7 +22,8 @@ os.environ.setdefault(SESSION, str(os.getpid()))
 # perf-refresh on a fixed arm64 kernel meets a task context that is not active on its own CPU, a
 # WARNING in ctx_sched_in then a NULL dereference in perf_ctx_sched_task_cb on the way back to user
 # space (CRASHED; tests/fixtures/consoles/6.17.8-arm64-perf-ctx-sched-in-oops.log), or a WARNING in
-# event_function from REFRESH's enable, and the reproducer counts nothing (INCONCLUSIVE). Measured
+# event_function from REFRESH's enable, which drops the enable (perf-refresh now asks again after 100 ms
+# of silence; before, it counted nothing, INCONCLUSIVE: met by the 6.16.12 hand-over, 2026-11-27). Measured
 # on the fixed 6.17.8 arm64: 1 run in 40 (2026-11-26), 1 in 25 (2026-11-27, before and after that
 # day's changes alike); on a faster host 3 in 300: 2 of 100 cold boots, 1 of 100 restored, 0 of 100
 # with every vCPU on one host thread, too few to tell TCG's threads from the kernel's.
@@ -31,6 +32,17 @@ OTHER_ARM64_PERF_BUG = ("WARNING in event_function", "WARNING in ctx_sched_in")
 
 def met_the_other_arm64_perf_bug(console_titles: list[dict] | None) -> bool:
     return bool({t["title"] for t in console_titles or []} & set(OTHER_ARM64_PERF_BUG))
+
+
+def verify_past_the_other_arm64_perf_bug(tmp_path: Path, want: str, *args: str) -> tuple[int, dict, str]:
+    """verify_json, once more when the run met the other arm64 perf bug (above; said in the test's
+    output) and did not give the verdict wanted."""
+    rc, doc, err = verify_json(tmp_path, *args)
+    titles = (doc.get("evidence") or {}).get("console_titles")
+    if doc.get("verdict") != want and met_the_other_arm64_perf_bug(titles):
+        print(f"the other arm64 perf bug met ({doc['line']}): running once more")
+        rc, doc, err = verify_json(tmp_path, *args)
+    return rc, doc, err
 
 
 def interruptible() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import distro_assets
-from helpers import REPO, kstall, kstall_processes, met_the_other_arm64_perf_bug, verify_json
+from helpers import REPO, kstall, kstall_processes, verify_json, verify_past_the_other_arm64_perf_bug
 
 pytestmark = pytest.mark.e2e
 PROGRAMS = REPO / "tests" / "programs"
@@ -25,15 +25,7 @@ def no_leftover_processes():
 
 
 def verify_fixed(tmp_path, *args: str) -> tuple[int, dict, str]:
-    """verify_json, once more when the run met the other arm64 perf bug (helpers.py; said in the
-    test's output): CRASHED by its oops, or INCONCLUSIVE when its WARNING left the reproducer
-    counting nothing."""
-    rc, doc, err = verify_json(tmp_path, *args)
-    titles = (doc.get("evidence") or {}).get("console_titles")
-    if doc.get("verdict") != "NOT_REPRODUCED" and met_the_other_arm64_perf_bug(titles):
-        print(f"the other 6.17.8 arm64 perf bug met ({doc['line']}): running once more")
-        rc, doc, err = verify_json(tmp_path, *args)
-    return rc, doc, err
+    return verify_past_the_other_arm64_perf_bug(tmp_path, "NOT_REPRODUCED", *args)
 
 
 def culprits(doc: dict) -> list[dict]:
