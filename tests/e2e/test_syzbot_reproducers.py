@@ -24,9 +24,10 @@ KERNEL = "debian:6.1.170"
 def matrix(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("syzkaller")
     m = d / "syzkaller.toml"
-    # each its own time: the hung task needs the detector's 30 s and its 5 s checks
-    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa"]\nduration = 90\n'
-                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["bbbb", "cccc", "dddd"]\nduration = 20\n'
+    # each its own time: the hung task needs the detector's 30 s and its 5 s checks; one vCPU each,
+    # so that on two host cores the three short ones run beside the long one
+    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa"]\nduration = 90\ncpus = 1\n'
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["bbbb", "cccc", "dddd"]\nduration = 20\ncpus = 1\n'
                  f'[[kernel]]\nspec = "{KERNEL}"\n')
     p = kstall("matrix", str(m), "--results", str(d), "--json", timeout=900)
     assert p.stdout.strip().startswith("{"), p.stderr[-3000:]
