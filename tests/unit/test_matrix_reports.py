@@ -51,6 +51,15 @@ def test_bad_matrix_files_are_rejected_clearly(tmp_path, text, error):
         matrix_file.load(p)
 
 
+def test_every_matrix_file_in_ci_loads_with_an_expectation_per_cell():
+    """The templates run them: each must load, and say what each cell should give."""
+    files = [f for f in sorted((REPO / "ci").glob("*.toml")) if "[[kernel]]" in f.read_text()]
+    assert {"matrix.toml", "family.toml", "syzbot-hangs.toml"} <= {f.name for f in files}
+    for f in files:
+        m = matrix_file.load(f)
+        assert m.cells and all(c.expect for c in m.cells), f
+
+
 def test_shards_partition_the_cells():
     cells = matrix_file.load(REPO / "ci" / "matrix.toml").cells
     for n in (1, 2, 3, 4):
