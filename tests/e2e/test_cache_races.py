@@ -17,7 +17,8 @@ from helpers import KSTALL, kstall_processes, run_dirs_of, wait_for
 pytestmark = pytest.mark.e2e
 
 
-def test_four_processes_on_one_cold_cache_agree_and_leave_nothing_half_made(tmp_path):
+def test_four_processes_on_one_cold_cache_agree_and_leave_nothing_half_made_and_a_damaged_kernel_is_fetched_again(
+        tmp_path):
     cache = tmp_path / "cache"
     env = dict(os.environ, KSTALL_CACHE=str(cache))
     matrix = tmp_path / "m.toml"
@@ -48,6 +49,14 @@ def test_four_processes_on_one_cold_cache_agree_and_leave_nothing_half_made(tmp_
     assert len(list((cache / "kernels" / "debian").iterdir())) == 2
     assert wait_for(lambda: not kstall_processes(), 10) is not None
     assert run_dirs_of({p.pid for p in procs.values()}) == []  # their own, whatever another kstall keeps
+    # a kernel damaged in the cache is known by its hash and fetched again
+    vmlinuz = next((cache / "kernels" / "debian").glob("7.3.4*")) / "vmlinuz"
+    vmlinuz.write_bytes(vmlinuz.read_bytes()[:1_000_000])
+    p = subprocess.run([*KSTALL, "verify", "debian:7.3.4", "perf-refresh", "--results", str(tmp_path / "d")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "is damaged (vmlinuz sha256 mismatch (1000000 bytes)): fetching it again" in p.stderr
+    assert "linux-binary-7.3.4+deb13-amd64: 100% of" in p.stderr  # 7.3.4's image is the linux-binary package
 
 
 def test_a_fresh_clones_guest_is_built_once_by_processes_that_start_side_by_side(tmp_path):

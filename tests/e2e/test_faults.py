@@ -142,33 +142,6 @@ def test_qmp_not_answering_is_an_error_naming_it_never_a_verdict_about_the_kerne
     print(f"ERROR after {took:.1f}s: {doc['reason']}")
 
 
-def _cold_env(cache: Path) -> dict:
-    return dict(os.environ, KSTALL_CACHE=str(cache))
-
-
-def test_two_runs_on_a_cold_cache_download_the_kernel_once_and_a_damaged_one_is_fetched_again(tmp_path):
-    cache = tmp_path / "cache"
-    matrix = tmp_path / "m.toml"
-    matrix.write_text('[[reproducer]]\nname = "perf-refresh"\n\n[[kernel]]\nspec = "debian:6.17.8"\n'
-                      'expect = { perf-refresh = "not_reproduced" }\n')
-    runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_cold_env(cache))
-            for cmd in ([*KSTALL, "matrix", str(matrix), "--results", str(tmp_path / "m")],
-                        [*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--results", str(tmp_path / "v")])]
-    outs = [p.communicate(timeout=900) for p in runs]
-    for p, (out, err) in zip(runs, outs):
-        assert p.returncode == 0, out[-1500:] + err[-1500:]
-    said = "".join(err for _, err in outs)
-    assert said.count("linux-image-6.17.8+deb13-amd64: 100% of") == 1, said[-3000:]
-    kdir = next((cache / "kernels" / "debian").glob("6.17.8*"))
-    vmlinuz = kdir / "vmlinuz"
-    vmlinuz.write_bytes(vmlinuz.read_bytes()[:1_000_000])
-    p = subprocess.run([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", "--results", str(tmp_path / "v")],
-                       capture_output=True, text=True, env=_cold_env(cache), timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert "is damaged (vmlinuz sha256 mismatch (1000000 bytes)): fetching it again" in p.stderr
-    assert "linux-image-6.17.8+deb13-amd64: 100% of" in p.stderr
-
-
 USER = "kstall-user"
 
 

@@ -154,8 +154,9 @@ def test_a_users_own_reproducer_with_its_signatures_runs_in_a_matrix_and_a_bisec
 
 
 def test_a_bisection_step_that_hangs_another_way_is_skipped_with_the_reason(tmp_path):
+    # one second a run (its default is 3): a clean step of a program with no calibration runs 4 times
     p = kstall("bisect", "debian", "--old", "6.12.107", "--new", "6.16.12", str(PROGRAMS / "refresh_or_sleep.c"),
-               "--results", str(tmp_path), timeout=1800)
+               "--results", str(tmp_path), "--", "1", timeout=1800)
     bdir = next(d for d in tmp_path.iterdir() if "bisect-debian" in d.name and not d.name.startswith("."))
     doc = json.loads((bdir / "bisect.json").read_text())
     steps = {s["candidate"]: s for s in doc["steps"]}
@@ -171,7 +172,8 @@ def test_a_bisection_step_that_hangs_another_way_is_skipped_with_the_reason(tmp_
 
 
 def test_a_user_program_stuck_in_user_space_is_dumped_and_its_deadlock_cycle_named(tmp_path):
-    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", str(PROGRAMS / "lock_inversion.c"))
+    # deadlocked 0.2 s after it starts: 5 s of no progress say so as well as the default 30 s
+    rc, doc, err = verify_json(tmp_path, "debian:7.3.4", str(PROGRAMS / "lock_inversion.c"), "--stuck-after", "5")
     assert rc == 1, err
     assert doc["verdict"] == "VULNERABLE" and doc["outcome"]["kind"] == "stuck"
     assert doc["title"] == "user-space deadlock: 2 threads, mutex -> mutex", doc["title"]
