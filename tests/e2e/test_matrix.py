@@ -32,7 +32,7 @@ def cells(doc: dict) -> dict[str, tuple[str, str]]:
 
 # the shards cover one reproducer's cells on the amd64 rows (7 of 50, 4 and 3): enough to split and
 # merge a matrix, at a fraction of the time of the whole again
-SHARDED = ("perf-refresh",)
+SHARDED = ("signal-malloc",)
 
 
 @pytest.fixture(scope="module")
