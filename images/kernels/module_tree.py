@@ -122,14 +122,21 @@ def _extract(kernel: Kernel, work: Path, root: Path, progress: Progress | None) 
     prefixes = (f"lib/modules/{release}/", f"usr/lib/modules/{release}/")
     compressed: list[Path] = []
     count = 0
+    read = []
     for pkg in _packages(kernel, work, progress):
+        read.append(pkg.name)
         if progress:
             progress(f"{kernel.canonical}: reading every module from {pkg.name}")
         count += _stream(pkg, prefixes, root / release, compressed)
         if pkg.parent == work:
             pkg.unlink()  # a downloaded package: only its modules are kept
     if count == 0:
-        raise SpecError(f"{kernel.canonical}: its packages hold no modules under lib/modules/{release}")
+        # Debian 6.19+ splits a kernel in linux-binary, -base and -modules; a backports suite that
+        # moved on keeps an older build's signed binary but not its modules (6.19.14, 2026-11)
+        raise SpecError(f"{kernel.canonical}: its packages ({', '.join(read)}) hold no modules under "
+                        f"lib/modules/{release}" + (f"; Debian's archive no longer has linux-modules-{release}, "
+                                                    "so its whole module tree cannot be read"
+                                                    if any(n.startswith("linux-binary-") for n in read) else ""))
     if compressed:
         if progress:
             progress(f"{kernel.canonical}: decompressing {len(compressed)} modules")
