@@ -218,7 +218,9 @@ def test_qemu_killed_or_stopped_is_an_error_naming_it(tmp_path, stage, kernel, s
             _while_gdb_reads(proc)
         else:
             time.sleep(0.5 if stage == "boot" else 7)
-            qemu = _qemu_of(proc)  # this attempt's (an emulator fault at boot is retried)
+        # this attempt's: an attempt before it may have been retried (an emulator fault at boot; a
+        # restore that failed, which boots cold), and its QEMU is gone (CI met that when sampling)
+        qemu = _qemu_of(proc)
         os.kill(qemu, sig)
     count = [] if stage == "sampling" else ["--count", "100000000"]
     rc, doc, err = verify_with_fault(tmp_path, [kernel, "perf-refresh", *count], fault)
