@@ -110,17 +110,19 @@ static unsigned long long now_ms(void)
 
 /* An enable the kernel drops leaves the event silent for ever, which reads as
  * a hang with no culprit (seen on arm64 6.16.12: a WARNING in event_function
- * during the first REFRESH, then no overflow at all). A period is 100 us, so
- * 100 ms without any signal is a lost enable: ask again. On an affected kernel
- * the first overflow hangs this CPU, so this never runs there once it matters. */
-static void rearm_if_silent(int fd, unsigned long long *seen, unsigned long long *since)
+ * during the first REFRESH, then no overflow at all). A thousand periods
+ * (100 ms at least) without any signal is a lost enable: ask again. On an
+ * affected kernel the first overflow hangs this CPU, so this never runs there
+ * once it matters. */
+static void rearm_if_silent(int fd, unsigned long long quiet_ms, unsigned long long *seen,
+			    unsigned long long *since)
 {
 	unsigned long long n = atomic_load(&hup_signals) + atomic_load(&other_signals), t = now_ms();
 
 	if (n != *seen) {
 		*seen = n;
 		*since = t;
-	} else if (t - *since >= 100) {
+	} else if (t - *since >= quiet_ms) {
 		ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
 		atomic_fetch_add(&rearms, 1);
 		*since = t;
@@ -132,6 +134,7 @@ static void *worker(void *arg)
 	const struct options *o = arg;
 	volatile unsigned long spin = 0;
 	unsigned long long seen = 0, since = now_ms();
+	unsigned long long quiet_ms = o->period_ns / 1000 > 100 ? o->period_ns / 1000 : 100;
 	int fd = open_event(o->period_ns);
 
 	if (fd < 0) {
@@ -144,7 +147,7 @@ static void *worker(void *arg)
 	/* burn CPU time in user mode: cpu-clock only advances while we run */
 	while (!atomic_load_explicit(&stop, memory_order_relaxed))
 		if ((++spin & 0xffff) == 0)
-			rearm_if_silent(fd, &seen, &since);
+			rearm_if_silent(fd, quiet_ms, &seen, &since);
 	ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
 	event_fd = -1;
 	return NULL;
