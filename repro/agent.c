@@ -1185,10 +1185,11 @@ static void env_step(char *line)
 		device_links();
 	} else if (!strcmp(line, "busybox")) {
 		char path[300];
-		char *argv[] = { path, "--install", "-s", NULL };
+		char *argv[] = { path, "--install", NULL };
 
 		snprintf(path, sizeof(path), "%s/bin/busybox", base_dir);
-		/* it links each applet where it belongs, and makes no directory */
+		/* it hard-links each applet where it belongs (all on the initramfs'
+		 * root), and makes no directory */
 		make_dirs("/sbin", 0755);
 		make_dirs("/usr/bin", 0755);
 		make_dirs("/usr/sbin", 0755);

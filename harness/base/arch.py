@@ -155,6 +155,12 @@ def with_compat(abi: str) -> Arch | None:
     return next((get(n) for n in names() if get(n).table.get("compat", {}).get("name") == abi), None)
 
 
+def compat_of(abi: str) -> dict:
+    """The compat table (arches.toml) of the architecture that runs programs of that ABI, or {}."""
+    runs_it = with_compat(abi) if abi else None
+    return runs_it.table["compat"] if runs_it else {}
+
+
 def named(name: str) -> Arch:
     """An architecture by kstall's name (uname -m) or Debian's: aarch64 or arm64."""
     return get(name) if name in names() else by_debian(name)

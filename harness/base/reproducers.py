@@ -282,8 +282,7 @@ def syzkaller_reproducer(path: Path, header: syzkaller.Header) -> Reproducer:
         raise ReproducerError(f"{path.name} is syzkaller's reproducer for {header.arch}: kstall builds programs "
                               f"for its guests, {', '.join(sorted(known))}")
     env = guest_env.get(syzkaller.ENV)
-    runs_it = arch.with_compat(abi) if abi else None
-    compat = runs_it.table["compat"] if runs_it else {}
+    compat = arch.compat_of(abi)
     d = GENERIC | {"max_seconds": env.seconds, "sleep_after_s": env.sleep_after_s, "default_cpus": env.cpus,
                    "kernel": {"options": [*env.options, *([compat["option"]] if compat.get("option") else [])]},
                    "summary": f"syzbot: {header.title}" if header.title else f"{path.name} (a syzkaller program)"}

@@ -550,8 +550,7 @@ def program_reach(r: _Run, w: Watch) -> reach.Reach | None:
         return None
     numbers = None  # a program of another ABI (a 32-bit one): the tracer named its calls by the native table
     if r.repro.abi:
-        runs_it = arches.with_compat(r.repro.abi)
-        compat = runs_it.table["compat"] if runs_it else {}
+        compat = arches.compat_of(r.repro.abi)
         numbers = syscall_numbers.table(compat["cc"], tuple(compat.get("cflags", []))) if compat else {}
         if not numbers:
             return None
