@@ -139,8 +139,11 @@ class Report:
         """syzbot-style: "BUG: soft lockup in smp_call_function_many_cond"; the
         kernel's message for reports without a template. A title names
         functions, not where in them (KCSAN prints "race in f+0x6df/0x760"):
-        the same bug in another build gets the same title."""
-        return _OFFSET.sub("", self._title())
+        the same bug in another build gets the same title, and another run
+        of it too (no addresses, pids or CPU numbers: [titles] volatile)."""
+        title = _OFFSET.sub("", self._title())
+        rules = self.patterns.rules if self.patterns else None
+        return rules.steady(title) if rules else title
 
     def _title(self) -> str:
         template = self.pattern.title if self.pattern else ""

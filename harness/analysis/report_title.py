@@ -45,6 +45,13 @@ class Rules:
     hung_skip: tuple[str, ...]
     questionable: re.Pattern
     corrupting: re.Pattern  # a line that means another report's lines are mixed in
+    volatile: tuple[tuple[re.Pattern, str], ...] = ()  # what differs between runs, and its stand-in
+
+    def steady(self, title: str) -> str:
+        """The title without what differs between runs of one bug."""
+        for r, stand_in in self.volatile:
+            title = r.sub(stand_in, title)
+        return title
 
     @staticmethod
     def from_doc(doc: dict) -> "Rules":
@@ -53,7 +60,8 @@ class Rules:
                      re.compile("|".join(doc["stall_anchors"])), tuple(doc["stall_strip"]), dict(doc["stall_buckets"]),
                      dict(doc["hung_buckets"]),
                      tuple(doc["hung_skip"]), re.compile(doc["questionable"]),
-                     compile_step("|".join(doc["corrupting"])))
+                     compile_step("|".join(doc["corrupting"])),
+                     tuple((re.compile(r), stand_in) for r, stand_in in doc.get("volatile", ())))
 
 
 @dataclass(frozen=True)
@@ -79,10 +87,31 @@ class _Walk:
     skip: re.Pattern | None
     rules: Rules
     frames: list[str] = field(default_factory=list)
+    caller: tuple[str, bool] | None = None  # arm's caller on the last frame line, and whether at +0x0
 
     def take(self, m: re.Match | None) -> None:
         if m:
             self.take_name(next((g for g in m.groups() if g), None))
+
+    def take_frame(self, m: re.Match | None) -> None:
+        """A stack trace's line: a frame, or arm's callee and its caller. The
+        caller is the next line's callee, so it is taken only where no line
+        follows (the trace's end), or where the next line names another
+        function and the caller's offset is not 0: a return address at a
+        function's first byte is past a call that never returned (panic)."""
+        if not m:
+            return
+        func, callee, caller, offset = m.groups()
+        name = func or callee
+        if self.caller and self.caller[0] != name and not self.caller[1]:
+            self.take_name(self.caller[0])
+        self.caller = (caller, int(offset, 16) == 0) if caller else None
+        self.take_name(name)
+
+    def end_trace(self) -> None:
+        if self.caller:
+            self.take_name(self.caller[0])
+        self.caller = None
 
     def take_name(self, name: str | None) -> None:
         if name is None or (self.skip and self.skip.search(name)):
@@ -109,10 +138,12 @@ def _walk(lines: list[str], steps: tuple[str | re.Pattern, ...], rules: Rules, s
                 if rules.stack_start.search(line) or rules.corrupting.search(line):
                     break
                 if isinstance(nxt, re.Pattern) and (m := nxt.search(line)):
+                    w.end_trace()
                     w.take(m)
                     k += 1
                     break
-                w.take(rules.frame.search(line))
+                w.take_frame(rules.frame.search(line))
+            w.end_trace()
             k += 1
             continue
         assert isinstance(step, re.Pattern)

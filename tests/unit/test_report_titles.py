@@ -235,3 +235,55 @@ def test_a_title_names_a_function_never_where_in_it():
             "on cpu 0:\n"
             "[ 67.2]  dequeue_entities+0x6df/0x760\n")
     assert title(text) == "KCSAN: assert: race in dequeue_entities"
+
+
+ARM_STALL = """
+[  30.1] rcu: INFO: rcu_sched self-detected stall on CPU
+[  30.2] NMI backtrace for cpu 0
+[  30.3] [<80118054>] (unwind_backtrace) from [<80110ce4>] (show_stack+0x20/0x24)
+[  30.4] [<80110ce4>] (show_stack) from [<80c16564>] (dump_stack+0x104/0x138)
+[  30.5] [<806ab444>] (gic_handle_irq) from [<80100b6c>] (__irq_svc+0x6c/0x90)
+[  30.6] Exception stack(0x91883f00 to 0x91883f48)
+[  30.7] [<80100b6c>] (__irq_svc) from [<80616f94>] (check_zeroed_user+0x140/0x1dc)
+[  30.8] [<80616f94>] (check_zeroed_user) from [<80321578>] (sys_openat2+0x124/0x170)
+[  30.9] [<80321578>] (sys_openat2) from [<80100080>] (ret_fast_syscall+0x0/0x54)
+[  31.0] Exception stack(0x91883fa8 to 0x91883ff0)
+"""
+
+ARM_WARNING = """
+[  83.1] WARNING: CPU: 1 PID: 46 at lib/refcount.c:28 refcount_warn_saturate+0x13c/0x174
+[  83.2] Call trace:
+[  83.3] [<8195d4bc>] (dump_stack) from [<8195df7c>] (panic+0x120/0x368)
+[  83.4] [<8195de5c>] (panic) from [<802421e4>] (get_taint+0x0/0x1c)
+[  83.5] [<80242170>] (check_panic_on_warn) from [<80242338>] (__warn+0x7c/0x180)
+[  83.6] [<80242440>] (warn_slowpath_fmt) from [<80813f4c>] (refcount_warn_saturate+0x13c/0x174)
+[  83.7] [<80813e10>] (refcount_warn_saturate) from [<819372e0>] (kobject_put+0x158/0x1f4)
+[  83.8] [<81937188>] (kobject_put) from [<81344bf8>] (usb_drv_disconnect+0x98/0x9c)
+"""
+
+
+def test_an_arm_frame_line_names_its_caller_too_unless_the_call_never_returned():
+    """arm prints "(callee) from (caller+off)": the last line's caller is the
+    syscall entry a stall is named beside (syzbot names arm's sys_openat2
+    "openat2"); a caller at +0x0 after a call that never returns (panic) is
+    only the next function's first byte."""
+    assert title(ARM_STALL) == "INFO: rcu detected stall in openat2"
+    assert title(ARM_WARNING) == "WARNING: refcount bug in usb_drv_disconnect"
+
+
+@pytest.mark.parametrize("text,want", [
+    # the device and the error number are this run's, not the bug's
+    ("[ 1.0] Kernel panic - not syncing: Couldn't open N_TTY ldisc for ptm1 --- error -12.",
+     "kernel panic: Couldn't open N_TTY ldisc"),
+    ("[ 1.0] Kernel panic - not syncing: Fatal exception in interrupt", "kernel panic: Fatal exception"),
+    ("[ 1.0] Kernel panic - not syncing: Attempted to kill the idle task!",
+     "kernel panic: Attempted to kill the idle task!"),
+    # a lock-order report cut before the trace of where the lock became irq-safe
+    # is named where the lock was being taken, as lockdep's other reports are
+    ("""[ 121.1] [ INFO: SOFTIRQ-safe -> SOFTIRQ-unsafe lock order detected ]
+[ 121.2] syz-executor1/19557 [HC0[0]:SC0[0]:HE0:SE1] is trying to acquire:
+[ 121.3]  (&(&r->consumer_lock)->rlock){+.+...}, at: [<ffffffff82df4347>] tun_device_event+0x897/0xc70""",
+     "possible deadlock in tun_device_event"),
+])
+def test_a_report_is_titled_by_its_kind_not_by_this_runs_details(text, want):
+    assert title(text) == want

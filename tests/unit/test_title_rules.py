@@ -25,6 +25,8 @@ SKIP = re.compile("|".join(RULES.skip))
     # the report's own machinery and instrumentation
     "fortify_panic", "do_translation_fault", "el1_abort", "kasan_report_invalid_free", "trace_hardirqs_off_caller",
     "mark_lock_irq",
+    # a semaphore's and an rwsem's waits, and their slow paths
+    "down", "__down_common", "down_read_killable", "down_write_nested", "rwsem_down_write_slowpath",
 ])
 def test_a_kind_of_frame_that_never_names_a_report_covers_its_members(name):
     assert SKIP.search(name), name
@@ -33,6 +35,8 @@ def test_a_kind_of_frame_that_never_names_a_report_covers_its_members(name):
 @pytest.mark.parametrize("name", [
     "__alloc_skb", "tun_device_event", "strp_check_rcv", "rtnl_newlink", "ext4_expand_extra_isize_ea",
     "do_one_initcall", "nci_send_cmd", "perf_event_release_kernel", "completion_done_checker_of_driver",
+    # "down" inside a name is the subsystem's own teardown or shutdown; a trylock never waits
+    "l2cap_sock_teardown_cb", "tcp_shutdown", "hci_dev_do_shutdown", "download_firmware", "down_trylock",
 ])
 def test_a_reports_subject_is_not_passed_over(name):
     assert not SKIP.search(name), name
@@ -42,3 +46,22 @@ def test_a_cpp_symbol_is_titled_by_its_plain_name():
     assert report_title.plain_name("_Z8fakeNameiii") == "fakeName"
     assert report_title.plain_name("_Z99short") == "_Z99short"  # not a name it can hold
     assert report_title.plain_name("tun_device_event") == "tun_device_event"
+
+
+@pytest.mark.parametrize("frame", ["__hrtimer_run_queues", "hrtimer_run_softirq", "tasklet_action_common",
+                                   "tasklet_hi_action", "handle_softirqs", "ret_fast_syscall"])
+def test_every_dispatcher_of_deferred_work_and_every_syscall_entry_anchors_a_stall(frame):
+    """A stall is named after the code a dispatcher ran: timers of both kinds,
+    tasklets, softirqs as 6.10 on runs them, arm's syscall return path."""
+    assert report_title._stall(["loop_helper", "the_callback", frame, "outer"], RULES) == "the_callback"
+
+
+@pytest.mark.parametrize("title,want", [
+    ("BUG: Dentry ffff888119d8a000{i=0} still in use", "BUG: Dentry ADDR{i=0} still in use"),
+    ("WARNING: at 0xffffffff81234567 pid 12345", "WARNING: at ADDR pid NUM"),
+    ("WARNING in fs/ext4/inode.c:1234", "WARNING in fs/ext4/inode.c:LINE"),
+    ("BUG: soft lockup - CPU#1 stuck", "BUG: soft lockup - CPU stuck"),
+    ("general protection fault in nl802154_add_llsec_key", "general protection fault in nl802154_add_llsec_key"),
+])
+def test_a_title_keeps_nothing_that_differs_between_runs(title, want):
+    assert RULES.steady(title) == want
