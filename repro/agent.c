@@ -561,6 +561,8 @@ static void send_core(void)
 	unlink(CORE_FILE);
 }
 
+static void say_tasks(char *list);
+
 /* read host commands a line at a time until `until` arrives (NULL: forever);
  * "STOP" ends the reproducer */
 static void host_commands(const char *until)
@@ -602,6 +604,8 @@ static void host_commands(const char *until)
 				atomic_store(&core_acked, 1);
 			if (!strcmp(buf, "SYMS-OK"))
 				atomic_store(&syms_acked, 1);
+			if (!strncmp(buf, "TASKS ", 6))
+				say_tasks(buf + 6);
 			have -= nl + 1 - buf;
 			memmove(buf, nl + 1, have + 1);
 		}
@@ -714,6 +718,46 @@ static void check_task(struct dtask *tasks, int n, int pid, const char *task_dir
 		return;
 	slot->reported = 1;
 	say_task("dstate", task_dir, tid, pid, (now - slot->since) / 1000000000ULL, stack);
+}
+
+/* How long a task has not run: now, less the scheduler's clock when it last
+ * ran (/proc/TID/sched's se.exec_start, in ms since boot, as CLOCK_MONOTONIC
+ * counts: close enough for seconds); 0 when the kernel does not say. */
+static unsigned long long idle_secs(const char *task_dir)
+{
+	char path[384], text[4096], *p;
+	double ms;
+
+	snprintf(path, sizeof(path), "%s/sched", task_dir);
+	read_small(path, text, sizeof(text));
+	p = strstr(text, "se.exec_start");
+	if (!p || !(p = strchr(p, ':')) || sscanf(p + 1, "%lf", &ms) != 1 || ms * 1e6 > (double)mono_ns())
+		return 0;
+	return (mono_ns() - (unsigned long long)(ms * 1e6)) / 1000000000ULL;
+}
+
+/*
+ * TASKS tid,tid,..: the host's wait-for graph (harness/analysis/task_waits.py)
+ * found these tasks in its walk of the kernel's memory; their stacks, wait
+ * channels and states, as the kernel shows them, then an end line:
+ *   KSTALL task tid=T pid=0 comm=C state=S secs=S wchan=W kstack=F1,F2..
+ *   KSTALL tasks-end
+ */
+static void say_tasks(char *list)
+{
+	char *tid, *save = NULL;
+	int n = 0;
+
+	for (tid = strtok_r(list, ",", &save); tid && n < 256; tid = strtok_r(NULL, ",", &save), n++) {
+		char task_dir[64];
+
+		if (atoi(tid) <= 0)
+			continue;
+		snprintf(task_dir, sizeof(task_dir), "/proc/%d", atoi(tid));
+		if (access(task_dir, F_OK) == 0)
+			say_task("task", task_dir, tid, 0, idle_secs(task_dir), NULL);
+	}
+	say("KSTALL tasks-end");
 }
 
 static void *sleep_watch(void *arg)

@@ -119,7 +119,7 @@ static void *blocked_writer(void *arg)
 	return NULL;
 }
 
-static void hung_task(unsigned timeout_s, unsigned wait_s)
+static void hung_task(unsigned timeout_s, unsigned wait_s, unsigned hold_s)
 {
 	struct uffdio_api api = { .api = UFFD_API };
 	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
@@ -148,6 +148,13 @@ static void hung_task(unsigned timeout_s, unsigned wait_s)
 	pthread_create(&b, NULL, blocked_writer, NULL);
 	ksft_print_msg("a writer sleeps on the pipe mutex; hung_task_timeout_secs=%u\n", timeout_s);
 	seen = await_kmsg(kmsg, "blocked for more than", wait_s);
+	/* the host reads who holds what the writer waits for as the report
+	 * comes (task_waits.py): the hang stays that long, of guest time */
+	if (seen && hold_s)
+		ksft_print_msg("holding the hang %us more\n", hold_s);
+	for (unsigned long long t0 = mono_ns(); seen && !atomic_load(&terminate) &&
+	     mono_ns() - t0 < hold_s * 1000000000ull;)
+		usleep(100000);
 
 	memset(src, 'k', PAGE);
 	copy.dst = (unsigned long)stalled_page;
@@ -173,10 +180,11 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 't' },
 		{ "wait", required_argument, NULL, 'w' },
 		{ "reports", required_argument, NULL, 'r' },
+		{ "hold", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	unsigned timeout_s = 2, wait_s = 40;
+	unsigned timeout_s = 2, wait_s = 40, hold_s = 3;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -184,15 +192,18 @@ int main(int argc, char **argv)
 		case 't': timeout_s = strtoul(optarg, NULL, 0); break;
 		case 'w': wait_s = strtoul(optarg, NULL, 0); break;
 		case 'r': want_reports = strtoull(optarg, NULL, 0) ?: 1; break;
+		case 'H': hold_s = strtoul(optarg, NULL, 0); break;
 		default:
-			dprintf(STDERR_FILENO, "usage: %s [--timeout S] [--wait S] [--reports N]\n"
+			dprintf(STDERR_FILENO, "usage: %s [--timeout S] [--wait S] [--reports N] [--hold S]\n"
 				"  --timeout S  hung_task_timeout_secs for hung-task (default 2)\n"
 				"  --wait S     how long to wait for the kernel's report (default 40)\n"
-				"  --reports N  end the wait after N reports (default 1)\n", argv[0]);
+				"  --reports N  end the wait after N reports (default 1)\n"
+				"  --hold S     keep the hang S seconds after the report, for the host's\n"
+				"               wait-for graph (default 3)\n", argv[0]);
 			return c == 'h' ? 0 : 2;
 		}
 	}
 	repro_start();
-	hung_task(timeout_s, wait_s);
+	hung_task(timeout_s, wait_s, hold_s);
 	return 0;	/* not reached: hung_task() exits through kselftest */
 }

@@ -57,13 +57,14 @@ def layout(btf_blob: bytes, symbols_text: str) -> dict:
         out["missing"]["btf"] = str(e)
         return out
     parts = {k: v for k, v in spec.items() if isinstance(v, dict)}
-    names = {spec["per_cpu_offset"], *(p["variable"] for p in parts.values())}
+    names = {spec["per_cpu_offset"], *(p["variable"] for p in parts.values() if "variable" in p)}
     addrs = variables(symbols_text, names)
     if spec["per_cpu_offset"] not in addrs:
         out["missing"]["per_cpu_offset"] = f"no symbol {spec['per_cpu_offset']}"
         return out
     out["per_cpu_offset"] = addrs[spec["per_cpu_offset"]]
-    for part, build in (("csd", _csd_layout), ("rqspinlock", _rqspinlock_layout), ("running", _running_layout)):
+    for part, build in (("csd", _csd_layout), ("rqspinlock", _rqspinlock_layout), ("running", _running_layout),
+                        ("tasks", _tasks_layout)):
         if part not in parts:
             continue
         if parts[part]["variable"] not in addrs:
@@ -73,6 +74,11 @@ def layout(btf_blob: bytes, symbols_text: str) -> dict:
             out[part] = {"variable": addrs[parts[part]["variable"]]} | build(types, parts[part])
         except btf.BtfError as e:
             out["missing"][part] = str(e)
+    if "locks" in parts:
+        try:
+            out["locks"] = _locks_layout(types, parts["locks"])
+        except btf.BtfError as e:
+            out["missing"]["locks"] = str(e)
     return out
 
 
@@ -99,6 +105,48 @@ def _rqspinlock_layout(types: btf.Btf, r: dict) -> dict:
 def _running_layout(types: btf.Btf, r: dict) -> dict:
     return {"curr": types.member(types.find(btf.STRUCT, r["struct"]), r["curr"]).offset,
             "pid": types.member(types.find(btf.STRUCT, r["task_struct"]), r["pid"]).offset}
+
+
+def _tasks_layout(types: btf.Btf, t: dict) -> dict:
+    """Where a task keeps what the wait-for graph reads (task_waits.py)."""
+    task = types.find(btf.STRUCT, t["struct"])
+
+    def off(name: str) -> int:
+        return types.member(task, name).offset
+    state = next((n for n in t["state"] if _has(types, task, n)), None)
+    if state is None:
+        raise btf.BtfError(f"{t['struct']} has none of {', '.join(t['state'])}")
+    out = {name: off(t[name]) for name in ("tasks", "pid", "tgid", "comm", "stack", "signal", "thread_node")}
+    out |= {"state": off(state), "comm_bytes": types.size(types.member(task, t["comm"]).type_id),
+            "thread_head": types.member(types.find(btf.STRUCT, t["signal_struct"]), t["thread_head"]).offset,
+            "stack_bytes": t["stack_bytes"], "uninterruptible": t["uninterruptible"], "noload": t["noload"]}
+    if _has(types, task, t["on_cpu"]):  # an int, or narrower where a kernel packed it
+        out |= {"on_cpu": off(t["on_cpu"]), "on_cpu_bytes": types.size(types.member(task, t["on_cpu"]).type_id)}
+    if _has(types, task, t["blocker"]):
+        out |= {"blocker": off(t["blocker"]), "blocker_kinds": t["blocker_kinds"]}
+    return out
+
+
+def _locks_layout(types: btf.Btf, lk: dict) -> dict:
+    """Each sleeping lock's owner, count and wait list, and where a waiter
+    keeps its task (task_waits.py)."""
+    out = {"waiter_task": types.member(types.find(btf.STRUCT, lk["waiter_struct"]), lk["waiter_task"]).offset,
+           "owner_flags": lk["owner_flags"], "rwsem_reader_owned": lk["rwsem_reader_owned"],
+           "rwsem_writer_locked": lk["rwsem_writer_locked"]}
+    for kind in ("mutex", "rw_semaphore", "semaphore"):
+        spec = lk[kind]
+        struct_id = types.find(btf.STRUCT, spec["struct"])
+        out[kind] = {k: types.member(struct_id, v.rstrip("?")).offset for k, v in spec.items()
+                     if k != "struct" and (not v.endswith("?") or _has(types, struct_id, v.rstrip("?")))}
+    return out
+
+
+def _has(types: btf.Btf, struct_id: int, name: str) -> bool:
+    try:
+        types.member(struct_id, name)
+        return True
+    except btf.BtfError:
+        return False
 
 
 def _bytes(mem: Reader, addr: int, size: int) -> bytes | None:
@@ -260,9 +308,13 @@ def register_lock(cpu: dict, locks: LockNames) -> str:
     return ""
 
 
+# what layout() makes of the same kernel-waits.toml: a new one is made when this changes
+LAYOUT_VERSION = b"2"
+
+
 def spec_key() -> str:
-    """What a layout was worked out from besides the kernel: kernel-waits.toml."""
-    return hashlib.sha256(SPEC_FILE.read_bytes()).hexdigest()[:16]
+    """What a layout was worked out from besides the kernel: kernel-waits.toml, and how it was read."""
+    return hashlib.sha256(SPEC_FILE.read_bytes() + LAYOUT_VERSION).hexdigest()[:16]
 
 
 def _ints(values, base: int = 10) -> list[int]:

@@ -66,6 +66,7 @@ class RunRecord:
     cpus: list[dict] = field(default_factory=list)  # harness/analysis/classify.py CpuClass.to_json()
     process: dict | None = None  # a process hang: its thread analysis (threads.json), or why there is none
     hang: dict | None = None     # a hang no signature named: harness/analysis/cpu_state.py Hang.to_json()
+    waits: dict | None = None    # who holds what the sleeping tasks wait for: harness/analysis/task_waits.py
     prediction: dict | None = None  # what the bug's record predicts: harness/analysis/bug_record.py
     guest: dict = field(default_factory=dict)       # the agent's hello
     symbols: dict = field(default_factory=dict)
@@ -99,7 +100,7 @@ class RunRecord:
                "signature": v.signature, "title": v.title, "kernel": self.kernel, "reproducer": self.reproducer,
                "vm": self.vm,
                "outcome": {"kind": self.outcome.kind, "detail": self.outcome.detail},
-               "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "process": self.process,
+               "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "waits": self.waits, "process": self.process,
                "prediction": self.prediction, "guest": self.guest, "symbols": self.symbols, "timings": self.timings,
                "attempts": self.attempts,
                "files": self.files}
@@ -126,7 +127,7 @@ class RunRecord:
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
                                      debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", []),
                                      reach=ev.get("reach")),
-                   cpus=doc.get("cpus", []), hang=doc.get("hang"), process=doc.get("process"),
+                   cpus=doc.get("cpus", []), hang=doc.get("hang"), waits=doc.get("waits"), process=doc.get("process"),
                    prediction=doc.get("prediction"), guest=doc.get("guest", {}),
                    symbols=doc.get("symbols", {}), timings=doc.get("timings", {}), attempts=doc.get("attempts", []),
                    files=doc.get("files", []), command=doc.get("command", []), started=doc.get("started", ""),
@@ -137,7 +138,7 @@ class RunRecord:
         """A hang no signature named: its title, then each CPU that is not
         idle or in user mode, or each task asleep and its kernel stack."""
         h = self.hang or {}
-        return [f"title: {h.get('title') or 'none (no CPU stuck)'}"] + [
+        return [f"title: {h.get('title') or 'none (no CPU stuck)'}"] + list((self.waits or {}).get("findings", [])) + [
             sleeping.task_text(t) for t in h.get("tasks", [])] + [
             cpu_state.describe(c) for c in h.get("cpus", []) if c.get("state") not in ("idle", "user")]
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis import classify, console, report_title
+from harness.analysis import classify, console, report_title, task_waits
 from harness.analysis.classify import Role, Signature, base_name
+from harness.base.untrusted import num
 
 @dataclass
 class SleepingHang:
     tasks: list[dict]  # tid, pid, comm, secs, wchan, kstack (function names, innermost first)
     signature: Signature | None = None  # the culprit signature a task's stack matched
+    graph: dict | None = None  # who holds what they wait for (task_waits.py read()), once read
 
     @classmethod
     def named(cls, tasks: list[dict], sigs: list[Signature]) -> "SleepingHang":
@@ -45,7 +47,15 @@ class SleepingHang:
         return hung.title.format(func=report_title.function_of_stack(t["kstack"], hung.stack, pats.rules) or t["wchan"])
 
     def summary(self) -> str:
-        return "; ".join([self.title] + [task_text(t) for t in self.tasks])
+        """The title, then what the first task waits for and who holds it
+        (the root of its chain, task_waits.py), then each task."""
+        return "; ".join([self.title] + ([self.waits] if self.waits else []) + [task_text(t) for t in self.tasks])
+
+    @property
+    def waits(self) -> str:
+        if not self.tasks or not self.graph or "error" in self.graph:
+            return ""
+        return task_waits.Graph(self.graph).finding(num(self.tasks[0]["tid"]))
 
     def to_json(self) -> dict:
         return {"kind": "sleeping", "title": self.title, "tasks": self.tasks,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify, console, cpu_state, kernel_waits, latency, pmiss, reach, sleeping, thread_hang
+from harness.analysis import (classify, console, cpu_state, kernel_waits, latency, pmiss, reach, sleeping, task_waits,
+                              thread_hang)
 from harness.analysis.classify import Role
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
@@ -90,6 +91,7 @@ class Attempt:
     held: hold.Held | None = None  # the hung guest, kept stopped for the developer's debugger
     accel: str = ""  # the accelerator it ran under ("": no guest ran)
     reach: dict | None = None  # a guest environment's account of the program (harness/analysis/reach.py)
+    wait_graph: dict | None = None  # who holds what the sleeping tasks wait for (harness/analysis/task_waits.py)
 
     def release(self) -> None:
         """Stop a held guest (an attempt that is retried, or a run that ends)."""
@@ -179,6 +181,7 @@ class _Run:
         self.prepared: debug.Prepared | None = None  # a GDB started while a hang is suspected
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
         self.vmcore: dict | None = None
+        self.wait_graph: dict | None = None  # who holds what the sleeping tasks wait for (task_waits.py)
         # the kernel's variables, read while a hang is suspected
         self._variables: background.Pending[kernel_waits.Variables | None] | None = None
 
@@ -283,6 +286,46 @@ class _Run:
         t = self.debug_target()
         return {"arch": t.arch.name, "symbols": str(t.symbols or ""), "layout": str(t.layout or ""),
                 "vmlinux": str(t.vmlinux or debuginfo.cached_vmlinux(self.kernel) or "")}
+
+    def read_wait_graph(self, vm: VM, w: Watch) -> dict:
+        """Who holds what the guest's sleeping tasks wait for (task_waits.py),
+        once per run: its tasks and locks read with the guest stopped, then
+        the agent's stacks of the tasks that graph names."""
+        if self.wait_graph is not None:
+            return self.wait_graph
+        lay = self.layout()
+        if lay is None:
+            self.wait_graph = {"error": "the kernel's symbols and BTF were not captured"}
+            return self.wait_graph
+        t = time.monotonic()
+        try:
+            vm.qmp.cmd("stop")
+            try:
+                doc = task_waits.read(lambda a, k: debug.hmp_bytes(vm.qmp, 0, a, k), json.loads(lay.read_text()),
+                                      vm.cfg.cpus)
+            finally:
+                vm.qmp.cmd("cont")
+        except (QMPError, OSError) as e:
+            doc = {"error": f"QEMU did not answer while the tasks were read ({e})"}
+        read_s = round(time.monotonic() - t, 2)
+        if doc.get("tasks"):
+            seen = w.ask_tasks([task["pid"] for task in doc["tasks"]])
+            for task in doc["tasks"]:  # the kernel's own stacks and waits; pid and comm stay the memory's
+                task.update({k: v for k, v in seen.get(task["pid"], {}).items() if k in ("kstack", "wchan", "secs")})
+            names = kernel_waits.LockNames(v, []) if (v := self.variables()) else None
+            for wait in doc["waits"]:
+                if names and (name := names.name(int(wait["lock"], 16))):
+                    wait["name"] = name
+        doc["read_s"], doc["total_s"] = read_s, round(time.monotonic() - t, 2)
+        self.timings["wait_graph_s"] = doc["total_s"]
+        graph = task_waits.Graph(doc)
+        findings = graph.roots() + [graph.cpus_text()] if "error" not in doc else []
+        doc["findings"] = [f for f in findings if f]
+        self.wait_graph = doc
+        self.echo(f"who holds what the sleeping tasks wait for ({doc['total_s']}s): "
+                  + ("; ".join(doc["findings"]) or doc.get("error") or
+                     f"no task in D state waits on a lock ({len(doc.get('tasks', []))} in D state)"))
+        return doc
 
     def variables(self) -> kernel_waits.Variables | None:
         """The kernel's variables, which name the locks CPUs spin on."""
@@ -395,7 +438,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                 if opts.hooks.on_repro_start:
                     opts.hooks.on_repro_start(vm, number)
             calls = Calls(on_repro_start=hook, on_line=on_line, on_ready=save if snap and restored is None else None,
-                          on_suspect=r.prepare_debugger)
+                          on_suspect=r.prepare_debugger, on_hung_task=lambda: r.read_wait_graph(vm, w))
             w = Watch(vm, plan.limits, patterns.result(BACKGROUND_BOUND_S), echo=echo, calls=calls, gate=gate,
                       cancel=opts.hooks.cancel, go=plan.go, restored=restored, want_syms=r.syms_path is None)
             outcome, raise_later = watch_until_decided(r, vm, w, nmi)
@@ -470,9 +513,11 @@ def _read_vcpus_then_threads(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> Non
 
 
 def _read_tasks(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
-    """The agent said which tasks sleep and where."""
+    """The agent said which tasks sleep and where; the kernel's memory, who
+    holds what they wait for."""
     r.hang = sleeping.SleepingHang.named(list(w.agent.sleeping), r.sigs)
-    r.note_hang(w, outcome, "titled from the kernel stacks the agent read")
+    r.note_hang(w, outcome, "titled from the kernel stacks the agent read; reading who holds what they wait for")
+    r.hang.graph = r.read_wait_graph(vm, w)
 
 
 def _read_histograms(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
@@ -483,8 +528,11 @@ def _read_histograms(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
 
 
 def _read_report(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
-    """The kernel's detector said it, with its stacks, on the console."""
+    """The kernel's detector said it, with its stacks, on the console; for a
+    hung task, the kernel's memory says who holds what it waits for."""
     r.note_hang(w, outcome, "the kernel's own report is the evidence")
+    if any(rep.name == "hung-task" for rep in w.console.reports):
+        r.read_wait_graph(vm, w)
 
 
 # one reader per hang_kinds.Reading but VCPUS, which the watch loop drives (it may resume)
@@ -527,7 +575,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         reached := program_reach(r, w), w.agent.leftovers))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
-                   accel=plan.vm.accel, reach=reached.to_json() if reached else None)
+                   accel=plan.vm.accel, reach=reached.to_json() if reached else None, wait_graph=r.wait_graph)
 
 
 def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:

@@ -24,7 +24,9 @@ def cached(kallsyms: Path) -> Path | None:
         pass
     try:
         blob = symcache.beside(kallsyms, "btf").read_bytes()
-        text = symcache.beside(kallsyms, "datasyms").read_text(errors="replace")
+        # the variables, then the text symbols: x86 lists init_task as text (its own section)
+        text = symcache.beside(kallsyms, "datasyms").read_text(errors="replace") + "\n" + \
+            kallsyms.read_text(errors="replace")
     except OSError:
         return None
     return paths.write_atomic(out, json.dumps(kernel_waits.layout(blob, text) | {"spec": key}))

@@ -200,6 +200,7 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
                           debug_method=final.samples.method if final.samples else None,
                           debug_errors=final.samples.errors if final.samples else [], reach=final.reach),
         cpus=[c.to_json() for c in final.classes], hang=final.hang.to_json() if final.hang else None,
+        waits=final.wait_graph,
         process=_process_doc(final), guest=w.get("hello", {}),
         symbols=w.get("syms") or {"cached": str(symcache.cached(kernel.key) or "")}, timings=final.timings,
         attempts=[_attempt_doc(a, n) for n, a in attempts], files=sorted(p.name for p in run.work.iterdir()),

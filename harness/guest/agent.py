@@ -59,6 +59,8 @@ class AgentChannel:
         # calls the kernel counted, the modules it asked for, the paths checked at the end
         self.env_lines: list[str] = []
         self.leftovers: list[dict] = []  # tasks that did not die when the time was up
+        self.tasks: dict[int, dict] = {}  # the tasks the host asked about (TASKS), by tid
+        self.tasks_ended = 0  # how many TASKS answers have ended
 
     def feed(self, line: str, now: float) -> None:
         if (m := _HB.match(line)) is not None:
@@ -106,6 +108,10 @@ class AgentChannel:
             self.env_lines.append(line)
         elif what == "leftover" and len(self.leftovers) < 64:
             self.leftovers.append(sleeping.task_from_fields(fields) | {"state": fields.get("state", "?")})
+        elif what == "task" and len(self.tasks) < 1024 and fields.get("tid", "").isdigit():
+            self.tasks[int(fields["tid"])] = sleeping.task_from_fields(fields) | {"state": fields.get("state", "?")}
+        elif what == "tasks-end":
+            self.tasks_ended += 1
         elif what == "dstate" and len(self.sleeping) < 64:
             self.sleeping.append(sleeping.task_from_fields(fields))
             if self.sleeping_at is None:

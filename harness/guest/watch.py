@@ -32,6 +32,8 @@ REPORT_ENDS = {"boot": OutcomeKind.BOOT_FAILURE, "agent": OutcomeKind.AGENT_ERRO
 RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; silence means it did not load
 # the agent reports every task asleep past the threshold in one pass (250 ms): wait for the rest
 SLEEPING_GRACE = 0.5
+# a hung-task report's stack and locks take the kernel this long to print: the tasks are read after
+HUNG_TASK_TOLD_S = 1.0
 
 
 @dataclass
@@ -64,6 +66,8 @@ class Calls:
     on_suspect: Callable[[], None] | None = None
     # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
     host_delay: Callable[[float, float], float | None] | None = None
+    # once: the kernel reported a hung task while the guest lives on (who holds what it waits for)
+    on_hung_task: Callable[[], None] | None = None
 
 
 class Watch:
@@ -75,6 +79,7 @@ class Watch:
         self.echo = echo  # progress output, or None
         self.calls = calls or Calls()
         self.suspected = False
+        self._hung_task_at: float | None = None  # when the kernel's first hung-task report came
         self.go = go  # the GO line's parameters (repro/agent.c); the wall clock is added when it is sent
         self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
         self.cancel = cancel  # threading.Event: another thread asks this run to end
@@ -272,6 +277,16 @@ class Watch:
         self._pump(0)
         return self.agent.exit_code is not None
 
+    def ask_tasks(self, tids: list[int], timeout: float = 10.0) -> dict[int, dict]:
+        """The agent's view of these tasks (their kernel stacks, wait
+        channels, states), asked for and waited on, bounded; by tid."""
+        ended = self.agent.tasks_ended
+        self._send(f"TASKS {','.join(str(t) for t in tids[:256])}\n".encode())
+        deadline = time.monotonic() + timeout
+        while self.agent.tasks_ended == ended and self.vm.alive() and time.monotonic() < deadline:
+            self._pump(0.05)
+        return {t: self.agent.tasks[t] for t in tids if t in self.agent.tasks}
+
     def take_core(self, timeout: float = 60.0) -> bytes | None:
         """Have the agent dump the stuck reproducer (its threads from /proc,
         then the kernel's core of it) and wait, bounded, for the core; None
@@ -310,7 +325,18 @@ class Watch:
                 # take what is already buffered (the rest of a report, symbols)
                 self._pump(0)
                 return out
+            if self.calls.on_hung_task and self._hung_task_told(now):
+                hook, self.calls.on_hung_task = self.calls.on_hung_task, None
+                hook()
+                self.agent.restart_clocks(time.monotonic())  # the guest was stopped while it was read
+                continue
             self._pump(self._until_due(now))
+
+    def _hung_task_told(self, now: float) -> bool:
+        """The kernel reported a hung task, HUNG_TASK_TOLD_S ago: done printing it."""
+        if self._hung_task_at is None and any(r.name == "hung-task" for r in self.console.reports):
+            self._hung_task_at = now
+        return self._hung_task_at is not None and now - self._hung_task_at >= HUNG_TASK_TOLD_S
 
     def _until_due(self, now: float) -> float:
         """How long the next look may wait for the guest: up to 50 ms, but
