@@ -28,6 +28,7 @@ from images.kernels import symcache
 
 SPEC_FILE = paths.data_file("harness", "analysis", "kernel-waits.toml")
 MAX_CPUS = 64  # one word of a cpumask
+MAX_HELD = 64  # a CPU's table of held resilient spinlocks holds 31; a BTF that says more is not believed
 Reader = Callable[[int, int], "bytes | None"]
 
 
@@ -131,7 +132,8 @@ def _locks_layout(types: btf.Btf, lk: dict) -> dict:
     """Each sleeping lock's owner, count and wait list, and where a waiter
     keeps its task (task_waits.py)."""
     out = {"waiter_task": types.member(types.find(btf.STRUCT, lk["waiter_struct"]), lk["waiter_task"]).offset,
-           "owner_flags": lk["owner_flags"], "rwsem_reader_owned": lk["rwsem_reader_owned"],
+           "owner_flags": lk["owner_flags"], "mutex_waiters": lk["mutex_waiters"],
+           "rwsem_reader_owned": lk["rwsem_reader_owned"],
            "rwsem_writer_locked": lk["rwsem_writer_locked"]}
     for kind in ("mutex", "rw_semaphore", "semaphore"):
         spec = lk[kind]
@@ -215,7 +217,7 @@ def _held_locks(mem: Reader, r: dict, offs: list) -> dict[str, list[str]]:
         count = _word(mem, r["variable"] + off + r["count"], 4)
         if not count:
             continue
-        k = min(count, r["max"])
+        k = min(count, r["max"], MAX_HELD)
         data = _bytes(mem, r["variable"] + off + r["locks"], 8 * k)
         if data is None:
             continue

@@ -100,9 +100,9 @@ class RunRecord:
                "signature": v.signature, "title": v.title, "kernel": self.kernel, "reproducer": self.reproducer,
                "vm": self.vm,
                "outcome": {"kind": self.outcome.kind, "detail": self.outcome.detail},
-               "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "waits": self.waits, "process": self.process,
-               "prediction": self.prediction, "guest": self.guest, "symbols": self.symbols, "timings": self.timings,
-               "attempts": self.attempts,
+               "evidence": self.evidence.to_json(), "cpus": self.cpus, "hang": self.hang, "waits": self.waits,
+               "process": self.process, "prediction": self.prediction, "guest": self.guest, "symbols": self.symbols,
+               "timings": self.timings, "attempts": self.attempts,
                "files": self.files}
         if self.results_dir is not None:
             doc["results_dir"] = self.results_dir

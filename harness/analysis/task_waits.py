@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 import tomllib
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from harness.analysis import console, kernel_waits, report_title
 from harness.analysis.kernel_waits import SPEC_FILE, Reader, _bytes, _word
@@ -46,7 +47,7 @@ class Task:
                 "state": self.state, "on_cpu": self.on_cpu}
 
 
-def _kernel_pointer(v: int | None) -> bool:
+def _kernel_pointer(v: int | None) -> TypeGuard[int]:
     return v is not None and v >= KERNEL_HALF and v % 8 == 0
 
 
@@ -60,7 +61,7 @@ def tasks(mem: Reader, t: dict) -> dict[int, Task]:
         leader = node - t["tasks"]
         leaders += 1
         signal = _word(mem, leader + t["signal"], 8)
-        threads = []
+        threads: list[int] = []
         if _kernel_pointer(signal):
             thead = signal + t["thread_head"]
             tnode = _word(mem, thead, 8)
@@ -143,8 +144,7 @@ def _wait_list_head(mem: Reader, task: Task, t: dict, lk: dict, everyone: dict[i
     followed (at waiter_task) by the task's own address, whose neighbours
     point back at it; the list's one node that is no task's waiter is its head."""
     base = _word(mem, task.addr + t["stack"], 8)
-    data = _bytes(mem, base, t["stack_bytes"]) if _kernel_pointer(base) else None
-    if data is None:
+    if not _kernel_pointer(base) or (data := _bytes(mem, base, t["stack_bytes"])) is None:
         return None
     words = struct.unpack(f"<{len(data) // 8}Q", data)
     k = lk["waiter_task"] // 8
@@ -192,7 +192,11 @@ def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task
                 return None
             return out | {"readers": count >> 8} | ({"owner": f"{owner:#x}", "last_reader": True}
                                                      if owner in everyone else {})
-    return out | {"owner": f"{owner:#x}"} if owner in everyone else None
+    if owner in everyone:
+        return out | {"owner": f"{owner:#x}"}
+    if kind == "mutex" and owner_word & lk["mutex_waiters"] and _kernel_pointer(owner):
+        return out | {"unknown_owner": f"{owner:#x}"}  # a mutex with waiters, held by a task not on the lists
+    return None
 
 
 # -- the graph -------------------------------------------------------------
@@ -280,6 +284,10 @@ class Graph:
             lead = "waits for" if i == 0 else "which waits for"
             if w.get("readers"):
                 parts.append(f"{lead} {self.lock_name(w)} held by {w['readers']} reader(s)")
+                break
+            if w.get("unknown_owner"):
+                parts.append(f"{lead} {self.lock_name(w)} held by a task on no list of the kernel's "
+                             f"({w['unknown_owner']}: exited, or freed)")
                 break
             if not w.get("owner"):
                 parts.append(f"{lead} {self.lock_name(w)}, which records no owner (count {w.get('count')})")

@@ -67,7 +67,7 @@ class Calls:
     # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
     host_delay: Callable[[float, float], float | None] | None = None
     # once: the kernel reported a hung task while the guest lives on (who holds what it waits for)
-    on_hung_task: Callable[[], None] | None = None
+    on_hung_task: Callable[[], object] | None = None
 
 
 class Watch:

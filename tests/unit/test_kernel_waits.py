@@ -45,7 +45,7 @@ def test_a_blob_that_is_not_btf_is_a_btf_error(blob, bad):
 SYMBOLS = ("ffffffff8283bfc0 D __per_cpu_offset\nffffffff83c6db00 d cfd_data\n"
            "ffffffff83c6dbc0 D rqspinlock_held_locks\nffffffff83000000 D tasklist_lock\n"
            "ffffffff83000040 d other_lock\nffffffff83000080 d after_other_lock\n"
-           "0000000000020000 A runqueues\n")
+           "0000000000020000 A runqueues\nffffffff83013040 T init_task\n")
 
 
 def test_layout_and_a_walk_over_a_guests_memory(blob):
