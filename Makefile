@@ -142,6 +142,7 @@ bench: deps
 	$(PYTHON) tests/bench/boot_profile.py
 	$(PYTHON) tests/bench/user_reproducers.py
 	$(PYTHON) tests/bench/handover_speed.py
+	$(PYTHON) tests/bench/wait_graph.py
 	@if [ -d "$(SYZ_REPORTS)" ]; then $(PYTHON) tests/bench/syzkaller_reports.py $(SYZ_REPORTS) --misses 0; \
 	else echo "kstall: bench: no syzkaller report corpus at $(SYZ_REPORTS) (set SYZ_REPORTS=DIR)"; fi
 

@@ -134,7 +134,7 @@ def _locks_layout(types: btf.Btf, lk: dict) -> dict:
     out = {"waiter_task": types.member(types.find(btf.STRUCT, lk["waiter_struct"]), lk["waiter_task"]).offset,
            "owner_flags": lk["owner_flags"], "mutex_waiters": lk["mutex_waiters"],
            "rwsem_reader_owned": lk["rwsem_reader_owned"],
-           "rwsem_writer_locked": lk["rwsem_writer_locked"]}
+           "rwsem_writer_locked": lk["rwsem_writer_locked"], "rwsem_waiters": lk["rwsem_waiters"]}
     for kind in ("mutex", "rw_semaphore", "semaphore"):
         spec = lk[kind]
         struct_id = types.find(btf.STRUCT, spec["struct"])
@@ -311,7 +311,7 @@ def register_lock(cpu: dict, locks: LockNames) -> str:
 
 
 # what layout() makes of the same kernel-waits.toml: a new one is made when this changes
-LAYOUT_VERSION = b"2"
+LAYOUT_VERSION = b"3"
 
 
 def spec_key() -> str:

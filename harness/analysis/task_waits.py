@@ -101,9 +101,10 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
     that holds such a lock, and the task each CPU runs (pid 0: idle);
     {"error": why} when the kernel's layout lacks a part."""
     t, lk = lay.get("tasks"), lay.get("locks")
-    if not t or not lk:
+    if not t or not lk:  # the graph is omitted: without the kernel's own layout nothing is guessed
         missing = lay.get("missing", {})
-        why = missing.get("btf") or missing.get("tasks") or missing.get("locks") or "no layout of this kernel"
+        why = f"no BTF: {missing['btf']}" if "btf" in missing else \
+            missing.get("tasks") or missing.get("locks") or "no layout of this kernel"
         return {"error": f"the kernel's tasks and locks cannot be laid out ({why})"}
     everyone = tasks(mem, t)
     if not everyone:
@@ -114,7 +115,7 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
     running = kernel_waits.read(mem, lay, ncpus).get("running") or {}
     return {"tasks": [everyone[a].to_json() for a in sorted(named, key=lambda a: everyone[a].pid)],
             "waits": waits, "walked": len(everyone),
-            "cpus": {cpu: {"pid": r["pid"], "comm": everyone[int(r["task"], 16)].comm
+            "cpus": {cpu: {"pid": r["pid"], "comm": "idle" if r["pid"] == 0 else everyone[int(r["task"], 16)].comm
                            if int(r["task"], 16) in everyone else "?"} for cpu, r in running.items()}}
 
 
@@ -125,15 +126,17 @@ def lock_of(mem: Reader, task: Task, t: dict, lk: dict, everyone: dict[int, Task
     if "blocker" in t and (blocker := _word(mem, task.addr + t["blocker"], 8)):
         kind = t["blocker_kinds"][blocker & 3]
         found = _owned(mem, blocker & ~3, "semaphore" if kind == "semaphore" else
-                       "rw_semaphore" if kind.startswith("rwsem") else "mutex", lk, everyone)
+                       "rw_semaphore" if kind.startswith("rwsem") else "mutex", lk, everyone, queued=False)
         if found:
             return found | {"pid": task.pid, "how": "the task's blocker field"}
-    listed = [kind for kind in ("mutex", "rw_semaphore", "semaphore") if "wait_list" in lk[kind]]
+    # a mutex's and an rwsem's owner words lie at the same distance before their
+    # wait lists: the flags a queued waiter sets tell the two apart
+    listed = [kind for kind in ("rw_semaphore", "mutex", "semaphore") if "wait_list" in lk[kind]]
     head = _wait_list_head(mem, task, t, lk, everyone) if listed else None
     if head is None:
         return None
     for kind in listed:
-        found = _owned(mem, head - lk[kind]["wait_list"], kind, lk, everyone)
+        found = _owned(mem, head - lk[kind]["wait_list"], kind, lk, everyone, queued=True)
         if found:
             return found | {"pid": task.pid, "how": "its waiter on its stack"}
     return None
@@ -166,10 +169,11 @@ def _wait_list_head(mem: Reader, task: Task, t: dict, lk: dict, everyone: dict[i
     return None
 
 
-def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task]) -> dict | None:
+def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task], queued: bool) -> dict | None:
     """A lock of this kind at lock, as its owner word says: who holds it
     (a task the walk found), or that readers do, or, for a semaphore, which
-    records no owner, its count; None when the memory is no such lock."""
+    records no owner, its count; None when the memory is no such lock (or,
+    queued: no such lock with waiters, which says so in its flags)."""
     spec, flags = lk[kind], lk["owner_flags"]
     out: dict = {"lock": f"{lock:#x}", "kind": kind}
     if kind == "semaphore":
@@ -185,13 +189,15 @@ def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task
     owner = owner_word & ~flags
     if kind == "rw_semaphore":
         count = _word(mem, lock + spec["count"], 8)
-        if count is None:
+        if count is None or queued and not count & lk["rwsem_waiters"]:
             return None
         if not count & lk["rwsem_writer_locked"]:
             if count >> 8 == 0:  # neither a writer nor a reader holds it
                 return None
             return out | {"readers": count >> 8} | ({"owner": f"{owner:#x}", "last_reader": True}
                                                      if owner in everyone else {})
+    if queued and kind == "mutex" and not owner_word & lk["mutex_waiters"]:
+        return None
     if owner in everyone:
         return out | {"owner": f"{owner:#x}"}
     if kind == "mutex" and owner_word & lk["mutex_waiters"] and _kernel_pointer(owner):
@@ -211,7 +217,8 @@ def _names() -> dict:
     if _NAMES is None:
         with open(SPEC_FILE, "rb") as f:
             doc = tomllib.load(f)
-        _NAMES = {"locks": doc.get("lock_names", {}), "waits": doc.get("waits_in", {})}
+        _NAMES = {"locks": doc.get("lock_names", {}), "waits": doc.get("waits_in", {}),
+                  "conditions": doc.get("waits_for", {})}
     return _NAMES
 
 
@@ -265,8 +272,9 @@ class Graph:
     def state_of(self, t: dict) -> str:
         """What a lock's holder does: sleeps in a function (and why, where
         kstall knows: userfaultfd), runs, or is in user space."""
-        if t.get("on_cpu"):
-            return "running on a CPU"
+        cpu = next((c for c, r in (self.doc.get("cpus") or {}).items() if r["pid"] == t["pid"]), None)
+        if cpu is not None or t.get("on_cpu"):
+            return f"running on CPU{cpu}" if cpu is not None else "running on a CPU"
         where = _past_waits(t["kstack"]) if t.get("kstack") else t.get("wchan", "")
         if where and where != "-":
             why = _names()["waits"].get(where)
@@ -275,10 +283,11 @@ class Graph:
 
     def finding(self, pid) -> str:
         """'waits for pipe->mutex held by pid 91 (console-trigger), blocked in
-        handle_userfault (userfaultfd)'; a cycle is named a deadlock."""
+        handle_userfault (userfaultfd)'; a cycle is named a deadlock; a task
+        asleep on no lock, what it waits for where kstall knows it."""
         links, cycle = self.chain(pid)
         if not links:
-            return ""
+            return self.condition(self.task_by_pid(pid))
         parts = []
         for i, w in enumerate(links):
             lead = "waits for" if i == 0 else "which waits for"
@@ -309,10 +318,34 @@ class Graph:
         busy = [f"CPU{c} runs pid {r['pid']} ({r['comm']})" for c, r in sorted(cpus.items()) if r["pid"]]
         return "" if not cpus else ", ".join(busy) if busy else "every CPU is idle"
 
+    def condition(self, t: dict) -> str:
+        """A task in D state on no lock: where it sleeps, and what for."""
+        where = _past_waits(t["kstack"]) if t.get("kstack") else t.get("wchan", "")
+        if not where or where == "-":
+            return ""
+        what = _names()["conditions"].get(where)
+        return f"sleeps in {where} on no lock" + (f": waits for {what}" if what else
+                                                   " kstall knows (the kernel records no owner of such a wait)")
+
     def roots(self) -> list[str]:
-        """One finding per waiter that heads a chain (no other waiter waits on it), in pid order."""
-        owners = {self.task(w["owner"])["pid"] for w in self.doc.get("waits", []) if w.get("owner")}
-        heads = [w["pid"] for w in self.doc.get("waits", []) if w["pid"] not in owners] or \
-            [w["pid"] for w in self.doc.get("waits", [])][:1]  # all in a cycle: start anywhere
-        return [f"pid {pid} ({self.task_by_pid(pid)['comm']}) {f}" for pid in sorted(heads)
-                if (f := self.finding(pid))]
+        """One finding per waiter that heads a chain (no other waiter waits
+        on it), then each task asleep on no lock, in pid order."""
+        waits = self.doc.get("waits", [])
+        owners = {self.task(w["owner"])["pid"] for w in waits if w.get("owner")}
+        heads = [w["pid"] for w in waits if w["pid"] not in owners] or \
+            [w["pid"] for w in waits][:1]  # all in a cycle: start anywhere
+        # chains that end at the same lock and holder are one finding: its first waiter's, and how many more
+        ends: dict[tuple, list] = {}
+        for pid in sorted(heads):
+            links, _ = self.chain(pid)
+            end = (links[-1]["lock"], links[-1].get("owner")) if links else ("", pid)
+            ends.setdefault(end, []).append(pid)
+        out = []
+        for pids in ends.values():
+            if f := self.finding(pids[0]):
+                more = f" (and {len(pids) - 1} more tasks whose waits end there)" if len(pids) > 1 else ""
+                out.append(f"pid {pids[0]} ({self.task_by_pid(pids[0])['comm']}) {f}{more}")
+        lockless = [t["pid"] for t in self.doc.get("tasks", [])
+                    if t.get("state", 0) & 2 and not self.wait_of(t["pid"]) and t["pid"] not in owners]
+        return out + [f"pid {pid} ({self.task_by_pid(pid)['comm']}) {f}" for pid in lockless
+                      if (f := self.finding(pid))]

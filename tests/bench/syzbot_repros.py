@@ -106,6 +106,7 @@ def run_cell(path: Path, header: syzkaller.Header, kernel: str, n: int, duration
             "matched": ((doc.get("reproducer") or {}).get("syzbot") or {}).get("matched"),
             "needs": reach.get("needs", []), "reached": reach.get("reached", []),
             "console_titles": [t["title"] for t in (doc.get("evidence") or {}).get("console_titles", [])],
+            "waits": (doc.get("waits") or {}).get("findings") or (doc.get("waits") or {}).get("error"),
             "wall_s": wall, "to_outcome_s": (doc.get("timings") or {}).get("to_outcome_s"),
             "results_dir": doc.get("results_dir"), "exit": p.returncode}
     if p.returncode in (-signal.SIGINT, 130) or "interrupted" in cell["reason"]:
@@ -118,6 +119,14 @@ def hung(cell: dict) -> bool:
     return cell.get("verdict") in ("VULNERABLE", "CRASHED")
 
 
+def root(tries: list[dict]) -> str:
+    """The root of a hung task's chain (who holds what it waits for, task_waits.py), from the first try with one."""
+    waits = next((t["waits"] for t in tries if t.get("waits")), None)
+    if not waits:
+        return ""
+    return f"; {waits if isinstance(waits, str) else waits[0]}"
+
+
 def cell_text(tries: list[dict]) -> str:
     """One kernel's column for a bug: what its tries gave."""
     if not tries:
@@ -127,10 +136,10 @@ def cell_text(tries: list[dict]) -> str:
     repro = [t for t in tries if t.get("matched")]
     if repro:
         how = repro[0]["matched"]["how"]
-        return f"reproduced ({how}) {len(repro)}/{n}"
+        return f"reproduced ({how}) {len(repro)}/{n}{root(repro)}"
     if any(hung(t) for t in tries):
         t = next(t for t in tries if hung(t))
-        return f"different: {t['title_found'] or t['line']} {sum(map(hung, tries))}/{n}"
+        return f"different: {t['title_found'] or t['line']} {sum(map(hung, tries))}/{n}{root([t])}"
     if first["verdict"] == "NOT_REPRODUCED":
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
         if not reached:

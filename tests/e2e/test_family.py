@@ -57,6 +57,8 @@ def test_perf_sigtrap_sleeps_for_ever_where_debian_lacks_the_fix(tmp_path, versi
     if verdict == "VULNERABLE":  # a sleeping hang: the CPUs go on, one task sleeps in _free_event
         assert doc["outcome"]["kind"] == "sleeping" and doc["signature"] == "perf_sigtrap_free_wait"
         assert "_free_event" in doc["hang"]["tasks"][0]["kstack"]
+        # no lock: what it waits for, and whose work would end it
+        assert "sleeps in _free_event on no lock: waits for its perf event's pending task work" in doc["summary"]
     else:
         assert doc["evidence"]["p_miss"]["p_miss"] < 1e-6
 
