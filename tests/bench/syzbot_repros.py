@@ -139,7 +139,8 @@ def cell_text(tries: list[dict]) -> str:
         return f"reproduced ({how}) {len(repro)}/{n}{root(repro)}"
     if any(hung(t) for t in tries):
         t = next(t for t in tries if hung(t))
-        return f"different: {t['title_found'] or t['line']} {sum(map(hung, tries))}/{n}{root([t])}"
+        hangs = [x for x in tries if hung(x)]
+        return f"different: {t['title_found'] or t['line']} {len(hangs)}/{n}{root(hangs)}"
     if first["verdict"] == "NOT_REPRODUCED":
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
         if not reached:
