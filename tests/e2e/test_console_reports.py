@@ -36,6 +36,8 @@ def test_hung_task_report_is_titled_in_run_json_with_who_holds_what_it_waits_for
     assert {c["comm"] for c in waits["cpus"].values()} <= {"idle", "khungtaskd", "console-trigger"}
     assert "who holds what the sleeping tasks wait for" in out
     assert r["fields"]["task"] == "blocked-writer" and r["message"].startswith("INFO: task blocked-writer:")
-    assert {"title": r["title"], "kind": "stall", "count": 1} in doc["evidence"]["console_titles"]
+    # once, or again as the hang is held for the graph (the detector looks every 2 s here)
+    assert any(t["title"] == r["title"] and t["kind"] == "stall" and t["count"] in (1, 2)
+               for t in doc["evidence"]["console_titles"]), doc["evidence"]["console_titles"]
     assert "console: INFO: task blocked-writer" in out  # progress output names it as it comes
     assert kstall_processes() == []
