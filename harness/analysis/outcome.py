@@ -34,6 +34,13 @@ class OutcomeKind(StrEnum):
         """A hang whose vCPUs (or threads) are read."""
         return self in (OutcomeKind.FREEZE, OutcomeKind.STUCK)
 
+    @property
+    def handed_over(self) -> bool:
+        """A hang whose guest --hold keeps and --vmcore writes: a frozen or
+        stuck one, and a task asleep for good (the agent's, or the kernel's
+        own report of one), whose locks and holders the core has too."""
+        return self.hang or self in (OutcomeKind.SLEEPING, OutcomeKind.REPORTED)
+
 
 @dataclass
 class Outcome:

@@ -138,7 +138,8 @@ class RunRecord:
         """A hang no signature named: its title, then each CPU that is not
         idle or in user mode, or each task asleep and its kernel stack."""
         h = self.hang or {}
-        return [f"title: {h.get('title') or 'none (no CPU stuck)'}"] + list((self.waits or {}).get("findings", [])) + [
+        return [f"title: {h.get('title') or 'none (no CPU stuck)'}"] + [
+            f"waits: {f}" for f in (self.waits or {}).get("findings", [])] + [
             sleeping.task_text(t) for t in h.get("tasks", [])] + [
             cpu_state.describe(c) for c in h.get("cpus", []) if c.get("state") not in ("idle", "user")]
 

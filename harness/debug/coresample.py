@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from harness.analysis import kernel_waits, unwind
+from harness.analysis import kernel_waits, task_waits, unwind
 from harness.analysis.kallsyms import Kallsyms
 from harness.base.arch import Arch
 from harness.debug.corekernel import PT_LOAD, Core, cpu_notes
@@ -39,6 +39,8 @@ def sample(path: Path, a: Arch, syms: Kallsyms | None, layout: dict | None) -> d
                    "regs": {k: f"{v:#x}" for k, v in regs.items()}}
             cpus.append(cpu | unwind.walk_cpu(core.read_virtual, regs, a, syms, STACK_BYTES))
         waits = kernel_waits.read(core.read_virtual, layout, len(cpus)) if layout else {}
-        return {"cpus": cpus, "waits": waits, "source": "vmcore"}
+        # who holds what the sleeping tasks wait for, from the core as from the live guest
+        tasks = task_waits.read(core.read_virtual, layout, len(cpus)) if layout else {}
+        return {"cpus": cpus, "waits": waits, "task_waits": tasks, "source": "vmcore"}
     finally:
         core.close()

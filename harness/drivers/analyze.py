@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import classify, console, cpu_state
+from harness.analysis import classify, console, cpu_state, task_waits
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import Kallsyms
 from harness.base import arch as arches
@@ -43,6 +43,7 @@ class Reading:
     differences: list[str] = field(default_factory=list)
     core: dict = field(default_factory=dict)  # CPU number -> its class read from the vmcore
     titles: list[str] | None = None  # the console's report titles read today (None: no console kept)
+    waits: list[str] | None = None  # who holds what the sleeping tasks wait for, read from the vmcore
 
     @property
     def agrees(self) -> bool:
@@ -51,14 +52,16 @@ class Reading:
     def to_json(self) -> dict:
         return {"run": str(self.run), "agrees": self.agrees, "signature_recorded": self.culprit_before,
                 "signature_now": self.culprit_now, "title_now": self.title_now, "differences": self.differences,
-                "cpus_now": self.now, "cpus_in_vmcore": self.core or None, "console_titles_now": self.titles}
+                "cpus_now": self.now, "cpus_in_vmcore": self.core or None, "console_titles_now": self.titles,
+                "waits_in_vmcore": self.waits}
 
     def text(self) -> str:
         head = (f"{self.run.name}: the same reading as recorded ({self.culprit_now or 'no culprit signature'})"
                 if self.agrees else f"{self.run.name}: read differently today")
         core = [f"  vmcore: CPU{n} {c['class']}" for n, c in sorted(self.core.items())]
         titles = [f"  console: {t}" for t in self.titles or []]
-        return "\n".join([head, *(f"  {d}" for d in self.differences), *core, *titles])
+        waits = [f"  vmcore: {w}" for w in self.waits or []]
+        return "\n".join([head, *(f"  {d}" for d in self.differences), *core, *waits, *titles])
 
 
 def _signatures(doc: dict) -> list[classify.Signature]:
@@ -130,6 +133,26 @@ def _read_console(run: Path, doc: dict, out: Reading) -> None:
             out.differences.append(f"console: {r['title']!r} is no report by today's patterns")
 
 
+def _read_core_waits(doc: dict, core: dict, out: Reading) -> None:
+    """Who holds what the sleeping tasks wait for, as the vmcore has it, with
+    the stacks the run recorded; a wait the run recorded that the core does
+    not hold (or the other way round) is a difference."""
+    recorded = doc.get("waits") or {}
+    if "waits" not in core or "waits" not in recorded:
+        return
+    stacks = {t["pid"]: t for t in recorded.get("tasks", []) if isinstance(t, dict) and "pid" in t}
+    for t in core.get("tasks", []):
+        t.update({k: v for k, v in stacks.get(t["pid"], {}).items() if k in ("kstack", "wchan", "secs")})
+    out.waits = task_waits.Graph(core).roots()
+
+    def key(w: dict) -> tuple:
+        return w.get("pid"), w.get("lock"), w.get("owner")
+    was, now = {key(w) for w in recorded["waits"]}, {key(w) for w in core["waits"]}
+    if was != now:
+        out.differences.append(f"vmcore: {len(now - was)} wait(s) the run did not record, "
+                               f"{len(was - now)} recorded that the core does not hold")
+
+
 def _read_core(run: Path, doc: dict, out: Reading) -> None:
     """The CPUs as the vmcore has them; a culprit the record names that no CPU of the core shows is a difference."""
     name = (doc.get("kernel") or {}).get("arch") or arches.DEFAULT
@@ -146,6 +169,7 @@ def _read_core(run: Path, doc: dict, out: Reading) -> None:
     except (corekernel.CoreError, OSError) as e:
         out.differences.append(f"vmcore: unreadable ({e})")
         return
+    _read_core_waits(doc, s.get("task_waits") or {}, out)
     classes = classify.classify_samples([s], _signatures(doc))
     out.core = {c.cpu: {"signature": c.signature.name, "role": str(c.signature.role), "class": c.title}
                 for c in classes}

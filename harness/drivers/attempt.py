@@ -258,7 +258,8 @@ class _Run:
         """A hang's guest, once read: stopped, written as a core (--vmcore);
         whether it is to be held for the developer's debugger (--hold)."""
         d = self.opts.debug
-        if not outcome.kind.hang or interrupted is not None or not vm.alive() or (not d.vmcore and d.hold is None):
+        if not outcome.kind.handed_over or interrupted is not None or not vm.alive() or \
+                (not d.vmcore and d.hold is None):
             return False
         try:
             vm.qmp.cmd("stop")

@@ -138,6 +138,9 @@ def what_kstall_knows(r: Run) -> str:
     bt = r.path / "backtraces.txt"
     if bt.is_file():
         out.append(bt.read_text().rstrip())
+    waits = r.doc.get("waits")
+    out += [f"who holds what the sleeping tasks wait for: {f}"
+            for f in (waits.get("findings", []) if isinstance(waits, dict) else []) if isinstance(f, str)]
     return "\n".join(out)
 
 

@@ -86,8 +86,8 @@ def _detail(i: int, c: dict) -> str:
         facts.append(f"{c['count']} {e(c.get('count_name') or '')}" + (f"; {e(pm.get('text', ''))}" if pm else ""))
     if c.get("reason"):
         facts.append(f"reason: {e(c['reason'])}")
-    if c.get("console_titles"):
-        facts.append(f"kernel reported: {e(views.titles_text(c['console_titles']))}")
+    if views.kernel_said(c):
+        facts.append(e(views.kernel_said(c)))
     if c.get("run_dir"):
         facts.append(f"results: <code>{e(c['run_dir'])}</code>")
     return (f'<article class="detail" id="detail-{i}" hidden><h2>{e(c["id"])}</h2>'

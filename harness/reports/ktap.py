@@ -30,8 +30,8 @@ def render(doc: dict) -> str:
             out.append(f"# {_ktap_text(detail)} (expected {c['expect']}: {STATUS_TEXT.get(st, st)})")
         if views.predicted(c):
             out.append(f"# {_ktap_text(views.predicted(c))} ({_ktap_text(c['prediction'].get('cve') or '')})")
-        if c.get("console_titles"):
-            out.append(f"# kernel reported: {_ktap_text(views.titles_text(c['console_titles']))}")
+        if views.kernel_said(c):
+            out.append(f"# {_ktap_text(views.kernel_said(c))}")
     t = doc["totals"]
     out.append(f"# totals: {' '.join(f'{k}={n}' for k, n in sorted(t.items()))}")
     return "\n".join(out) + "\n"

@@ -35,9 +35,10 @@ def render(doc: dict) -> str:
         for c in failing:
             lines.append(f"- **{STATUS_TEXT[c['status']]}** `{c['id']}`: {c['line'] or c['reason']} "
                          f"(expected {c['expect']})")
-    said = [c for c in doc["cells"] if c.get("console_titles")]
+    said = [c for c in doc["cells"] if c.get("console_titles") or c.get("waits")]
     if said:
-        lines += ["", "### What the kernels reported on their consoles", ""]
-        lines += [f"- `{c['id']}`: {views.titles_text(c['console_titles'])}" for c in said]
+        lines += ["", "### What the kernels reported on their consoles, and who held what their tasks waited for",
+                  ""]
+        lines += [f"- `{c['id']}`: {views.kernel_said(c)}" for c in said]
     lines += ["", "Details: `report.html`, `junit.xml`, `matrix.json` in the results directory.", ""]
     return "\n".join(lines)

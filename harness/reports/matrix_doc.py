@@ -71,6 +71,7 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         "process": rec.process if rec else None,
         "console_excerpt": _console_excerpt(r.run_dir, rec),
         "console_titles": ev.console_titles if ev else [],
+        "waits": ((rec.waits or {}).get("findings") or []) if rec else [],  # who holds what sleeping tasks wait for
         # a syzkaller reproducer's bug (title, link, how its hang matched) and what it lacked
         "syzbot": rec.reproducer.get("syzbot") if rec else None,
         "needs": ((ev.reach or {}).get("needs") or []) if ev else [],

@@ -32,6 +32,7 @@ def run_text(rec: RunRecord) -> str:
         out.append(f"  {ev.p_miss['method']}")
     if ev.console_titles:
         out.append(f"  kernel reported: {views.titles_text(ev.console_titles)}")
+    out += [f"  waits: {f}" for f in (rec.waits or {}).get("findings", []) if rec.hang is None or rec.verdict.signature]
     syz = rec.reproducer.get("syzbot")
     if syz:
         out.append(f"  syzbot: \"{syz.get('title') or '?'}\" {syz.get('link') or ''} "

@@ -55,7 +55,14 @@ def titles_text(titles: list[dict]) -> str:
 
 
 def kernel_said(cell: dict) -> str:
-    return f"kernel reported: {titles_text(cell['console_titles'])}" if cell.get("console_titles") else ""
+    """What the kernel reported, and who held what its sleeping tasks waited for."""
+    said = f"kernel reported: {titles_text(cell['console_titles'])}" if cell.get("console_titles") else ""
+    return "; ".join(filter(None, [said, sleeping_waits(cell)]))
+
+
+def sleeping_waits(cell: dict) -> str:
+    """'waits: pid 91 (blocked-writer) waits for pipe->mutex held by ...' (harness/analysis/task_waits.py)"""
+    return f"waits: {'; '.join(cell['waits'])}" if cell.get("waits") else ""
 
 
 def grid(doc: dict) -> list[tuple[str, list[dict | None]]]:

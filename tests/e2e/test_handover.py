@@ -159,3 +159,23 @@ def test_a_core_qemu_refuses_to_write_leaves_no_copy_waiting(tmp_path):
         assert "error" in doc and time.monotonic() - t < 5, doc
         assert not any(th.name == "kstall-vmcore" and th.is_alive() for th in threading.enumerate())
         assert not (tmp_path / vmcore.NAME).exists()
+
+
+def test_a_sleeping_hangs_vmcore_holds_what_its_task_waits_for(tmp_path):
+    """A task asleep for good (perf-sigtrap on 6.1.170, in _free_event) is a
+    hang --vmcore writes; analyze reads the same wait from the core, and
+    inspect says it before it opens the debugger."""
+    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "perf-sigtrap", "--vmcore")
+    assert rc == 1 and doc["outcome"]["kind"] == "sleeping", err[-2000:]
+    assert doc["vm"]["vmcore"] and "error" not in doc["vm"]["vmcore"], doc["vm"]["vmcore"]
+    run = Path(doc["results_dir"])
+    p = kstall("analyze", str(run), "--json")
+    (reading,) = json.loads(p.stdout)
+    assert p.returncode == 0 and reading["agrees"], p.stdout
+    pid = doc["hang"]["tasks"][0]["tid"]
+    assert any(w.startswith(f"pid {pid} (perf-sigtrap) sleeps in _free_event on no lock")
+               for w in reading["waits_in_vmcore"]), reading
+    p = kstall("inspect", str(run), "--print", timeout=120)
+    assert f"who holds what the sleeping tasks wait for: pid {pid} (perf-sigtrap) sleeps in _free_event" in \
+        p.stdout + p.stderr
+    assert kstall_processes() == []
