@@ -120,7 +120,10 @@ def _tasks_layout(types: btf.Btf, t: dict) -> dict:
     out = {name: off(t[name]) for name in ("tasks", "pid", "tgid", "comm", "stack", "signal", "thread_node")}
     out |= {"state": off(state), "comm_bytes": types.size(types.member(task, t["comm"]).type_id),
             "thread_head": types.member(types.find(btf.STRUCT, t["signal_struct"]), t["thread_head"]).offset,
-            "stack_bytes": t["stack_bytes"], "uninterruptible": t["uninterruptible"], "noload": t["noload"]}
+            "stack_bytes": t["stack_bytes"], "uninterruptible": t["uninterruptible"], "noload": t["noload"],
+            "interruptible": t["interruptible"], "pf_kthread": t["pf_kthread"], "exit_zombie": t["exit_zombie"],
+            "flags": off(t["flags"]), "exit_state": off(t["exit_state"]), "ptrace": off(t["ptrace"]),
+            "parent": off(t["parent"])}
     if _has(types, task, t["on_cpu"]):  # an int, or narrower where a kernel packed it
         out |= {"on_cpu": off(t["on_cpu"]), "on_cpu_bytes": types.size(types.member(task, t["on_cpu"]).type_id)}
     if _has(types, task, t["blocker"]):
@@ -311,7 +314,7 @@ def register_lock(cpu: dict, locks: LockNames) -> str:
 
 
 # what layout() makes of the same kernel-waits.toml: a new one is made when this changes
-LAYOUT_VERSION = b"3"
+LAYOUT_VERSION = b"4"
 
 
 def spec_key() -> str:

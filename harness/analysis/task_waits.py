@@ -41,10 +41,14 @@ class Task:
     comm: str
     state: int
     on_cpu: int | None = None
+    flags: int = 0
+    exit_state: int = 0
+    traced: bool = False
+    parent: int = 0  # its tracer while traced
 
     def to_json(self) -> dict:
         return {"task": f"{self.addr:#x}", "pid": self.pid, "tgid": self.tgid, "comm": self.comm,
-                "state": self.state, "on_cpu": self.on_cpu}
+                "state": self.state, "on_cpu": self.on_cpu, "exit_state": self.exit_state, "traced": self.traced}
 
 
 def _kernel_pointer(v: int | None) -> TypeGuard[int]:
@@ -87,12 +91,45 @@ def _task(mem: Reader, addr: int, t: dict) -> Task | None:
     size = t.get("on_cpu_bytes", 4)
     raw = _bytes(mem, addr + t["on_cpu"], size) if "on_cpu" in t and size in (1, 2, 4, 8) else None
     on_cpu = int.from_bytes(raw, "little") if raw is not None else None
-    return Task(addr, pid, tgid, comm.split(b"\0", 1)[0].decode("ascii", "replace"), state, on_cpu)
+    extra = {}
+    if "flags" in t:
+        extra = {"flags": _word(mem, addr + t["flags"], 4) or 0, "exit_state": _word(mem, addr + t["exit_state"], 4) or 0,
+                 "traced": bool(_word(mem, addr + t["ptrace"], 4)), "parent": _word(mem, addr + t["parent"], 8) or 0}
+    return Task(addr, pid, tgid, comm.split(b"\0", 1)[0].decode("ascii", "replace"), state, on_cpu, **extra)
 
 
 def asleep(task: Task, t: dict) -> bool:
     """In D state, and not an idle worker's wait (TASK_IDLE: also NOLOAD)."""
     return bool(task.state & t["uninterruptible"]) and not task.state & t["noload"]
+
+
+def may_wait(task: Task, t: dict) -> bool:
+    """A task whose lock is looked for: one in D state, or a user task asleep
+    interruptibly (mutex_lock_interruptible, ptrace_attach's): kernel
+    threads asleep that way are idle ones, and there are a hundred of them."""
+    return asleep(task, t) or bool(task.state & t.get("interruptible", 0)) and not task.flags & t.get("pf_kthread", 0) \
+        and task.pid != 0
+
+
+def gone(task: Task, t: dict) -> dict | None:
+    """A zombie its tracer has not reaped: it waits for that tracer, and who
+    waits for it to be released (an exec's de_thread) waits for the tracer too."""
+    if task.exit_state & t.get("exit_zombie", 0) and task.traced and task.parent:
+        return {"pid": task.pid, "kind": "reap", "owner": f"{task.parent:#x}", "how": "its exit_state and ptrace"}
+    return None
+
+
+def group_exit(task: Task, everyone: dict[int, Task], named: set[int]) -> dict | None:
+    """What a task in D state on no lock may wait for in its own thread
+    group: its other threads, still on the group's list (de_thread waits for
+    them to be released). Only followed where [follows] says the function it
+    sleeps in waits for that (Graph.follow)."""
+    others = sorted((a for a, o in everyone.items() if o.tgid == task.tgid and a != task.addr),
+                    key=lambda a: everyone[a].pid)
+    if not others:
+        return None
+    named.update(others)
+    return {"pid": task.pid, "kind": "threads", "others": [f"{a:#x}" for a in others], "how": "its thread group"}
 
 
 def read(mem: Reader, lay: dict, ncpus: int) -> dict:
@@ -109,9 +146,14 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
     everyone = tasks(mem, t)
     if not everyone:
         return {"error": "no task could be read from init_task's list"}
-    waits = [w for task in everyone.values() if asleep(task, t) and (w := lock_of(mem, task, t, lk, everyone))]
+    waits = [w for task in everyone.values() if may_wait(task, t) and (w := lock_of(mem, task, t, lk, everyone))]
     named = {a for a, task in everyone.items() if asleep(task, t)} | \
-        {int(w["owner"], 16) for w in waits if w.get("owner")}
+        {everyone[a].addr for a in everyone if any(w["pid"] == everyone[a].pid for w in waits)}
+    waiting = {w["pid"] for w in waits}
+    waits += [w for task in everyone.values() if asleep(task, t) and task.pid not in waiting
+              and (w := group_exit(task, everyone, named))]
+    waits += [w for task in everyone.values() if (w := gone(task, t)) and task.addr in named]
+    named |= {int(w["owner"], 16) for w in waits if w.get("owner")}
     running = kernel_waits.read(mem, lay, ncpus).get("running") or {}
     return {"tasks": [everyone[a].to_json() for a in sorted(named, key=lambda a: everyone[a].pid)],
             "waits": waits, "walked": len(everyone),
@@ -218,7 +260,7 @@ def _names() -> dict:
         with open(SPEC_FILE, "rb") as f:
             doc = tomllib.load(f)
         _NAMES = {"locks": doc.get("lock_names", {}), "waits": doc.get("waits_in", {}),
-                  "conditions": doc.get("waits_for", {})}
+                  "conditions": doc.get("waits_for", {}), "follows": doc.get("follows", {})}
     return _NAMES
 
 
@@ -240,13 +282,30 @@ class Graph:
                                                                                    "comm": "?"})
 
     def wait_of(self, pid) -> dict | None:
-        return next((w for w in self.doc.get("waits", []) if w["pid"] == pid), None)
+        """The task's wait: on a lock, or, where kstall follows it, on its thread group or its tracer."""
+        return next((w for w in self.doc.get("waits", []) if w["pid"] == pid and
+                     (w["kind"] != "threads" or self.follows(w))), None)
+
+    def where(self, pid) -> str:
+        t = self.task_by_pid(pid)
+        return _past_waits(t["kstack"]) if t.get("kstack") else t.get("wchan", "")
+
+    def follows(self, w: dict) -> bool:
+        """A wait on the task's own thread group is followed only where the
+        function it sleeps in waits for its other threads ([follows])."""
+        return _names()["follows"].get(self.where(w["pid"])) == "threads"
+
+    def next_of(self, w: dict) -> str | None:
+        """Whom a wait waits for: the lock's holder, the zombie thread it
+        waits to be released (one with a wait of its own first), the tracer."""
+        if w["kind"] == "threads":
+            return next((a for a in w["others"] if self.wait_of(self.task(a)["pid"])), w["others"][0])
+        return None if w.get("readers") else w.get("owner")
 
     def lock_name(self, w: dict) -> str:
         if w.get("name"):
             return w["name"]
-        taker = self.task_by_pid(w["pid"])
-        where = _past_waits(taker.get("kstack", [])) if taker.get("kstack") else ""
+        where = self.where(w["pid"])
         named = _names()["locks"].get(where)
         kind = {"rw_semaphore": "rwsem"}.get(w["kind"], w["kind"])
         if named:
@@ -257,16 +316,16 @@ class Graph:
         return next((t for t in self.doc.get("tasks", []) if t["pid"] == pid), {"pid": pid, "comm": "?"})
 
     def chain(self, pid) -> tuple[list[dict], bool]:
-        """The waits from pid's on, each to the next lock's holder; whether they close a cycle."""
+        """The waits from pid's on, each to whom it waits for; whether they close a cycle."""
         out, seen = [], set()
         w = self.wait_of(pid)
         while w is not None and w["pid"] not in seen:
             seen.add(w["pid"])
             out.append(w)
-            owner = w.get("owner")
-            if not owner or w.get("readers"):
+            nxt = self.next_of(w)
+            if not nxt:
                 return out, False
-            w = self.wait_of(self.task(owner)["pid"])
+            w = self.wait_of(self.task(nxt)["pid"])
         return out, w is not None
 
     def state_of(self, t: dict) -> str:
@@ -281,6 +340,26 @@ class Graph:
             return f"blocked in {where}" + (f" ({why})" if why else "")
         return "in user space" if t.get("kstack") == [] else "in a wait kstall could not read"
 
+    def link(self, w: dict, first: bool) -> tuple[str, bool]:
+        """One wait of a chain in words, and whether the chain goes on past it."""
+        who = self.task(self.next_of(w) or "")
+        if w["kind"] == "threads":
+            lead = "sleeps" if first else "which sleeps"
+            return f"{lead} in {self.where(w['pid'])} until its thread pid {who['pid']} ({who['comm']}) is released", \
+                True
+        if w["kind"] == "reap":
+            return f"{'is' if first else 'which is'} a zombie until its tracer pid {who['pid']} ({who['comm']}) " \
+                   "reaps it", True
+        lead = "waits for" if first else "which waits for"
+        if w.get("readers"):
+            return f"{lead} {self.lock_name(w)} held by {w['readers']} reader(s)", False
+        if w.get("unknown_owner"):
+            return f"{lead} {self.lock_name(w)} held by a task on no list of the kernel's " \
+                   f"({w['unknown_owner']}: exited, or freed)", False
+        if not w.get("owner"):
+            return f"{lead} {self.lock_name(w)}, which records no owner (count {w.get('count')})", False
+        return f"{lead} {self.lock_name(w)} held by pid {who['pid']} ({who['comm']})", True
+
     def finding(self, pid) -> str:
         """'waits for pipe->mutex held by pid 91 (console-trigger), blocked in
         handle_userfault (userfaultfd)'; a cycle is named a deadlock; a task
@@ -290,27 +369,18 @@ class Graph:
             return self.condition(self.task_by_pid(pid))
         parts = []
         for i, w in enumerate(links):
-            lead = "waits for" if i == 0 else "which waits for"
-            if w.get("readers"):
-                parts.append(f"{lead} {self.lock_name(w)} held by {w['readers']} reader(s)")
+            text, goes_on = self.link(w, i == 0)
+            parts.append(text)
+            if not goes_on:
                 break
-            if w.get("unknown_owner"):
-                parts.append(f"{lead} {self.lock_name(w)} held by a task on no list of the kernel's "
-                             f"({w['unknown_owner']}: exited, or freed)")
-                break
-            if not w.get("owner"):
-                parts.append(f"{lead} {self.lock_name(w)}, which records no owner (count {w.get('count')})")
-                break
-            holder = self.task(w["owner"])
-            parts.append(f"{lead} {self.lock_name(w)} held by pid {holder['pid']} ({holder['comm']})")
         text = ", ".join(parts)
         if cycle:
-            return f"deadlock: pid {pid} {text}, which is where the chain began"
+            return f"deadlock: pid {pid} ({self.task_by_pid(pid)['comm']}) {text}, which is where the chain began"
         last = links[-1]
-        if last.get("owner") and not last.get("readers"):
-            text += f", {self.state_of(self.task(last['owner']))}"
-        sure = "certain" if all(w["how"] == "the task's blocker field" for w in links) else "read from the stacks"
-        return f"{text} [{sure}]"
+        if (nxt := self.next_of(last)) and not last.get("readers"):
+            text += f", {self.state_of(self.task(nxt))}"
+        stacked = any(w["how"] == "its waiter on its stack" for w in links)
+        return f"{text} [{'read from the stacks' if stacked else 'certain'}]"
 
     def cpus_text(self) -> str:
         """'every CPU is idle', or what each busy CPU runs."""
@@ -330,22 +400,23 @@ class Graph:
     def roots(self) -> list[str]:
         """One finding per waiter that heads a chain (no other waiter waits
         on it), then each task asleep on no lock, in pid order."""
-        waits = self.doc.get("waits", [])
-        owners = {self.task(w["owner"])["pid"] for w in waits if w.get("owner")}
-        heads = [w["pid"] for w in waits if w["pid"] not in owners] or \
+        waits = [w for w in self.doc.get("waits", []) if self.wait_of(w["pid"]) is w]
+        targets = {self.task(n)["pid"] for w in waits if (n := self.next_of(w))}
+        heads = [w["pid"] for w in waits if w["pid"] not in targets] or \
             [w["pid"] for w in waits][:1]  # all in a cycle: start anywhere
-        # chains that end at the same lock and holder are one finding: its first waiter's, and how many more
+        # chains that end at the same wait and holder are one finding: its first waiter's, and how many more
         ends: dict[tuple, list] = {}
         for pid in sorted(heads):
             links, _ = self.chain(pid)
-            end = (links[-1]["lock"], links[-1].get("owner")) if links else ("", pid)
+            end = (links[-1].get("lock", links[-1]["kind"]), self.next_of(links[-1])) if links else ("", pid)
             ends.setdefault(end, []).append(pid)
         out = []
         for pids in ends.values():
             if f := self.finding(pids[0]):
                 more = f" (and {len(pids) - 1} more tasks whose waits end there)" if len(pids) > 1 else ""
-                out.append(f"pid {pids[0]} ({self.task_by_pid(pids[0])['comm']}) {f}{more}")
+                out.append((f if f.startswith("deadlock: ") else f"pid {pids[0]} ({self.task_by_pid(pids[0])['comm']}) {f}")
+                           + more)
         lockless = [t["pid"] for t in self.doc.get("tasks", [])
-                    if t.get("state", 0) & 2 and not self.wait_of(t["pid"]) and t["pid"] not in owners]
+                    if t.get("state", 0) & 2 and not self.wait_of(t["pid"]) and t["pid"] not in targets]
         return out + [f"pid {pid} ({self.task_by_pid(pid)['comm']}) {f}" for pid in lockless
                       if (f := self.finding(pid))]

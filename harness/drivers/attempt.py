@@ -315,7 +315,7 @@ class _Run:
                 task.update({k: v for k, v in seen.get(task["pid"], {}).items() if k in ("kstack", "wchan", "secs")})
             names = kernel_waits.LockNames(v, []) if (v := self.variables()) else None
             for wait in doc["waits"]:
-                if names and (name := names.name(int(wait["lock"], 16))):
+                if names and "lock" in wait and (name := names.name(int(wait["lock"], 16))):
                     wait["name"] = name
         doc["read_s"], doc["total_s"] = read_s, round(time.monotonic() - t, 2)
         self.timings["wait_graph_s"] = doc["total_s"]

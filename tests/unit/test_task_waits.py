@@ -125,7 +125,7 @@ def test_two_tasks_each_holding_the_mutex_the_other_waits_for_are_a_deadlock(lay
     g.wait_on(b, m1)
     graph = task_waits.Graph(task_waits.read(g.read, lay, 1))
     assert graph.chain(40)[1] and graph.chain(41)[1]
-    assert graph.finding(40).startswith("deadlock: pid 40 waits for a mutex")
+    assert graph.finding(40).startswith("deadlock: pid 40 (abba-a) waits for a mutex")
     assert "held by pid 41 (abba-b), which waits for a mutex" in graph.finding(40)
     assert "held by pid 40 (abba-a), which is where the chain began" in graph.finding(40)
 
