@@ -55,16 +55,34 @@ def _kernel_pointer(v: int | None) -> TypeGuard[int]:
     return v is not None and v >= KERNEL_HALF and v % 8 == 0
 
 
+def _span(t: dict) -> int:
+    """How much of a task_struct holds every member read here (one read per task, not a dozen)."""
+    return max(t[k] + 16 for k in ("tasks", "pid", "tgid", "state", "stack", "signal", "thread_node", "on_cpu",
+                                   "flags", "exit_state", "ptrace", "parent", "blocker") if k in t) + t["comm_bytes"]
+
+
+def _window(mem: Reader, base: int, size: int) -> Reader:
+    """A reader of [base, base + size) read at once, and of anything else as mem reads it."""
+    data = _bytes(mem, base, size)
+
+    def read(addr: int, n: int) -> bytes | None:
+        if data is not None and base <= addr and addr + n <= base + size:
+            return data[addr - base:addr - base + n]
+        return mem(addr, n)
+    return read
+
+
 def tasks(mem: Reader, t: dict) -> dict[int, Task]:
     """Every task, by its address: each leader on init_task's list, and each leader's threads."""
     out: dict[int, Task] = {}
     head = t["variable"] + t["tasks"]
     node = _word(mem, head, 8)
-    leaders = 0
+    leaders, span = 0, _span(t)
     while _kernel_pointer(node) and node != head and leaders < MAX_TASKS:
         leader = node - t["tasks"]
         leaders += 1
-        signal = _word(mem, leader + t["signal"], 8)
+        seen = _window(mem, leader, span)
+        signal = _word(seen, leader + t["signal"], 8)
         threads: list[int] = []
         if _kernel_pointer(signal):
             thead = signal + t["thread_head"]
@@ -73,10 +91,11 @@ def tasks(mem: Reader, t: dict) -> dict[int, Task]:
                 threads.append(tnode - t["thread_node"])
                 tnode = _word(mem, tnode, 8)
         for addr in threads or [leader]:
-            if len(out) < MAX_TASKS and addr not in out and (task := _task(mem, addr, t)) is not None:
+            if len(out) < MAX_TASKS and addr not in out and \
+                    (task := _task(seen if addr == leader else _window(mem, addr, span), addr, t)) is not None:
                 out[addr] = task
-        node = _word(mem, node, 8)
-    init = _task(mem, t["variable"], t)  # the idle task of CPU 0 is on no list
+        node = _word(seen, node, 8)
+    init = _task(_window(mem, t["variable"], span), t["variable"], t)  # the idle task of CPU 0 is on no list
     if init is not None:
         out.setdefault(t["variable"], init)
     return out
