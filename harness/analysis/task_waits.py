@@ -110,11 +110,11 @@ def _task(mem: Reader, addr: int, t: dict) -> Task | None:
     size = t.get("on_cpu_bytes", 4)
     raw = _bytes(mem, addr + t["on_cpu"], size) if "on_cpu" in t and size in (1, 2, 4, 8) else None
     on_cpu = int.from_bytes(raw, "little") if raw is not None else None
-    extra = {}
+    task = Task(addr, pid, tgid, comm.split(b"\0", 1)[0].decode("ascii", "replace"), state, on_cpu)
     if "flags" in t:
-        extra = {"flags": _word(mem, addr + t["flags"], 4) or 0, "exit_state": _word(mem, addr + t["exit_state"], 4) or 0,
-                 "traced": bool(_word(mem, addr + t["ptrace"], 4)), "parent": _word(mem, addr + t["parent"], 8) or 0}
-    return Task(addr, pid, tgid, comm.split(b"\0", 1)[0].decode("ascii", "replace"), state, on_cpu, **extra)
+        task.flags, task.exit_state = _word(mem, addr + t["flags"], 4) or 0, _word(mem, addr + t["exit_state"], 4) or 0
+        task.traced, task.parent = bool(_word(mem, addr + t["ptrace"], 4)), _word(mem, addr + t["parent"], 8) or 0
+    return task
 
 
 def asleep(task: Task, t: dict) -> bool:
@@ -433,8 +433,8 @@ class Graph:
         for pids in ends.values():
             if f := self.finding(pids[0]):
                 more = f" (and {len(pids) - 1} more tasks whose waits end there)" if len(pids) > 1 else ""
-                out.append((f if f.startswith("deadlock: ") else f"pid {pids[0]} ({self.task_by_pid(pids[0])['comm']}) {f}")
-                           + more)
+                who = f"pid {pids[0]} ({self.task_by_pid(pids[0])['comm']}) "
+                out.append((f if f.startswith("deadlock: ") else who + f) + more)
         lockless = [t["pid"] for t in self.doc.get("tasks", [])
                     if t.get("state", 0) & 2 and not self.wait_of(t["pid"]) and t["pid"] not in targets]
         return out + [f"pid {pid} ({self.task_by_pid(pid)['comm']}) {f}" for pid in lockless

@@ -33,7 +33,8 @@ def test_hung_task_report_is_titled_in_run_json_with_who_holds_what_it_waits_for
         f"pid {writer['pid']} (blocked-writer) waits for pipe->mutex held by pid {holder['pid']} (uffd-writer), "
         f"blocked in handle_userfault (userfaultfd) [{how}]"), waits
     # neither writer runs (measured: every CPU idle; on a busy host the detector may still be printing)
-    assert {c["comm"] for c in waits["cpus"].values()} <= {"idle", "khungtaskd", "console-trigger", "init"}  # init: kstall's agent
+    # (init is kstall's agent)
+    assert {c["comm"] for c in waits["cpus"].values()} <= {"idle", "khungtaskd", "console-trigger", "init"}
     assert "who holds what the sleeping tasks wait for" in out
     assert r["fields"]["task"] == "blocked-writer" and r["message"].startswith("INFO: task blocked-writer:")
     # once, or again as the hang is held for the graph (the detector looks every 2 s here)
