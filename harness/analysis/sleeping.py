@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis import classify, console, report_title, task_waits
+from harness.analysis import classify, console, task_waits
 from harness.analysis.classify import Role, Signature, base_name
 from harness.base.untrusted import num
 
@@ -40,11 +40,8 @@ class SleepingHang:
         """The kernel's hung-task report's title (console-patterns.toml), from the first task's stack."""
         if not self.tasks:
             return ""
-        pats = console.default_patterns()
-        hung = next(p for p in pats if p.name == "hung-task")
-        t = self.tasks[0]
-        assert hung.stack is not None and pats.rules is not None  # console-patterns.toml has both
-        return hung.title.format(func=report_title.function_of_stack(t["kstack"], hung.stack, pats.rules) or t["wchan"])
+        hung = next(p for p in console.default_patterns() if p.name == "hung-task")
+        return hung.title.format(func=task_waits.asleep_in(self.tasks[0]))
 
     def summary(self) -> str:
         """The title, then what the first task waits for and who holds it

@@ -14,6 +14,12 @@ the guest's memory says is not trusted: a value is a number or nothing, a
 list is followed a bounded number of steps, and a lock counts only when
 its owner is one of the tasks the walk found.
 
+Some waits on no lock are followed where the kernel records whom they wait
+for: an exec's de_thread waits for its process's other threads, and a
+traced thread that exited stays a zombie until its tracer reaps it
+(kernel-waits.toml [follows]). User tasks asleep interruptibly on a lock are
+waiters too.
+
 Graph (from read()'s JSON, with the agent's stacks of the tasks it names)
 follows each waiter to the root of its chain, or round a cycle: a
 deadlock among sleeping tasks.
@@ -283,13 +289,16 @@ def _names() -> dict:
     return _NAMES
 
 
-def _past_waits(kstack: list[str]) -> str:
+def asleep_in(t: dict) -> str:
     """The function a task sleeps in, past the scheduler and the lock and
-    wait primitives (the hung-task title's rules)."""
+    wait primitives (the hung-task title's rules, console-patterns.toml),
+    from its kernel stack; else its wait channel."""
+    if not t.get("kstack"):
+        return t.get("wchan", "")
     pats = console.default_patterns()
     hung = next(p for p in pats if p.name == "hung-task")
     assert hung.stack is not None and pats.rules is not None  # console-patterns.toml has both
-    return report_title.function_of_stack(kstack, hung.stack, pats.rules)
+    return report_title.function_of_stack(t["kstack"], hung.stack, pats.rules) or t.get("wchan", "")
 
 
 @dataclass
@@ -306,8 +315,7 @@ class Graph:
                      (w["kind"] != "threads" or self.follows(w))), None)
 
     def where(self, pid) -> str:
-        t = self.task_by_pid(pid)
-        return _past_waits(t["kstack"]) if t.get("kstack") else t.get("wchan", "")
+        return asleep_in(self.task_by_pid(pid))
 
     def follows(self, w: dict) -> bool:
         """A wait on the task's own thread group is followed only where the
@@ -353,7 +361,7 @@ class Graph:
         cpu = next((c for c, r in (self.doc.get("cpus") or {}).items() if r["pid"] == t["pid"]), None)
         if cpu is not None or t.get("on_cpu"):
             return f"running on CPU{cpu}" if cpu is not None else "running on a CPU"
-        where = _past_waits(t["kstack"]) if t.get("kstack") else t.get("wchan", "")
+        where = asleep_in(t)
         if where and where != "-":
             why = _names()["waits"].get(where)
             return f"blocked in {where}" + (f" ({why})" if why else "")
@@ -409,7 +417,7 @@ class Graph:
 
     def condition(self, t: dict) -> str:
         """A task in D state on no lock: where it sleeps, and what for."""
-        where = _past_waits(t["kstack"]) if t.get("kstack") else t.get("wchan", "")
+        where = asleep_in(t)
         if not where or where == "-":
             return ""
         what = _names()["conditions"].get(where)
