@@ -362,6 +362,8 @@ class Graph:
         if cpu is not None or t.get("on_cpu"):
             return f"running on CPU{cpu}" if cpu is not None else "running on a CPU"
         where = asleep_in(t)
+        if t.get("state") == 0 and t.get("kstack"):  # TASK_RUNNING, on no CPU: preempted, its turn to come
+            return f"runnable, waiting for a CPU in {where}"
         if where and where != "-":
             why = _names()["waits"].get(where)
             return f"blocked in {where}" + (f" ({why})" if why else "")

@@ -115,6 +115,10 @@ def test_a_chain_names_the_lock_its_holder_and_what_the_holder_waits_for(lay):
     assert graph.finding(91) == ("waits for pipe->mutex held by pid 90 (uffd-writer), blocked in handle_userfault "
                                  "(userfaultfd) [read from the stacks]")
     assert graph.roots() == [f"pid 91 (blocked-writer) {graph.finding(91)}"]
+    # a holder preempted in its critical section (TASK_RUNNING, on no CPU) is no sleeper
+    next(t for t in doc["tasks"] if t["pid"] == 90)["state"] = 0
+    assert task_waits.Graph(doc).finding(91).endswith(
+        "held by pid 90 (uffd-writer), runnable, waiting for a CPU in handle_userfault [read from the stacks]")
 
 
 def test_two_tasks_each_holding_the_mutex_the_other_waits_for_are_a_deadlock(lay):
