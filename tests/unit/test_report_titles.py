@@ -287,3 +287,11 @@ def test_an_arm_frame_line_names_its_caller_too_unless_the_call_never_returned()
 ])
 def test_a_report_is_titled_by_its_kind_not_by_this_runs_details(text, want):
     assert title(text) == want
+
+
+def test_a_boot_timer_check_a_starved_vcpu_fails_is_the_hosts_not_the_kernels():
+    """Four guests on two loaded cores: one 6.16.12 guest panicked in its
+    boot-time IO-APIC timer check before the reproducer ran."""
+    (r,) = console.scan("[    0.4] Kernel panic - not syncing: IO-APIC + timer doesn't work!  Boot with apic=debug "
+                        "and send a report.  Then try booting with the 'noapic' option.")
+    assert r.kind == "infra" and r.name == "boot-timer-check" and "starved" in r.reason
