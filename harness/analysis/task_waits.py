@@ -289,6 +289,13 @@ def _names() -> dict:
     return _NAMES
 
 
+def with_stacks(doc: dict, told: dict) -> None:
+    """read()'s tasks with what the agent told of each (by pid): its kernel
+    stack, wait channel and idle time; pid and comm stay the memory's."""
+    for t in doc.get("tasks", []):
+        t.update({k: v for k, v in (told.get(t["pid"]) or {}).items() if k in ("kstack", "wchan", "secs")})
+
+
 def asleep_in(t: dict) -> str:
     """The function a task sleeps in, past the scheduler and the lock and
     wait primitives (the hung-task title's rules, console-patterns.toml),

@@ -140,9 +140,7 @@ def _read_core_waits(doc: dict, core: dict, out: Reading) -> None:
     recorded = doc.get("waits") or {}
     if "waits" not in core or "waits" not in recorded:
         return
-    stacks = {t["pid"]: t for t in recorded.get("tasks", []) if isinstance(t, dict) and "pid" in t}
-    for t in core.get("tasks", []):
-        t.update({k: v for k, v in stacks.get(t["pid"], {}).items() if k in ("kstack", "wchan", "secs")})
+    task_waits.with_stacks(core, {t["pid"]: t for t in recorded.get("tasks", []) if isinstance(t, dict) and "pid" in t})
     out.waits = task_waits.Graph(core).roots()
 
     def key(w: dict) -> tuple:

@@ -310,9 +310,7 @@ class _Run:
             doc = {"error": f"QEMU did not answer while the tasks were read ({e})"}
         read_s = round(time.monotonic() - t, 2)
         if doc.get("tasks"):
-            seen = w.ask_tasks([task["pid"] for task in doc["tasks"]])
-            for task in doc["tasks"]:  # the kernel's own stacks and waits; pid and comm stay the memory's
-                task.update({k: v for k, v in seen.get(task["pid"], {}).items() if k in ("kstack", "wchan", "secs")})
+            task_waits.with_stacks(doc, w.ask_tasks([task["pid"] for task in doc["tasks"]]))
             names = kernel_waits.LockNames(v, []) if (v := self.variables()) else None
             for wait in doc["waits"]:
                 if names and "lock" in wait and (name := names.name(int(wait["lock"], 16))):
