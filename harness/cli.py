@@ -370,7 +370,7 @@ def cmd_bisect_debian(a: argparse.Namespace) -> int:
         if a.arch:  # both ends in that architecture's flavour: 6.16.12 -> 6.16.12-arm64
             from images.kernels import debian
             from harness.base import arch
-            a.old, a.new = (debian.with_arch(v, arch.named(a.arch).debian) for v in (a.old, a.new))
+            a.old, a.new = (debian.with_arch(v, arch.named(a.arch).flavour) for v in (a.old, a.new))
         a.reproducer = reproducers.canonical_spec(a.reproducer)
         repro = cases.load(a.reproducer, echo_stderr)
         bisect_debian.candidates(a.old, a.new)

@@ -292,6 +292,7 @@ int main(int argc, char **argv)
 		       "count=%llu pairs=%d\n", o.reserves, o.ringbuf_mb, o.stall_ns[RB_PATH_SWITCH] / 1e6,
 		       o.stall_ns[RB_PATH_NMI] / 1e6, o.duration_s, o.count, o.pairs);
 	libbpf_set_print(libbpf_print);
+	bpf_jit_on();
 
 	/* NMI source: a PMU's cycles event in NMI context, else host injection */
 	if (strcmp(o.nmi_source, "inject")) {

@@ -132,6 +132,7 @@ int main(int argc, char **argv)
 	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
 		ksft_exit_skip("bpf-timer: needs two CPUs, one per timer\n");
 	libbpf_set_print(libbpf_print);
+	bpf_jit_on();
 	skel = timer_pair__open_and_load();
 	if (!skel)
 		ksft_exit_skip("bpf-timer: BPF load: %s\n", strerror(errno));

@@ -8,12 +8,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Callable
 
-from harness.analysis import framewalk, kernel_waits, stackwalk
+from harness.analysis import backchain, framewalk, kernel_waits, stackwalk
 from harness.analysis.kallsyms import Kallsyms
 from harness.base.arch import Arch
 
 # a walker module has: CODE_BEFORE, regions(), candidates(), frames()
-UNWINDERS: dict[str, ModuleType] = {"call-sites": stackwalk, "frame-records": framewalk}
+UNWINDERS: dict[str, ModuleType] = {"call-sites": stackwalk, "frame-records": framewalk, "back-chain": backchain}
 
 
 def for_arch(a: Arch) -> ModuleType:

@@ -65,6 +65,16 @@ class Arch:
         return str(regs.get(self.pc, "0x0"))
 
     @property
+    def byteorder(self) -> str:
+        """How its memory holds a word: "little", or "big" (s390x)."""
+        return self.table.get("byteorder", "little")
+
+    @property
+    def flavour(self) -> str:
+        """Debian's kernel flavour for it (powerpc64le on ppc64el): what its kernel packages' names end with."""
+        return self.table.get("debian_flavour", self.debian)
+
+    @property
     def triplet(self) -> str:
         """GNU's name of its target (aarch64-linux-gnu): its multiarch directories."""
         return self.table["triplet"]
@@ -167,8 +177,9 @@ def named(name: str) -> Arch:
 
 
 def by_debian(name: str) -> Arch:
+    """An architecture by Debian's name for it (ppc64el) or its kernel flavour's (powerpc64le)."""
     for n in names():
-        if get(n).debian == name:
+        if name in (get(n).debian, get(n).flavour):
             return get(n)
     raise KeyError(f"no architecture kstall knows is Debian's {name!r}")
 

@@ -33,6 +33,12 @@ class Machine:
     cmdline: tuple[str, ...]  # kernel command line every guest gets
     detectors: tuple[str, ...] = ()  # how the kernel's hang detectors are set
     arch: str = arches.DEFAULT
+    options: str = ""  # QEMU's -machine properties after the name (pseries' x-vof=on)
+
+    @property
+    def qemu_arg(self) -> str:
+        """QEMU's -machine argument."""
+        return f"{self.name},{self.options}" if self.options else self.name
 
     def smp_arg(self, cpus: int) -> str:
         return self.smp.format(cpus=cpus)
@@ -49,7 +55,7 @@ def get(name: str, arch: str = arches.DEFAULT) -> Machine:
     table = arches.get(arch).table
     m = table["machine"][name]
     return Machine(name, m["boot"], m["smp"], m["console"], tuple(m["cmdline"]), tuple(table.get("detectors", ())),
-                   arch)
+                   arch, m.get("options", ""))
 
 
 def for_kernel(kernel: Kernel) -> Machine:

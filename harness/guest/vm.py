@@ -139,7 +139,7 @@ class VM:
             machine.qemu(c.arch), "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
             # vCPU threads named "CPU n/TCG": their host scheduling delay is read (harness/guest/hostwait.py)
             "-name", "kstall,debug-threads=on",
-            "-machine", c.machine, *machine.accel_args(c.accel, c.arch),
+            "-machine", machine.get(c.machine, c.arch).qemu_arg, *machine.accel_args(c.accel, c.arch),
             "-smp", machine.get(c.machine, c.arch).smp_arg(c.cpus),
             "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,

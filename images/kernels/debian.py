@@ -37,16 +37,20 @@ from images.kernels.kernel import Kernel, Progress, SpecError
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
-# Debian's names of the architectures kstall knows (harness/base/arches.toml), and the default's
-DEBIAN_ARCHES = tuple(arch.get(n).debian for n in arch.names())
-DEFAULT_FLAVOUR = arch.get().debian
+# Debian's kernel flavours of the architectures kstall knows (harness/base/arches.toml:
+# an architecture's name, or its flavour's where they differ: powerpc64le), and the default's
+DEBIAN_ARCHES = tuple(arch.get(n).flavour for n in arch.names())
+DEFAULT_FLAVOUR = arch.get().flavour
+DEFAULT_ARCH = arch.get().debian
 _ARCHES = "|".join(re.escape(a) for a in DEBIAN_ARCHES)
 _NAME = re.compile(rf"^linux-(image|binary|base|modules)-(\d+\.\d+(?:\.\d+)?)\+(deb\d+(?:\.\d+)?)"
                    rf"-((?:\w+-)?(?:{_ARCHES}))$")
 # bookworm's stock kernel: linux-image-6.1.0-56-amd64, upstream version in Version
 _OLD_NAME = re.compile(rf"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?(?:{_ARCHES}))$")
-# apt-get update's warning for a suite it could not reach (it still exits 0)
-FETCH_FAILED = re.compile(r"^W: Failed to fetch (\S+)\s+(.*)$", re.M)
+# apt-get update's word on a suite it could not fetch: a warning when it could not
+# reach it (it exits 0), an error when a mirror in mid-sync served a list of the
+# wrong size or hash (it exits 100, having fetched the others)
+FETCH_FAILED = re.compile(r"^[WE]: Failed to fetch (\S+)\s+(.*)$", re.M)
 
 
 def version_key(v: str) -> tuple[int, ...]:
@@ -87,9 +91,9 @@ class Archive:
     first one's, <cache>/apt-ARCH for another's (so its lists are fetched only
     by whoever asks for its kernels); every apt call is bounded in time."""
 
-    def __init__(self, root: Path | None = None, arch: str = DEFAULT_FLAVOUR) -> None:
+    def __init__(self, root: Path | None = None, arch: str = DEFAULT_ARCH) -> None:
         self.arch = arch  # Debian's name
-        self.root = root or paths.cache_dir() / ("apt" if arch == DEFAULT_FLAVOUR else f"apt-{arch}")
+        self.root = root or paths.cache_dir() / ("apt" if arch == DEFAULT_ARCH else f"apt-{arch}")
         self.lists = self.root / "lists"
         self.index_path = self.root / "kernels.json"
         # when every suite last answered: a stamp of kstall's own, since touching
@@ -133,7 +137,8 @@ class Archive:
     def _run(self, tool: str, args: list[str], timeout: float) -> str:
         return self._exec(tool, args, timeout).stdout
 
-    def _exec(self, tool: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    def _exec(self, tool: str, args: list[str], timeout: float, fails_ok: re.Pattern | None = None
+              ) -> subprocess.CompletedProcess:
         # apt's binary cache of the lists, which Debian's container images turn
         # off (docker-clean): without it every apt call parses all 7 suites again
         # (3.4 s each here), with it 0.1 s. It is a speed-up only: on a disk too
@@ -144,7 +149,7 @@ class Archive:
         if p.returncode != 0 and "IO Error saving" in p.stderr:
             pkgcache.unlink(missing_ok=True)
             p = self._bounded([tool, *self.opts(), "-o", "Dir::Cache::pkgcache=", *args], what, timeout)
-        if p.returncode != 0:
+        if p.returncode != 0 and not (fails_ok and fails_ok.search(p.stderr)):
             raise SpecError(f"{what} failed: {p.stderr.strip()[-500:]}")
         return p
 
@@ -156,12 +161,12 @@ class Archive:
             raise SpecError(f"{what} took longer than {timeout:.0f}s (network?)") from None
 
     def _apt_update(self) -> list[tuple[str, str]]:
-        """apt-get update; the suites it could not fetch (apt warns and exits 0).
+        """apt-get update; the suites it could not fetch.
         partial/ is emptied first: apt resumes what it finds there, and a file
         that failed its check or a killed update left there is kept as it is."""
         shutil.rmtree(self.lists / "partial", ignore_errors=True)
         (self.lists / "partial").mkdir(parents=True, exist_ok=True)
-        return FETCH_FAILED.findall(self._exec("apt-get", ["update", "-q"], timeout=300).stderr)
+        return FETCH_FAILED.findall(self._exec("apt-get", ["update", "-q"], timeout=300, fails_ok=FETCH_FAILED).stderr)
 
     def _unlisted(self, failed: list[tuple[str, str]]) -> list[str]:
         """The failed suites without a package list of their own (apt names a
@@ -279,16 +284,17 @@ def _flavour(given: str | None) -> str:
     return given if given.endswith(DEBIAN_ARCHES) else f"{given}-{DEFAULT_FLAVOUR}"
 
 
-def with_arch(text: str, debian_arch: str) -> str:
-    """A query for another architecture's kernel: '6.16.12' -> '6.16.12-arm64',
-    '6.16.12-rt' -> '6.16.12-rt-arm64'; a query naming its architecture stays."""
-    return text if text.endswith(DEBIAN_ARCHES) else f"{text}-{debian_arch}"
+def with_arch(text: str, flavour: str) -> str:
+    """A query for another architecture's kernel (flavour: its Arch.flavour):
+    '6.16.12' -> '6.16.12-arm64', '6.16.12-rt' -> '6.16.12-rt-arm64'; a query
+    naming its architecture stays."""
+    return text if text.endswith(DEBIAN_ARCHES) else f"{text}-{flavour}"
 
 
 def arch_of(name: str) -> str:
     """Debian's architecture a flavour or package name ends with (rt-arm64,
-    linux-image-6.1.0-56-arm64); the first architecture's when none."""
-    return next((a for a in DEBIAN_ARCHES if name.endswith(a)), DEFAULT_FLAVOUR)
+    linux-image-6.1.0-56-arm64, powerpc64le: ppc64el); the first architecture's when none."""
+    return next((arch.by_debian(f).debian for f in DEBIAN_ARCHES if name.endswith(f)), DEFAULT_ARCH)
 
 
 def archive_for(name: str) -> Archive:
@@ -369,7 +375,7 @@ def resolve(spec: str, text: str, fetch: bool = True, progress: Progress | None 
     return cached.load_meta(d, spec)
 
 
-def available(progress: Progress | None = None, arch: str = DEFAULT_FLAVOUR) -> list[tuple[DebKernel, bool]]:
+def available(progress: Progress | None = None, arch: str = DEFAULT_ARCH) -> list[tuple[DebKernel, bool]]:
     """Every kernel of arch (Debian's name) debian: can fetch, and whether it is cached."""
     return [(k, (kernel_dir(k) / cached.META).exists()) for k in Archive(arch=arch).kernels(progress)]
 

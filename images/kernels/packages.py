@@ -27,7 +27,8 @@ from harness.base import paths, procs, untrusted
 from images.kernels import cached, modules
 from images.kernels.kernel import Kernel, SpecError, image_arch, sha256_file
 
-_VMLINUZ = re.compile(r"boot/vmlinuz-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinuz")
+# the bootable image: vmlinuz, or vmlinux where the architecture boots the ELF itself (Debian's ppc64el)
+_VMLINUZ = re.compile(r"boot/vmlinu[zx]-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/vmlinu[zx]")
 _CONFIG = re.compile(r"boot/config-(?P<a>[^/]+)|(?:usr/)?lib/modules/(?P<b>[^/]+)/config")
 # the package's changelog, which lists the upstream stable commits it carries (images/kernels/changelog.py)
 _CHANGELOG = re.compile(r"usr/share/doc/linux-[^/]+/changelog(?:\.Debian)?\.gz")
@@ -180,7 +181,7 @@ class Collector:
         (self.plan: images.kernels.modules.install's)."""
         try:
             if self.vmlinuz is None:
-                raise SpecError(f"{what} holds no kernel (no boot/vmlinuz-* or lib/modules/*/vmlinuz)")
+                raise SpecError(f"{what} holds no kernel (no boot/vmlinuz-*, boot/vmlinux-* or lib/modules/*/vmlinuz)")
             if len(self.releases) > 1:
                 raise SpecError(f"{what} holds several kernels ({', '.join(sorted(self.releases))}): give one")
             assert self.release is not None

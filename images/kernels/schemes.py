@@ -79,7 +79,7 @@ def for_arch(spec: str, arch: str | None) -> str:
     name, sep, text = spec.partition(":")
     if arch is None or name != "debian" or not text:
         return spec
-    return f"debian:{debian.with_arch(text, arches.get(arch).debian)}"
+    return f"debian:{debian.with_arch(text, arches.get(arch).flavour)}"
 
 
 def resolve(spec: str, fetch: bool = True, progress: Progress | None = None, build_options=None,
