@@ -5,7 +5,8 @@ Debian builds arm64's: every function that calls another pushes a record
 {caller's frame pointer, return address} and points the frame-pointer
 register at it, so the chain from that register names every caller exactly.
 
-A return address may carry pointer-authentication bits above the virtual
+Where the record sits beside the frame pointer is the table's `frame_record`
+(arm64's at it, riscv's just below it). A return address may carry pointer-authentication bits above the virtual
 address; they are stripped to the kernel's own top bits. An interrupt runs
 on the IRQ stack and its first record points back to the interrupted task's
 stack: the dumper reads each stack the chain enters (regions()), and the
@@ -52,10 +53,27 @@ def _interrupted(regions: list[tuple[int, bytes]], fp: int, a: Arch) -> tuple[in
     return None if None in got else (got[0] or 0, got[1] or 0, got[2] or 0)
 
 
+def _record(a: Arch) -> tuple[int, int]:
+    """Where a record's saved frame pointer and return address are, from the frame pointer."""
+    r = a.table.get("frame_record", {})
+    return r.get("fp", 0), r.get("ret", 8)
+
+
 def _next(regions: list[tuple[int, bytes]], fp: int, a: Arch) -> int:
     """The frame pointer the record at fp links to, through an exception's registers."""
     hit = _interrupted(regions, fp, a)
-    return hit[2] if hit else _word(regions, fp) or 0
+    return hit[2] if hit else _word(regions, fp + _record(a)[0]) or 0
+
+
+def _leaf(regions: list[tuple[int, bytes]], fp: int, a: Arch) -> int | None:
+    """The caller's frame pointer when the pc's function is a leaf that saved
+    only its frame pointer (riscv: at fp - 8, where a record keeps its return
+    address): that word then points into the stack, not at code."""
+    at = a.table.get("frame_record", {}).get("leaf_fp")
+    if at is None:
+        return None
+    word = _word(regions, fp + at)
+    return word if word is not None and fp < word <= fp + 0x4000 and word % 8 == 0 else None
 
 
 def regions(read: Callable[[int, int], bytes | None], regs: dict[str, int], a: Arch, max_bytes: int,
@@ -65,15 +83,16 @@ def regions(read: Callable[[int, int], bytes | None], regs: dict[str, int], a: A
     data, _ = read_region(read, sp, max_bytes)
     out = [(sp, data)]
     fp, seen = regs.get(a.fp, 0), set[int]()
+    low = min(_record(a))
     while fp and fp % 8 == 0 and fp not in seen and len(seen) < 256:
         seen.add(fp)
-        if _word(out, fp + 8) is None:
+        if _word(out, fp + max(_record(a))) is None or _word(out, fp + low) is None:
             if len(out) >= MAX_REGIONS:
                 break
-            more, _ = read_region(read, fp, max_bytes)
+            more, _ = read_region(read, fp + low, max_bytes)
             if len(more) < 16:
                 break
-            out.append((fp, more))
+            out.append((fp + low, more))
         fp = _next(out, fp, a)
     return out
 
@@ -92,7 +111,14 @@ def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code
     pc = regs[a.pc]
     out = [Frame(pc, syms.fmt(pc), function_at(syms, pc), True, 0)]
     fp, seen = regs.get(a.fp, 0), set[int]()
+    at_fp, at_ret = _record(a)
     first = True
+    leaf = _leaf(regions, fp, a) if fp else None
+    if leaf is not None:  # the leaf's caller is in the link register, its frame at the saved fp
+        lr = strip(regs.get(a.table["lr"], 0))
+        if function_at(syms, lr):
+            out.append(Frame(lr, syms.fmt(lr), function_at(syms, lr), True, 0))
+        fp, first = leaf, False
     while fp and fp % 8 == 0 and fp not in seen and len(out) < max_frames:
         seen.add(fp)
         hit = _interrupted(regions, fp, a)
@@ -103,7 +129,7 @@ def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code
             if function_at(syms, strip(lr_i)) not in ("", function_at(syms, pc_i)):
                 out.append(Frame(strip(lr_i), syms.fmt(strip(lr_i)), function_at(syms, strip(lr_i)), False, 0))
             continue
-        nxt, ret = _word(regions, fp), _word(regions, fp + 8)
+        nxt, ret = _word(regions, fp + at_fp), _word(regions, fp + at_ret)
         if nxt is None or ret is None:
             break
         ret = strip(ret)
@@ -116,6 +142,6 @@ def frames(regs: dict[str, int], a: Arch, regions: list[tuple[int, bytes]], code
             first = False
         if not fn:
             break
-        out.append(Frame(ret, syms.fmt(ret), fn, True, fp + 8))
+        out.append(Frame(ret, syms.fmt(ret), fn, True, fp + at_ret))
         fp = nxt
     return out

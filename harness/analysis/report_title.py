@@ -43,6 +43,7 @@ class Rules:
     stall_buckets: dict[str, str]
     hung_buckets: dict[str, str]
     hung_skip: tuple[str, ...]
+    hung_switch: tuple[str, ...]  # the context switch a sleeping task's own stack starts at
     questionable: re.Pattern
     corrupting: re.Pattern  # a line that means another report's lines are mixed in
     volatile: tuple[tuple[re.Pattern, str], ...] = ()  # what differs between runs, and its stand-in
@@ -59,7 +60,7 @@ class Rules:
                      compile_step(doc["rip"]), tuple(doc["skip"]), tuple(doc["strip_prefixes"]),
                      re.compile("|".join(doc["stall_anchors"])), tuple(doc["stall_strip"]), dict(doc["stall_buckets"]),
                      dict(doc["hung_buckets"]),
-                     tuple(doc["hung_skip"]), re.compile(doc["questionable"]),
+                     tuple(doc["hung_skip"]), tuple(doc["hung_switch"]), re.compile(doc["questionable"]),
                      compile_step("|".join(doc["corrupting"])),
                      tuple((re.compile(r), stand_in) for r, stand_in in doc.get("volatile", ())))
 
@@ -188,6 +189,8 @@ def _stall(frames: list[str], rules: Rules) -> str:
 
 
 def _hung(frames: list[str], rules: Rules) -> str:
+    switch = next((i for i, f in enumerate(frames) if f in rules.hung_switch), 0)
+    frames = frames[switch:]  # what a stack shows before the switch is a stale slot
     for f in frames:
         if bucket := _bucket(f, rules.hung_buckets):
             return bucket

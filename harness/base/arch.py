@@ -84,6 +84,11 @@ class Arch:
         host's own gcc for its own architecture, else the cross compiler."""
         return "gcc" if platform.machine() == self.name else self.table["cross_cc"]
 
+    def unbuildable(self) -> list[str]:
+        """The guest programs this host cannot build for it (the table's
+        `unbuildable`, with its reason in `why`)."""
+        return list(self.table.get("unbuildable", {}).get("programs", []))
+
     def is_image(self, head: bytes) -> bool:
         """Whether a kernel image's first bytes carry this architecture's header."""
         m = self.table["image_magic"]
@@ -195,7 +200,9 @@ def make_vars(name: str) -> str:
     """The Makefile's view of an architecture (`make guest GUEST_ARCH=...`): its
     compiler on this host, GNU triplet and BPF target, as make assignments."""
     a = get(name)
-    return f"GUEST_CC={a.compiler()} TRIPLET={a.triplet} BPF_TARGET={a.table['bpf_target']}"
+    skip = ",".join(a.unbuildable())
+    return (f"GUEST_CC={a.compiler()} TRIPLET={a.triplet} BPF_TARGET={a.table['bpf_target']}"
+            + (f" GUEST_SKIP={skip}" if skip else ""))
 
 
 if __name__ == "__main__":  # the Makefile: python3 -m harness.base.arch make-vars ARCH

@@ -390,10 +390,11 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
         r.prepare_debugger()
     patterns = background.Pending(console.default_patterns)  # compiled while QEMU starts or restores
     # an image's disk changes as it boots, and a vhost-user device (the host's
-    # root for a host command) cannot be migrated: their guests always boot cold
+    # root for a host command) cannot be migrated: their guests always boot cold,
+    # as do those of an architecture whose machine QEMU does not restore whole (arches.toml)
     try:
-        vm, snap, restored = start_guest(plan.vm, kernel.key,
-                                         opts.guest.snapshot and disk is None and not plan.vm.host_fs, echo)
+        vm, snap, restored = start_guest(plan.vm, kernel.key, opts.guest.snapshot and disk is None and not
+                                         plan.vm.host_fs and arches.get(plan.vm.arch).snapshot, echo)
     except BaseException:
         if gate:
             gate.close()

@@ -55,6 +55,9 @@ def _machine_lacks(kernel: Kernel, repro: Reproducer | None) -> str:
     if repro and repro.abi and a.table.get("compat", {}).get("name") != repro.abi:
         return (f"the reproducer is a {repro.abi} program, and {a.name} kernels run none (its 32-bit ABI is "
                 "another architecture's): it cannot run there (checked before booting)")
+    if repro and repro.binary in a.unbuildable():
+        return (f"kstall cannot build {repro.binary} for {a.name} guests on this host "
+                f"({a.table['unbuildable']['why']}) (checked before booting)")
     if repro and repro.nmi_rate and a.nmi == "none":
         return (f"the reproducer's path runs in NMI context, and an {a.name} guest has no NMI "
                 f"({a.table.get('nmi_why', 'no NMI source')}): its NMI path cannot run there (checked before booting)")

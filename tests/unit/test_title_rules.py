@@ -65,3 +65,12 @@ def test_every_dispatcher_of_deferred_work_and_every_syscall_entry_anchors_a_sta
 ])
 def test_a_title_keeps_nothing_that_differs_between_runs(title, want):
     assert RULES.steady(title) == want
+
+
+def test_a_sleeping_task_is_named_past_its_context_switch_not_by_a_stale_slot_before_it():
+    # ppc64's stack of a switched-out task (6.1.170, perf-sigtrap): its first
+    # frame is its callee's old link-register save, which the kernel prints "(unreliable)"
+    frames = ["update_blocked_averages", "__switch_to", "__schedule", "schedule", "_free_event",
+              "perf_event_release_kernel", "perf_release", "__fput"]
+    assert report_title._hung(frames, RULES) == "_free_event"
+    assert report_title._hung(["__schedule", "schedule", "rtnl_lock", "x"], RULES) == "rtnl_lock"
