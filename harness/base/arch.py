@@ -65,6 +65,11 @@ class Arch:
         return str(regs.get(self.pc, "0x0"))
 
     @property
+    def virtio(self) -> str:
+        """The bus its machine's virtio devices sit on: "pci" (virtio-serial-pci), or s390x's "ccw"."""
+        return self.table.get("virtio", "pci")
+
+    @property
     def byteorder(self) -> str:
         """How its memory holds a word: "little", or "big" (s390x)."""
         return self.table.get("byteorder", "little")
@@ -149,8 +154,12 @@ def of_dump(cpu: dict) -> Arch:
     return get(cpu.get("arch") or DEFAULT)
 
 
+# how much of a kernel image its header may span: s390's marker is 64 KiB in
+IMAGE_HEAD = 0x20000
+
+
 def of_image(head: bytes) -> Arch | None:
-    """The architecture a kernel image is for, from its first 64 KiB; None when no header matches."""
+    """The architecture a kernel image is for, from its first IMAGE_HEAD bytes; None when no header matches."""
     return next((get(n) for n in names() if get(n).is_image(head)), None)
 
 

@@ -44,8 +44,13 @@ def _read(path) -> dict:
         return tomllib.load(f)
 
 
-def agent() -> KernelNeeds:
-    return KernelNeeds.from_doc(AGENT, _read(REPRO_DIR / f"{AGENT}.toml"))
+def agent(transport: str = "pci") -> KernelNeeds:
+    """The agent's needs on a machine whose virtio devices sit on that transport (arches.toml `virtio`)."""
+    doc = _read(REPRO_DIR / f"{AGENT}.toml")
+    own, bus = doc["kernel"], doc["transport"][transport]
+    return KernelNeeds.from_doc(AGENT, {"kernel": {
+        "options": [*bus["options"], *own.get("options", ())],
+        "modules": {**bus.get("modules", {}), **own.get("modules", {})}, "build": own.get("build", [])}})
 
 
 def host_command() -> KernelNeeds:

@@ -65,7 +65,7 @@ def _machine_lacks(kernel: Kernel, repro: Reproducer | None) -> str:
 
 
 def check(kernel: Kernel, repro: Reproducer | None) -> Check:
-    agent = kernel_needs.agent()
+    agent = kernel_needs.agent(arches.get(kernel.arch).virtio)
     needs: list[KernelNeeds] = [agent] + ([repro.needs] if repro else [])
     out = Check(config_checked=kernel.config is not None and kernel.config.is_file(),
                 machine_lacks=_machine_lacks(kernel, repro))
@@ -73,7 +73,7 @@ def check(kernel: Kernel, repro: Reproducer | None) -> Check:
         lacking = _absent(kernel, agent.options)
         if lacking:
             raise SpecError(f"{kernel.canonical} has no {', '.join('CONFIG_' + o for o in lacking)}: kstall's guest "
-                            "agent needs them to reach the host (a virtio console on PCI, an initramfs)")
+                            "agent needs them to reach the host (a virtio console on the machine's bus, an initramfs)")
         out.missing = _absent(kernel, repro.needs.options) if repro else []
     names = []
     for need in needs:

@@ -83,9 +83,9 @@ class HostShare:
         self.proc: subprocess.Popen | None = None
 
     @staticmethod
-    def qemu_args(run_dir: Path) -> list[str]:
+    def qemu_args(run_dir: Path, transport: str = "pci") -> list[str]:
         return ["-chardev", f"socket,id=hostfs0,path={socket_path(run_dir)}",
-                "-device", f"vhost-user-fs-pci,chardev=hostfs0,tag={TAG}"]
+                "-device", f"vhost-user-fs-{transport},chardev=hostfs0,tag={TAG}"]
 
     def start(self) -> None:
         daemon = virtiofsd()

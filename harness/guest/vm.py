@@ -146,7 +146,7 @@ class VM:
             # appended to: a restored guest's log starts with the boot its snapshot saw
             "-chardev", f"file,id=con0,path={self.console_log},append=on",
             "-serial", "chardev:con0",
-            "-device", "virtio-serial-pci,id=vser0",
+            "-device", f"virtio-serial-{arches.get(c.arch).virtio},id=vser0",
             "-chardev", f"socket,id=agent0,path={self.sock('agent')},server=on,wait=off,"
                         f"logfile={logs / 'agent.log'}",
             "-device", "virtserialport,bus=vser0.0,chardev=agent0,name=org.kstall.agent",
@@ -155,8 +155,8 @@ class VM:
             "-chardev", f"socket,id=gdb0,path={self.gdb_socket},server=on,wait=off",
             "-gdb", "chardev:gdb0",
             "-qmp", f"unix:{self.sock('qmp')},server=on,wait=off",
-            *(hostfs.HostShare.qemu_args(self.run_dir) if c.host_fs else []),
-            *disks.qemu_args(c.disks),
+            *(hostfs.HostShare.qemu_args(self.run_dir, arches.get(c.arch).virtio) if c.host_fs else []),
+            *disks.qemu_args(c.disks, arches.get(c.arch).virtio),
             *c.extra_args,
         ]
 

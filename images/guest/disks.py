@@ -24,14 +24,15 @@ class Disk:
     # image stays as it was, for the next guest (and for a snapshot's)
     throwaway: bool = False
 
-    def qemu_args(self, index: int) -> list[str]:
+    def qemu_args(self, index: int, transport: str = "pci") -> list[str]:
         mode = "readonly=on" if self.readonly else ("snapshot=on" if self.throwaway else "readonly=off")
         return ["-drive", f"file={self.path},if=none,id=kdisk{index},format=raw,{mode}",
-                "-device", f"virtio-blk-pci,drive=kdisk{index},serial={self.serial}"]
+                "-device", f"virtio-blk-{transport},drive=kdisk{index},serial={self.serial}"]
 
 
-def qemu_args(disks: tuple[Disk, ...]) -> list[str]:
-    return [a for i, d in enumerate(disks) for a in d.qemu_args(i)]
+def qemu_args(disks: tuple[Disk, ...], transport: str = "pci") -> list[str]:
+    """transport: the machine's virtio bus (arches.toml `virtio`: pci, or s390x's ccw)."""
+    return [a for i, d in enumerate(disks) for a in d.qemu_args(i, transport)]
 
 
 def empty_ext4(size_mb: int, label: str, progress: Callable[[str], None] | None = None) -> Path:

@@ -74,7 +74,7 @@ def image_arch(path: Path) -> str:
     (harness/base/arches.toml `image_magic`): a kernel is never booted as
     another architecture's."""
     with open(path, "rb") as f:
-        head = f.read(65536)
+        head = f.read(arches.IMAGE_HEAD)
     a = arches.of_image(head)
     if a is None:
         known = ", ".join(f"{arches.get(n).image} ({n})" for n in arches.names())
