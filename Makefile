@@ -34,7 +34,9 @@ SYZ_REPORTS ?= ../shared/syzkaller-reports/linux
 
 REPROS  := perf-refresh perf-sigtrap futex-requeue-pi bpf-ringbuf bpf-timer signal-malloc signal-malloc-jemalloc console-trigger
 # the asm/ headers: the host's multiarch directory, or the cross toolchain's
-BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target bpf -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
+# the guest's byte order (arches.toml `byteorder`): bpfel, or bpfeb for s390x
+BPF_ENDIAN ?= bpfel
+BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target $(BPF_ENDIAN) -D__TARGET_ARCH_$(BPF_TARGET) -I/usr/include/$(TRIPLET) \
 	-I/usr/$(TRIPLET)/include -Irepro -Wall -Werror
 
 # a compiler or linker that dies leaves no half-written binary for the next make to take as built
@@ -112,8 +114,20 @@ $(GUEST)/obj/%.bpf.o: repro/%.bpf.c repro/%.h
 	@mkdir -p $(@D)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
+ifeq ($(BPF_ENDIAN),bpfel)
 $(GUEST)/obj/%.skel.h: $(GUEST)/obj/%.bpf.o
 	bpftool gen skeleton $< name $(or $(SKEL_NAME_$*),$*) > $@.tmp && mv $@.tmp $@
+else
+# the host's bpftool opens no big-endian object: the skeleton's code from the
+# little-endian build, carrying the big-endian object (images/guest/skeleton.py)
+$(GUEST)/obj/%.le.o: repro/%.bpf.c repro/%.h
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -target bpfel -c $< -o $@
+
+$(GUEST)/obj/%.skel.h: $(GUEST)/obj/%.bpf.o $(GUEST)/obj/%.le.o images/guest/skeleton.py
+	bpftool gen skeleton $(GUEST)/obj/$*.le.o name $(or $(SKEL_NAME_$*),$*) > $@.le.tmp
+	$(PYTHON) -m images.guest.skeleton $@.le.tmp $< > $@.tmp && mv $@.tmp $@ && rm -f $@.le.tmp
+endif
 
 BPF_LOADER = $(GUEST_CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
 

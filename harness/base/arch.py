@@ -210,8 +210,8 @@ def make_vars(name: str) -> str:
     compiler on this host, GNU triplet and BPF target, as make assignments."""
     a = get(name)
     skip = ",".join(a.unbuildable())
-    return (f"GUEST_CC={a.compiler()} TRIPLET={a.triplet} BPF_TARGET={a.table['bpf_target']}"
-            + (f" GUEST_SKIP={skip}" if skip else ""))
+    return (f"GUEST_CC={a.compiler()} TRIPLET={a.triplet} BPF_TARGET={a.table['bpf_target']} "
+            f"BPF_ENDIAN={'bpfeb' if a.byteorder == 'big' else 'bpfel'}" + (f" GUEST_SKIP={skip}" if skip else ""))
 
 
 if __name__ == "__main__":  # the Makefile: python3 -m harness.base.arch make-vars ARCH
