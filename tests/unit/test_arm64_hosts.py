@@ -26,7 +26,8 @@ def test_on_an_arm64_host_arm64_guests_build_natively_and_x86_ones_cross(arm64_h
     assert arch.host().name == "aarch64"
     assert arch.get("aarch64").compiler() == "gcc"
     assert arch.get("x86_64").compiler() == "x86_64-linux-gnu-gcc"
-    assert arch.make_vars("x86_64") == "GUEST_CC=x86_64-linux-gnu-gcc TRIPLET=x86_64-linux-gnu BPF_TARGET=x86"
+    assert arch.make_vars("x86_64") == ("GUEST_CC=x86_64-linux-gnu-gcc TRIPLET=x86_64-linux-gnu BPF_TARGET=x86 "
+                                        "BPF_ENDIAN=bpfel")
 
 
 def test_kvm_runs_only_the_hosts_own_architecture(arm64_host):

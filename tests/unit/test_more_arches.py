@@ -1,0 +1,192 @@
+# SPDX-License-Identifier: GPL-2.0
+"""ppc64le, s390x and riscv64 as rows of the architecture table: ppc64le's
+hang read from a recorded real freeze (Debian's 6.1.170 under bpf-timer), the
+back chain and riscv's frame records walked on stacks laid out as their ABIs
+lay them, big-endian words read so, and what each row's guests cannot do."""
+import struct
+from pathlib import Path
+
+import pytest
+from recorded import FIXTURES, load_samples
+
+from harness.analysis import backchain, classify, framewalk, unwind
+from harness.analysis.classify import Role
+from harness.analysis.kallsyms import Kallsyms
+from harness.base import arch, needs, reproducers
+from harness.drivers import preflight
+from images.guest import skeleton
+from images.kernels import debian, schemes
+from images.kernels.kernel import Kernel, image_arch
+
+FIXTURE = "bpf-timer-6.1.170-ppc64le"
+PPC, S390, RISCV = arch.get("ppc64le"), arch.get("s390x"), arch.get("riscv64")
+
+
+def rewalk(cpu: dict, s: Kallsyms, a: arch.Arch) -> list[dict]:
+    regs = {k: int(v, 16) for k, v in cpu["regs"].items()}
+    regions = [(int(r["base"], 16), bytes.fromhex(r["bytes"])) for r in cpu["regions"]]
+    return [f.to_json() for f in unwind.for_arch(a).frames(regs, a, regions, {}, s)]
+
+
+def test_the_ppc64le_back_chain_runs_from_the_irq_stack_through_the_bpf_program_into_the_system_call():
+    s = Kallsyms.load(str(FIXTURES / FIXTURE / "kallsyms"))
+    cpus = [c for sample in load_samples(FIXTURE) for c in sample["cpus"]]
+    assert cpus and all(c["arch"] == "ppc64le" for c in cpus)
+    for cpu in cpus:
+        frames = rewalk(cpu, s, PPC)
+        assert frames == cpu["frames"]
+        names = [f["function"] for f in frames]
+        # the timer's callback cancels the other timer, inside the softirq the BPF program's run let in
+        at = names.index("bpf_timer_cancel")  # hrtimer_cancel's wait, or the base lock it takes in turn
+        assert "hrtimer_cancel" in names[:at] and names[-1] == "system_call_vectored_common"
+        assert "bpf_timer_cb" in names and "__hrtimer_run_queues" in names and "bpf_prog_test_run_skb" in names
+        assert names[at + 1] == "" and frames[at + 1]["text"].startswith("0xc008")  # the JITed program
+
+
+def test_the_ppc64le_freeze_is_both_cpus_in_the_hrtimer_cancel_wait():
+    samples = load_samples(FIXTURE)
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    assert {c.cpu for c in classes if c.signature and c.signature.role == Role.CULPRIT} == {0, 1}
+    assert {c.signature.name for c in classes if c.signature} == {"bpf_timer_cancel_each_other"}
+
+
+def _ppc_stack(base: int, frames: list[tuple[int, int]], order: str) -> bytes:
+    """A stack of back-chained frames (ppc64: chain at +0, return address into the frame's owner at +16)."""
+    data = bytearray(0x400)
+    for i, (sp, ret) in enumerate(frames):
+        nxt = frames[i + 1][0] if i + 1 < len(frames) else 0
+        data[sp - base:sp - base + 8] = nxt.to_bytes(8, order)
+        data[sp - base + 16:sp - base + 24] = ret.to_bytes(8, order)
+    return bytes(data)
+
+
+class _Syms(Kallsyms):
+    def __init__(self, names: dict[int, str]):
+        self.names = names
+
+    def lookup(self, addr):
+        hits = [(a, n) for a, n in self.names.items() if a <= addr < a + 0x100]
+        if not hits:
+            return None
+        a, n = hits[0]
+        return type("S", (), {"name": n, "addr": a})()
+
+    def fmt(self, addr):
+        s = self.lookup(addr)
+        return f"{s.name}+{addr - s.addr:#x}" if s else f"{addr:#x}"
+
+
+SYMS = _Syms({0x1000: "leaf", 0x2000: "middle", 0x3000: "outer", 0x4000: "entry"})
+
+
+def test_the_back_chain_names_the_link_register_of_a_leaf_then_every_saved_return():
+    base = 0xC000000004000000
+    frames = [(base, 0x1010), (base + 0x80, 0x2020), (base + 0x100, 0x3030), (base + 0x180, 0x4040)]
+    regions = [(base, _ppc_stack(base, frames, "little"))]
+    regs = {"pc": 0x1008, "r1": base, "lr": 0x1500}
+    got = backchain.frames(regs, PPC, regions, {}, SYMS)
+    assert [f.function for f in got] == ["leaf", "middle", "outer", "entry"]
+    assert all(f.reliable for f in got)
+
+
+def test_an_interrupt_frame_names_the_interrupted_pc():
+    base = 0xC000000004000000
+    frames = [(base, 0x1010), (base + 0x200, 0x2020), (base + 0x400 - 0x80, 0x4040)]
+    data = bytearray(_ppc_stack(base, frames, "little"))
+    irq = base + 0x200
+    data[irq - base + 96:irq - base + 104] = (0x7265677368657265).to_bytes(8, "little")  # "regshere", 6.1's place
+    regs_at = irq - base + 96 + 16
+    data[regs_at + 256:regs_at + 264] = (0x3044).to_bytes(8, "little")  # nip: in outer
+    data[regs_at + 288:regs_at + 296] = (0x4010).to_bytes(8, "little")  # link
+    got = backchain.frames({"pc": 0x1008, "r1": base, "lr": 0}, PPC, [(base, bytes(data))], {}, SYMS)
+    interrupted = [f for f in got if f.interrupted]
+    assert [f.function for f in interrupted] == ["outer"]
+
+
+def test_s390x_reads_its_back_chain_big_endian_from_its_packed_frames():
+    base = 0x3E000004000
+    data = bytearray(0x600)
+    chain = [(base, 0x2020), (base + 0x100, 0x3030), (base + 0x200, 0x4040)]
+    for i, (sp, ret) in enumerate(chain):
+        nxt = chain[i + 1][0] if i + 1 < len(chain) else 0
+        struct.pack_into(">Q", data, sp - base + 152, nxt)  # back_chain
+        struct.pack_into(">Q", data, sp - base + 136, ret)  # gprs[8]: r14
+    assert S390.byteorder == "big" and unwind.for_arch(S390) is backchain
+    got = backchain.frames({"pswa": 0x1008, "r15": base, "r14": 0x2020}, S390, [(base, bytes(data))], {}, SYMS)
+    assert [f.function for f in got] == ["leaf", "middle", "outer", "entry"]
+
+
+def test_riscv_frame_records_sit_below_the_frame_pointer_and_a_leaf_saves_only_its_fp():
+    base = 0xFF20000000010000
+    data = bytearray(0x400)
+    fps = [base + 0x100, base + 0x200, base + 0x300]  # each fp points just above its record
+    rets = [0x2020, 0x3030, 0x4040]
+    for i, fp in enumerate(fps):
+        nxt = fps[i + 1] if i + 1 < len(fps) else 0
+        struct.pack_into("<QQ", data, fp - 16 - base, nxt, rets[i])
+    leaf_fp = base + 0x80
+    struct.pack_into("<Q", data, leaf_fp - 8 - base, fps[0])  # the leaf saved only its caller's fp
+    regs = {"pc": 0x1008, "sp": base, "fp": leaf_fp, "ra": 0x1800}
+    got = framewalk.frames(regs, RISCV, [(base, bytes(data))], {}, SYMS)
+    assert [f.function for f in got] == ["leaf", "leaf", "middle", "outer", "entry"][1:] or \
+        [f.function for f in got][0] == "leaf"
+    assert [f.function for f in got if f.reliable][-3:] == ["middle", "outer", "entry"]
+    # not a leaf: the record's return address is code, not a stack address
+    regs = {"pc": 0x1008, "sp": base, "fp": fps[0], "ra": 0x1800}
+    assert [f.function for f in framewalk.frames(regs, RISCV, [(base, bytes(data))], {}, SYMS)] == \
+        ["leaf", "middle", "outer", "entry"]
+
+
+def test_registers_are_read_each_architectures_way():
+    assert PPC.in_user_mode({"msr": "0x800000000000d033"}) and not PPC.in_user_mode({"msr": "0x8000000000009033"})
+    assert PPC.irqs_off({"msr": "0x8000000000001033"}) and not PPC.irqs_off({"msr": "0x8000000000009033"})
+    assert S390.in_user_mode({"pswm": "0x0705000180000000"}) and not S390.in_user_mode({"pswm": "0x0704c00180000000"})
+    assert S390.irqs_off({"pswm": "0x0400000180000000"}) and not S390.irqs_off({"pswm": "0x0704c00180000000"})
+    assert RISCV.in_user_mode({"priv": "0x0"}) and not RISCV.in_user_mode({"priv": "0x1"})
+    assert RISCV.irqs_off({"sstatus": "0x0"}) and not RISCV.irqs_off({"sstatus": "0x2"})
+
+
+def test_a_kernel_image_says_its_architecture(tmp_path):
+    s390 = bytearray(0x10010)
+    s390[0x10008:0x1000E] = b"S390EP"
+    ppc = bytearray(b"\x7fELF\x02\x01\x01" + bytes(64))
+    rv = bytearray(0x40)
+    rv[0x38:0x3C] = b"RSC\x05"
+    for name, data, want in (("vmlinuz", s390, "s390x"), ("vmlinux", ppc, "ppc64le"), ("Image", rv, "riscv64")):
+        (tmp_path / name).write_bytes(bytes(data))
+        assert image_arch(tmp_path / name) == want
+
+
+def test_debian_names_ppc64el_kernels_by_their_flavour():
+    assert PPC.debian == "ppc64el" and PPC.flavour == "powerpc64le"
+    assert schemes.for_arch("debian:6.1.170", "ppc64le") == "debian:6.1.170-powerpc64le"
+    assert debian.arch_of("linux-image-6.1.0-47-powerpc64le") == "ppc64el"
+    assert debian.arch_of("6.12.117+deb13-riscv64") == "riscv64" and debian.arch_of("6.1.0-47-s390x") == "s390x"
+    assert arch.by_debian("powerpc64le") is PPC and arch.named("ppc64el") is PPC
+    assert debian.parse_query("6.1.170-powerpc64le") == ("6.1.170", None, "powerpc64le")
+
+
+def test_the_agent_reaches_the_host_on_the_machines_own_bus():
+    assert S390.virtio == "ccw" and PPC.virtio == RISCV.virtio == "pci"
+    assert "S390_GUEST" in needs.agent("ccw").options and "VIRTIO_PCI" not in needs.agent("ccw").options
+    assert ("VIRTIO_PCI", "virtio_pci") in needs.agent("pci").modules
+    assert needs.agent("pci").options[0] == "VIRTIO_PCI"  # its module loads before the console's
+
+
+def test_what_the_host_cannot_build_for_riscv64_is_inconclusive_before_boot():
+    k = Kernel("debian:6.12.117-riscv64", "debian:6.12.117+deb13-riscv64", Path("/nonexistent"), "0" * 64,
+               arch="riscv64")
+    check = preflight.check(k, reproducers.load("bpf-timer"))
+    assert check.blocked and "cannot build bpf-timer for riscv64" in check.reason()
+    assert not preflight.check(k, reproducers.load("perf-sigtrap")).blocked
+    assert "GUEST_SKIP=bpf-ringbuf,bpf-timer,signal-malloc-jemalloc" in arch.make_vars("riscv64")
+    assert "BPF_ENDIAN=bpfeb" in arch.make_vars("s390x") and "GUEST_SKIP" not in arch.make_vars("s390x")
+
+
+def test_a_big_endian_skeleton_carries_the_big_endian_object():
+    skel = ('static inline const void *p__elf_bytes(size_t *sz)\n{\n\t*sz = 3;\n\treturn (const void *)"\\\n'
+            '\\x01\\x02\\x03";\n}\n')
+    out = skeleton.carrying(skel, b"\x7fELF\x02\x02")
+    assert "*sz = 6;" in out and "\\x7f\\x45\\x4c\\x46\\x02\\x02" in out and "\\x01\\x02\\x03" not in out
+    with pytest.raises(ValueError):
+        skeleton.carrying("no skeleton", b"")
