@@ -53,7 +53,7 @@ def _signal_of(frame: "gdb.Frame") -> int | None:
         return None
     try:
         at = sp + a.syscall["sigframe_siginfo"]
-        signo = int.from_bytes(bytes(gdb.selected_inferior().read_memory(at, 4)), "little")
+        signo = int.from_bytes(bytes(gdb.selected_inferior().read_memory(at, 4)), a.byteorder)
     except (gdb.error, gdb.MemoryError):
         return None
     return signo if 0 < signo < 65 else None
@@ -119,7 +119,7 @@ class LockWord(gdb.Command):
         except (gdb.error, gdb.MemoryError) as e:
             _emit({"addr": addr, "error": str(e)})
             return
-        lock, count, owner = (int.from_bytes(raw[i:i + 4], "little", signed=True) for i in (0, 4, 8))
+        lock, count, owner = (int.from_bytes(raw[i:i + 4], _arch().byteorder, signed=True) for i in (0, 4, 8))
         _emit({"addr": addr, "lock": lock, "count": count, "owner": owner})
 
 

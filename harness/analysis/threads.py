@@ -118,9 +118,9 @@ def futex_words(d: Dump, proc: dict[int, ProcThread]) -> dict[int, int]:
     for t in d.threads:
         p = proc.get(t["lwp"])
         regs = t.get("regs") or {}
-        word = regs.get(sc["args"][0])
+        word, nr = regs.get(sc["args"][0]), regs.get(sc["nr"])
         if p is not None and p.futex is not None:
             out[t["lwp"]] = p.futex
-        elif regs.get(sc["nr"]) == sc["futex"] and word:
+        elif nr is not None and nr & sc.get("nr_mask", -1) == sc["futex"] and word:
             out[t["lwp"]] = word
     return out
