@@ -1,0 +1,46 @@
+# SPDX-License-Identifier: GPL-2.0
+"""ppc64el, s390x and riscv64 guests, booted for real under TCG on this host,
+one cell each (the full family per architecture is ci/family-<arch>.toml):
+Debian's ppc64el 6.1.170 hangs the BPF timer pair with both CPUs in
+hrtimer_cancel, read along ppc64's back chain; s390x's 6.1.170 hangs a task
+in _free_event (perf SIGTRAP); riscv64's 6.12.117 runs perf SIGTRAP to the end,
+and what the host cannot build for riscv64 is INCONCLUSIVE before boot."""
+from __future__ import annotations
+
+import pytest
+
+from helpers import kstall_processes, verify_json
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    yield
+    assert kstall_processes() == [], "a qemu or gdb outlived its run"
+
+
+def test_ppc64el_6_1_170_hangs_both_cpus_in_the_bpf_timer_cancel_wait(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "bpf-timer", "--arch", "ppc64el")
+    assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
+    assert doc["kernel"]["arch"] == doc["vm"]["arch"] == "ppc64le"
+    culprits = [c for c in doc["cpus"] if c["role"] == "culprit"]
+    assert sorted(c["cpu"] for c in culprits) == [0, 1], doc["cpus"]
+    for c in culprits:  # the back chain runs from the cancel wait to the system call
+        names = [f.lstrip("? ").split("+")[0] for f in c["frames"]]
+        assert "bpf_timer_cancel" in names and any(n.startswith("system_call") for n in names), c["frames"]
+
+
+def test_s390x_6_1_170_hangs_a_task_in_free_event(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "perf-sigtrap", "--arch", "s390x")
+    assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
+    assert doc["kernel"]["arch"] == "s390x" and "_free_event" in doc["summary"], doc["summary"]
+
+
+def test_riscv64_6_12_117_runs_perf_sigtrap_through_and_its_bpf_loaders_are_not_built(tmp_path):
+    rc, doc, err = verify_json(tmp_path, "debian:6.12.117", "perf-sigtrap", "--arch", "riscv64")
+    assert rc == 0 and doc["verdict"] == "NOT_REPRODUCED", err[-2000:]
+    assert doc["kernel"]["arch"] == "riscv64"
+    rc, doc, err = verify_json(tmp_path, "debian:6.12.117", "bpf-timer", "--arch", "riscv64")
+    assert rc == 3 and doc["verdict"] == "INCONCLUSIVE", err[-2000:]
+    assert "cannot build bpf-timer for riscv64" in doc["reason"] and doc["timings"].get("boot_s") is None
