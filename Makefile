@@ -162,6 +162,7 @@ bench: deps
 	$(PYTHON) tests/bench/fault_speed.py
 	$(PYTHON) tests/bench/snapshot_speed.py
 	$(PYTHON) tests/bench/arm64_speed.py
+	$(PYTHON) tests/bench/more_arches_speed.py
 	$(PYTHON) tests/bench/boot_profile.py
 	$(PYTHON) tests/bench/user_reproducers.py
 	$(PYTHON) tests/bench/handover_speed.py
