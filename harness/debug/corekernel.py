@@ -13,6 +13,10 @@ address at all. kstall adds what they need, leaving QEMU's bytes as they are:
     walked in the core from VMCOREINFO's root: the architecture table's
     `pagetable` row), pointing at the same file bytes as the physical
     segment that holds them;
+  - headers and notes in the architecture's byte order: QEMU 7.2 writes a
+    ppc64le guest's as big-endian (it asks the hypervisor's interrupt
+    endianness of a guest CPU), while its memory is little-endian, which
+    gdb and crash would then read byte-swapped;
   - in each vCPU's register note (NT_PRSTATUS), the pid of the task that
     CPU runs, where QEMU writes the CPU's number plus one: kdump writes the
     pid, and drgn and crash unwind a running task from the note that bears
@@ -38,7 +42,8 @@ from harness.analysis import kernel_waits
 from harness.base.arch import Arch
 
 PT_LOAD, PT_NOTE = 1, 4
-_PHDR = struct.Struct("<IIQQQQQQ")
+_PHDR_FIELDS = "IIQQQQQQ"
+_PHDR = struct.Struct("<" + _PHDR_FIELDS)  # (the size is the same in either order)
 _NOTE_NAME = b"VMCOREINFO\0"
 PAGE = 4096
 _MAX_TABLES = 1 << 16  # a guest's kernel page tables: a few thousand at most
@@ -64,23 +69,28 @@ class Segment:
     memsz: int
     align: int
 
-    def pack(self) -> bytes:
-        return _PHDR.pack(self.type, self.flags, self.offset, self.vaddr, self.paddr, self.filesz, self.memsz,
-                          self.align)
+    def pack(self, order: str = "<") -> bytes:
+        return struct.pack(order + _PHDR_FIELDS, self.type, self.flags, self.offset, self.vaddr, self.paddr,
+                           self.filesz, self.memsz, self.align)
 
 
-def vmcoreinfo_note(text: bytes) -> bytes:
+def order_of(a: Arch) -> str:
+    """struct's byte-order prefix of an architecture's words."""
+    return ">" if a.byteorder == "big" else "<"
+
+
+def vmcoreinfo_note(text: bytes, order: str = "<") -> bytes:
     """An ELF note named VMCOREINFO holding text, as kdump writes one."""
     def pad(b: bytes) -> bytes:
         return b + bytes(-len(b) % 4)
-    return struct.pack("<III", len(_NOTE_NAME), len(text), 0) + pad(_NOTE_NAME) + pad(text)
+    return struct.pack(order + "III", len(_NOTE_NAME), len(text), 0) + pad(_NOTE_NAME) + pad(text)
 
 
-def note_text(raw: bytes) -> bytes | None:
+def note_text(raw: bytes, order: str = "<") -> bytes | None:
     """The VMCOREINFO text of the kernel's note as read from its memory."""
     if len(raw) < 24:
         return None
-    namesz, descsz, _ = struct.unpack_from("<III", raw)
+    namesz, descsz, _ = struct.unpack_from(order + "III", raw)
     start = 12 + ((namesz + 3) & ~3)
     if raw[12:12 + namesz].rstrip(b"\0") != b"VMCOREINFO" or start + descsz > len(raw):
         return None
@@ -92,7 +102,7 @@ def parse_vmcoreinfo(text: bytes) -> dict[str, str]:
 
 
 class Core:
-    """An ELF64 little-endian core file's program headers and physical memory."""
+    """An ELF64 core file's program headers and physical memory, in the byte order its header says."""
 
     def __init__(self, path: Path, at: int = 0, writable: bool = False) -> None:
         """The ELF file that starts `at` bytes into path (its offsets made the
@@ -101,14 +111,16 @@ class Core:
         self.path = path
         self.fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
         head = os.pread(self.fd, 64, at)
-        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] not in (1, 2):
             os.close(self.fd)
-            raise CoreError(f"{path}: not a little-endian ELF64 file")
+            raise CoreError(f"{path}: not an ELF64 file")
+        self.order = "<" if head[5] == 1 else ">"
         self.header = bytearray(head)
-        phoff, = struct.unpack_from("<Q", head, 0x20)
-        phnum, = struct.unpack_from("<H", head, 0x38)
+        phoff, = struct.unpack_from(self.order + "Q", head, 0x20)
+        phnum, = struct.unpack_from(self.order + "H", head, 0x38)
         table = os.pread(self.fd, phnum * _PHDR.size, at + phoff)
-        self.segments = [Segment(*_PHDR.unpack_from(table, i * _PHDR.size)) for i in range(phnum)]
+        self.segments = [Segment(*struct.unpack_from(self.order + _PHDR_FIELDS, table, i * _PHDR.size))
+                         for i in range(phnum)]
         for seg in self.segments:
             seg.offset += at
         self.ram = sorted((s for s in self.segments if s.type == PT_LOAD), key=lambda s: s.paddr)
@@ -156,12 +168,12 @@ NT_PRSTATUS, PR_PID_AT = 1, 32  # elf_prstatus: pr_info, pr_cursig, pr_sigpend, 
 IDLE_PID = 0x40000000
 
 
-def cpu_notes(notes: bytes) -> list[tuple[int, int]]:
+def cpu_notes(notes: bytes, order: str = "<") -> list[tuple[int, int]]:
     """(offset, size) of each vCPU's NT_PRSTATUS description in a core's notes:
     QEMU writes one per vCPU, in their order."""
     out, at = [], 0
     while at + 12 <= len(notes):
-        namesz, descsz, kind = struct.unpack_from("<III", notes, at)
+        namesz, descsz, kind = struct.unpack_from(order + "III", notes, at)
         desc = at + 12 + ((namesz + 3) & ~3)
         if kind == NT_PRSTATUS and notes[at + 12:at + 16] == b"CORE":
             out.append((desc, descsz))
@@ -169,12 +181,46 @@ def cpu_notes(notes: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def label_cpus(notes: bytes, pids: dict[int, int]) -> bytes:
+def label_cpus(notes: bytes, pids: dict[int, int], order: str = "<") -> bytes:
     """notes with CPU k's NT_PRSTATUS bearing the pid of the task CPU k runs."""
     out = bytearray(notes)
-    for cpu, (desc, size) in enumerate(cpu_notes(notes)):
+    for cpu, (desc, size) in enumerate(cpu_notes(notes, order)):
         if cpu in pids and size >= PR_PID_AT + 4:
-            struct.pack_into("<I", out, desc + PR_PID_AT, pids[cpu] or IDLE_PID + cpu)
+            struct.pack_into(order + "I", out, desc + PR_PID_AT, pids[cpu] or IDLE_PID + cpu)
+        elif size >= PR_PID_AT + 4 and not struct.unpack_from(order + "I", out, desc + PR_PID_AT)[0]:
+            # QEMU's ppc64 and s390x notes bear no pid: gdb would make one thread of them all
+            struct.pack_into(order + "I", out, desc + PR_PID_AT, cpu + 1)
+    return bytes(out)
+
+
+# elf_prstatus up to pr_reg: pr_info (3 ints), pr_cursig (a short, padded), pr_sigpend,
+# pr_sighold, 4 pids, 4 timevals; pr_reg (longs) and pr_fpvalid (an int) follow
+_PRSTATUS_HEAD = "iiiHxxQQIIIIQQQQQQQQ"
+
+
+def reordered_notes(notes: bytes, src: str, dst: str) -> bytes:
+    """The CPUs' NT_PRSTATUS notes and the VMCOREINFO note rewritten from
+    byte order src into dst; other notes (floating-point and vector
+    registers, whose layouts differ) are left out."""
+    out, at = bytearray(), 0
+    head = struct.calcsize("<" + _PRSTATUS_HEAD)
+    while at + 12 <= len(notes):
+        namesz, descsz, kind = struct.unpack_from(src + "III", notes, at)
+        name_end = at + 12 + ((namesz + 3) & ~3)
+        end = name_end + ((descsz + 3) & ~3)
+        name, desc = notes[at + 12:name_end], notes[name_end:end]
+        if kind == NT_PRSTATUS and name.startswith(b"CORE") and descsz >= head + 4:
+            fields = struct.unpack_from(src + _PRSTATUS_HEAD, desc)
+            longs = (descsz - head - 4) // 8
+            regs = struct.unpack_from(f"{src}{longs}Q", desc, head)
+            fpvalid, = struct.unpack_from(src + "i", desc, head + 8 * longs)
+            body = struct.pack(dst + _PRSTATUS_HEAD, *fields) + struct.pack(f"{dst}{longs}Q", *regs) + \
+                struct.pack(dst + "i", fpvalid)
+            body += bytes(descsz - len(body))  # the struct's tail padding: debuggers check its size
+            out += struct.pack(dst + "III", namesz, descsz, kind) + name + body + bytes(-len(body) % 4)
+        elif name.startswith(b"VMCOREINFO"):
+            out += struct.pack(dst + "III", namesz, descsz, kind) + name + desc
+        at = end
     return bytes(out)
 
 
@@ -190,6 +236,8 @@ def va_bits_of(pt: dict, info: dict[str, str]) -> int:
 def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int, int, int]]:
     """(virtual, physical, size) of every kernel mapping, runs merged."""
     pt = a.table["pagetable"]
+    if "linear" in pt:  # the kernel's linear map of all RAM, where its stacks, tasks and text live
+        return [(pt["linear"] + s.paddr, s.paddr, s.filesz) for s in core.ram if s.filesz]
     root_sym, number = info.get(f"SYMBOL({pt['root']})"), info.get(f"NUMBER({pt['map_number']})")
     if root_sym is None or number is None:
         raise CoreError(f"VMCOREINFO has no SYMBOL({pt['root']}) or NUMBER({pt['map_number']})")
@@ -209,7 +257,7 @@ def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int
         if data is None:
             return
         shift = 12 + 9 * (levels - 1 - level)
-        for i, e in enumerate(struct.unpack("<512Q", data)):
+        for i, e in enumerate(struct.unpack(order_of(a) + "512Q", data)):
             if not e & 1 or (level == 0 and not first <= i < top):
                 continue
             va, pa = base | (i << shift), e & mask
@@ -263,15 +311,23 @@ def complete(path: Path, a: Arch, raw_note: bytes | None, layout: dict | None = 
     mappings added when they can be; what was added, or what is missing."""
     core = Core(path, HEADROOM, writable=True)
     try:
-        text = note_text(raw_note) if raw_note else None
+        order = order_of(a)
+        text = note_text(raw_note, order) if raw_note else None
         own = core.notes()
+        if core.order != order:  # QEMU's headers and notes in the other order: made the architecture's
+            own = reordered_notes(own, core.order, order)
+            core.header[5] = 1 if order == "<" else 2
         has_own = b"VMCOREINFO" in own
         doc: dict = {"vmcoreinfo": "qemu" if has_own else ("kstall" if text else None)}
         virtual: list[Segment] = []
+        linear = "linear" in a.table["pagetable"]  # its kernel mappings need no VMCOREINFO
         if text is None and not has_own:
             doc["missing"] = ("VMCOREINFO (the kernel's vmcoreinfo_note could not be read): crash and drgn "
-                              "cannot find the kernel's layout, and gdb reads physical memory only; it still "
-                              "has every vCPU's registers")
+                              "cannot find the kernel's layout" + (
+                                  "" if linear else ", and gdb reads physical memory only") +
+                              "; it still has every vCPU's registers")
+            if linear:
+                virtual = _virtual_segments(core, kernel_mappings(core, a, {}))
         else:
             info = parse_vmcoreinfo(text if text is not None else own[own.index(b"VMCOREINFO"):])
             try:
@@ -281,7 +337,8 @@ def complete(path: Path, a: Arch, raw_note: bytes | None, layout: dict | None = 
         pids = _running_pids(core, virtual, layout, cpus)
         if pids:
             doc["cpu_tasks"] = {str(k): v for k, v in sorted(pids.items())}
-        notes = label_cpus(own, pids) + (vmcoreinfo_note(text) if text is not None and not has_own else b"")
+        notes = label_cpus(own, pids, order) + (vmcoreinfo_note(text, order) if text is not None and not has_own
+                                                else b"")
         keep = [s for s in core.segments if s.type != PT_NOTE]
         first_data = min((s.offset for s in keep if s.filesz), default=HEADROOM)
         room = (first_data - 64 - len(notes)) // _PHDR.size - 1 - len(keep)
@@ -292,10 +349,13 @@ def complete(path: Path, a: Arch, raw_note: bytes | None, layout: dict | None = 
             virtual = virtual[:room]
         phdrs = keep + virtual
         note_at = 64 + _PHDR.size * (1 + len(phdrs))
-        table = Segment(PT_NOTE, 0, note_at, 0, 0, len(notes), len(notes), 0).pack() + \
-            b"".join(s.pack() for s in phdrs)
-        struct.pack_into("<QQ", core.header, 0x20, 64, 0)  # e_phoff; e_shoff: no sections
-        struct.pack_into("<HHHH", core.header, 0x38, 1 + len(phdrs), 0, 0, 0)  # e_phnum, e_shentsize/num/strndx
+        table = Segment(PT_NOTE, 0, note_at, 0, 0, len(notes), len(notes), 0).pack(order) + \
+            b"".join(s.pack(order) for s in phdrs)
+        if core.order != order:  # the rest of the ELF header too: e_type, e_machine, e_version ... e_phentsize
+            fields = struct.unpack_from(core.order + "HHIQQQIHH", core.header, 0x10)
+            struct.pack_into(order + "HHIQQQIHH", core.header, 0x10, *fields)
+        struct.pack_into(order + "QQ", core.header, 0x20, 64, 0)  # e_phoff; e_shoff: no sections
+        struct.pack_into(order + "HHHH", core.header, 0x38, 1 + len(phdrs), 0, 0, 0)  # e_phnum, e_shentsize/...
         os.pwrite(core.fd, bytes(core.header) + table + notes, 0)
         return doc | {"kernel_mappings": len(virtual),
                       "kernel_mapped_mb": round(sum(s.filesz for s in virtual) / 1e6, 1)}

@@ -14,24 +14,27 @@ from pathlib import Path
 from harness.analysis import kernel_waits, task_waits, unwind
 from harness.analysis.kallsyms import Kallsyms
 from harness.base.arch import Arch
-from harness.debug.corekernel import PT_LOAD, Core, cpu_notes
+from harness.debug.corekernel import PT_LOAD, Core, cpu_notes, order_of
 
 PR_REG_AT = 112  # elf_prstatus: pr_info, pr_cursig, pr_sigpend/hold, 4 pids, 4 timevals, then pr_reg
-KERNEL_HALF = 0xffff000000000000
 STACK_BYTES = 16384
 
 
 def _prstatus_registers(notes: bytes, a: Arch) -> list[dict[str, int]]:
-    names = a.table["prstatus_registers"]
-    return [dict(zip(names, struct.unpack_from(f"<{len(names)}Q", notes, desc + PR_REG_AT)))
-            for desc, size in cpu_notes(notes) if size >= PR_REG_AT + 8 * len(names)]
+    names, order = a.table["prstatus_registers"], order_of(a)
+    return [dict(zip(names, struct.unpack_from(f"{order}{len(names)}Q", notes, desc + PR_REG_AT)))
+            for desc, size in cpu_notes(notes, order) if size >= PR_REG_AT + 8 * len(names)]
 
 
 def sample(path: Path, a: Arch, syms: Kallsyms | None, layout: dict | None) -> dict:
     """{"cpus": [...], "waits": {...}, "source": "vmcore"} of the core at path."""
     core = Core(path)
     try:
-        core.map_virtual([s for s in core.segments if s.type == PT_LOAD and s.vaddr >= KERNEL_HALF])
+        # the kernel's mappings kstall added (corekernel.complete), not QEMU's physical
+        # ones, which QEMU writes at virtual address 0
+        low = a.table["pagetable"].get("kernel_from", 0xffff000000000000)
+        core.map_virtual([s for s in core.segments if s.type == PT_LOAD and s.vaddr >= low and
+                          (s.vaddr or not s.paddr)])
         cpus = []
         for n, all_regs in enumerate(_prstatus_registers(core.notes(), a)):
             regs = {r: all_regs.get(r, 0) for r in a.registers}

@@ -78,7 +78,7 @@ class _SparseCopy(threading.Thread):
                 os.close(out)
 
 
-def read_vmcoreinfo(vm: VM, address: int | None, cpus: int) -> bytes | None:
+def read_vmcoreinfo(vm: VM, address: int | None, cpus: int, byteorder: str = "little") -> bytes | None:
     """The kernel's VMCOREINFO note, read through a vCPU's MMU (the first
     whose page tables map the kernel) from the pointer at `vmcoreinfo_note`."""
     if address is None:
@@ -88,7 +88,7 @@ def read_vmcoreinfo(vm: VM, address: int | None, cpus: int) -> bytes | None:
             ptr = hmp_bytes(vm.qmp, cpu, address, 8)
             if not ptr:
                 continue
-            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, "little"), NOTE_BYTES)
+            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES)  # type: ignore[arg-type]
         except (QMPError, OSError):
             continue
         if note:
@@ -102,7 +102,7 @@ def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, 
     (harness/debug/corekernel.py); what run.json says of it."""
     dest = out_dir / NAME
     t0 = time.monotonic()
-    note = read_vmcoreinfo(vm, vmcoreinfo_at, cpus)
+    note = read_vmcoreinfo(vm, vmcoreinfo_at, cpus, a.byteorder)
     r, w = os.pipe2(os.O_CLOEXEC)
     copy = _SparseCopy(r, dest, corekernel.HEADROOM)  # the headers go in front (corekernel.complete)
     copy.start()
