@@ -187,8 +187,9 @@ def label_cpus(notes: bytes, pids: dict[int, int], order: str = "<") -> bytes:
     for cpu, (desc, size) in enumerate(cpu_notes(notes, order)):
         if cpu in pids and size >= PR_PID_AT + 4:
             struct.pack_into(order + "I", out, desc + PR_PID_AT, pids[cpu] or IDLE_PID + cpu)
-        elif size >= PR_PID_AT + 4 and not struct.unpack_from(order + "I", out, desc + PR_PID_AT)[0]:
-            # QEMU's ppc64 and s390x notes bear no pid: gdb would make one thread of them all
+        elif size >= PR_PID_AT + 4:
+            # QEMU's label (the CPU's number plus one), which its ppc64 notes lack and
+            # its s390x ones carry in the host's byte order: written as the core's
             struct.pack_into(order + "I", out, desc + PR_PID_AT, cpu + 1)
     return bytes(out)
 

@@ -190,3 +190,21 @@ def test_a_big_endian_skeleton_carries_the_big_endian_object():
     assert "*sz = 6;" in out and "\\x7f\\x45\\x4c\\x46\\x02\\x02" in out and "\\x01\\x02\\x03" not in out
     with pytest.raises(ValueError):
         skeleton.carrying("no skeleton", b"")
+
+
+def test_a_core_qemu_labels_big_endian_is_rewritten_in_a_little_endian_guests_order():
+    # QEMU 7.2 writes a ppc64le guest's notes big-endian: every field of a CPU's
+    # NT_PRSTATUS comes out in the architecture's order, its size kept
+    from harness.debug import corekernel
+    regs = list(range(0x1000, 0x1000 + 48))
+    desc = struct.pack(">" + corekernel._PRSTATUS_HEAD, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, *range(8)) + \
+        struct.pack(">48Q", *regs) + struct.pack(">i", 1) + bytes(4)
+    note = struct.pack(">III", 5, len(desc), corekernel.NT_PRSTATUS) + b"CORE\0\0\0\0" + desc
+    other = struct.pack(">III", 5, 8, 2) + b"CORE\0\0\0\0" + bytes(8)  # floating point: left out
+    out = corekernel.reordered_notes(note + other, ">", "<")
+    (at, size), = corekernel.cpu_notes(out, "<")
+    assert size == len(desc) and struct.unpack_from("<I", out, at + corekernel.PR_PID_AT) == (7,)
+    assert list(struct.unpack_from("<48Q", out, at + 112)) == regs
+    labelled = corekernel.label_cpus(out, {}, "<")
+    assert struct.unpack_from("<I", labelled, at + corekernel.PR_PID_AT) == (1,)  # CPU 0: QEMU's label
+    assert S390.table["pagetable"]["linear"] == 0 and PPC.table["pagetable"]["linear"] == 0xC000000000000000
