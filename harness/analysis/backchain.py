@@ -14,7 +14,7 @@ regions() reads each stack the chain enters.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 from harness.analysis.kallsyms import Kallsyms
 from harness.analysis.stackwalk import Frame, function_at, read_region
@@ -25,11 +25,11 @@ MAX_REGIONS = 4  # an IRQ stack, the task's stack, an emergency stack
 MAX_CHAIN = 256
 
 
-def _word(regions: list[tuple[int, bytes]], at: int, order: str) -> int | None:
+def _word(regions: list[tuple[int, bytes]], at: int, order: Literal["little", "big"]) -> int | None:
     for base, data in regions:
         if base <= at and at + 8 <= base + len(data):
             off = at - base
-            return int.from_bytes(data[off:off + 8], order)  # type: ignore[arg-type]
+            return int.from_bytes(data[off:off + 8], order)
     return None
 
 

@@ -9,6 +9,7 @@ import platform
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Literal
 
 from harness.base import paths
 
@@ -70,9 +71,9 @@ class Arch:
         return self.table.get("virtio", "pci")
 
     @property
-    def byteorder(self) -> str:
+    def byteorder(self) -> Literal["little", "big"]:
         """How its memory holds a word: "little", or "big" (s390x)."""
-        return self.table.get("byteorder", "little")
+        return "big" if self.table.get("byteorder") == "big" else "little"
 
     @property
     def flavour(self) -> str:

@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 from harness.base.arch import Arch
 from harness.debug import corekernel
@@ -78,7 +79,8 @@ class _SparseCopy(threading.Thread):
                 os.close(out)
 
 
-def read_vmcoreinfo(vm: VM, address: int | None, cpus: int, byteorder: str = "little") -> bytes | None:
+def read_vmcoreinfo(vm: VM, address: int | None, cpus: int,
+                    byteorder: Literal["little", "big"] = "little") -> bytes | None:
     """The kernel's VMCOREINFO note, read through a vCPU's MMU (the first
     whose page tables map the kernel) from the pointer at `vmcoreinfo_note`."""
     if address is None:
@@ -88,7 +90,7 @@ def read_vmcoreinfo(vm: VM, address: int | None, cpus: int, byteorder: str = "li
             ptr = hmp_bytes(vm.qmp, cpu, address, 8)
             if not ptr:
                 continue
-            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES)  # type: ignore[arg-type]
+            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES)
         except (QMPError, OSError):
             continue
         if note:
