@@ -14,9 +14,9 @@ import struct
 from dataclasses import dataclass
 
 MAGIC = 0xEB9F
-_HEADER = struct.Struct("<HBBIIIII")
-_TYPE = struct.Struct("<III")
-_U32 = struct.Struct("<I")
+# a kernel's BTF is in its own byte order (s390x's is big-endian): told by how the magic reads
+_HEADER_FIELDS, _TYPE_FIELDS = "HBBIIIII", "III"
+_HEADER_SIZE, _TYPE_SIZE = struct.calcsize("<" + _HEADER_FIELDS), struct.calcsize("<" + _TYPE_FIELDS)
 
 INT, PTR, ARRAY, STRUCT, UNION, ENUM, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FUNC_PROTO, VAR, DATASEC, \
     FLOAT, DECL_TAG, TYPE_TAG, ENUM64 = range(1, 20)
@@ -40,9 +40,11 @@ class Member:
 
 class Btf:
     def __init__(self, blob: bytes) -> None:
-        if len(blob) < _HEADER.size:
+        if len(blob) < _HEADER_SIZE:
             raise BtfError("shorter than a BTF header")
-        magic, _version, _flags, hdr_len, type_off, type_len, str_off, str_len = _HEADER.unpack_from(blob)
+        self.order = ">" if blob[:2] == MAGIC.to_bytes(2, "big") else "<"
+        magic, _version, _flags, hdr_len, type_off, type_len, str_off, str_len = struct.unpack_from(
+            self.order + _HEADER_FIELDS, blob)
         if magic != MAGIC:
             raise BtfError(f"not BTF (magic {magic:#x})")
         self.blob = blob
@@ -56,9 +58,9 @@ class Btf:
         self._by_name: dict[int, dict[str, int]] = {}  # kind -> name -> the first type of that kind and name
         pos = self.types_at
         while pos < self.types_end:
-            if pos + _TYPE.size > self.types_end:
+            if pos + _TYPE_SIZE > self.types_end:
                 raise BtfError("a type record is cut short")
-            _, info, _ = _TYPE.unpack_from(blob, pos)
+            _, info, _ = struct.unpack_from(self.order + _TYPE_FIELDS, blob, pos)
             kind, vlen = (info >> 24) & 0x1F, info & 0xFFFF
             if kind in _FIXED_EXTRA:
                 extra = _FIXED_EXTRA[kind]
@@ -68,10 +70,10 @@ class Btf:
                 extra = 0
             else:
                 raise BtfError(f"unknown type kind {kind} at byte {pos}")
-            if pos + _TYPE.size + extra > self.types_end:
+            if pos + _TYPE_SIZE + extra > self.types_end:
                 raise BtfError(f"type {len(self.records)} runs past the type section")
             self.records.append(pos)
-            pos += _TYPE.size + extra
+            pos += _TYPE_SIZE + extra
 
     def __len__(self) -> int:
         return len(self.records) - 1
@@ -87,7 +89,7 @@ class Btf:
         """(kind, vlen, kind_flag, name_off, size_or_type) of a type."""
         if not 0 < type_id < len(self.records):
             raise BtfError(f"no type {type_id}")
-        name_off, info, size_or_type = _TYPE.unpack_from(self.blob, self.records[type_id])
+        name_off, info, size_or_type = struct.unpack_from(self.order + _TYPE_FIELDS, self.blob, self.records[type_id])
         return (info >> 24) & 0x1F, info & 0xFFFF, info >> 31, name_off, size_or_type
 
     def kind(self, type_id: int) -> int:
@@ -178,7 +180,7 @@ class Btf:
         raise BtfError("arrays nested past 32 levels")
 
     def _array(self, type_id: int) -> tuple[int, int, int]:
-        return struct.unpack_from("<III", self.blob, self.records[type_id] + _TYPE.size)
+        return struct.unpack_from(self.order + "III", self.blob, self.records[type_id] + _TYPE_SIZE)
 
     def array_of(self, type_id: int) -> tuple[int, int] | None:
         """(element type, count) when the type is an array."""
@@ -196,9 +198,9 @@ class Btf:
         kind, vlen, kind_flag, _, _ = self._record(type_id)
         if kind not in (STRUCT, UNION):
             raise BtfError(f"{self.name(type_id) or type_id} is not a struct or union")
-        out, pos = [], self.records[type_id] + _TYPE.size
+        out, pos = [], self.records[type_id] + _TYPE_SIZE
         for i in range(vlen):
-            name_off, tid, off = struct.unpack_from("<III", self.blob, pos + 12 * i)
+            name_off, tid, off = struct.unpack_from(self.order + "III", self.blob, pos + 12 * i)
             bits = off & 0xFFFFFF if kind_flag else off
             out.append(Member(self.string(name_off), tid, bits // 8))
         return out
@@ -234,12 +236,12 @@ class Btf:
             if kind not in (ENUM, ENUM64):
                 continue
             step = 8 if kind == ENUM else 12
-            pos = self.records[tid] + _TYPE.size
+            pos = self.records[tid] + _TYPE_SIZE
             for i in range(vlen):
-                name_off, lo = struct.unpack_from("<Ii", self.blob, pos + step * i)
+                name_off, lo = struct.unpack_from(self.order + "Ii", self.blob, pos + step * i)
                 if self.string(name_off) == enumerator:
                     if kind == ENUM64:
-                        hi = _U32.unpack_from(self.blob, pos + step * i + 8)[0]
+                        hi = struct.unpack_from(self.order + "I", self.blob, pos + step * i + 8)[0]
                         return (hi << 32) | (lo & 0xFFFFFFFF)
                     return lo
         raise BtfError(f"no enumerator {enumerator}")

@@ -208,3 +208,11 @@ def test_a_core_qemu_labels_big_endian_is_rewritten_in_a_little_endian_guests_or
     labelled = corekernel.label_cpus(out, {}, "<")
     assert struct.unpack_from("<I", labelled, at + corekernel.PR_PID_AT) == (1,)  # CPU 0: QEMU's label
     assert S390.table["pagetable"]["linear"] == 0 and PPC.table["pagetable"]["linear"] == 0xC000000000000000
+
+
+def test_a_big_endian_kernels_btf_is_read_and_its_structures_are_said_not_read(tmp_path):
+    from harness.analysis import btf, kernel_waits
+    little = struct.pack("<HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
+    big = struct.pack(">HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
+    assert btf.Btf(little).order == "<" and btf.Btf(big).order == ">"
+    assert "big-endian kernel" in kernel_waits.layout(big, "")["missing"]["btf"]
