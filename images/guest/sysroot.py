@@ -34,9 +34,9 @@ def host_version(package: str) -> str | None:
 def ensure(arch: str, progress: Progress | None = None) -> Path:
     """The sysroot of arch's libraries, made once per package set."""
     a = arches.get(arch)
-    suite = a.table.get("sysroot", {}).get("suite")
-    if suite:  # the architecture is not the host's release's: its libraries, and its C library, from that suite
-        pins = [f"{p}:{a.debian}/{suite}" for p in wanted() + a.table["sysroot"]["packages"]]
+    suite = a.table.get("sysroot_suite")
+    if suite:  # the host's release has none of the architecture's packages: that suite's
+        pins = [f"{p}:{a.debian}/{suite}" for p in wanted()]
     else:
         pins = [f"{p}:{a.debian}" + (f"={v}" if (v := host_version(p)) else "") for p in wanted()]
     d = paths.cache_dir() / "sysroot" / f"{arch}-{hashlib.sha256(' '.join(pins).encode()).hexdigest()[:12]}"
