@@ -158,7 +158,9 @@ def build_options_from(a: argparse.Namespace):
     if not hasattr(a, "debuginfo"):
         return None
     from images.kernels.build import BuildOptions
-    return BuildOptions(fragments=list(a.config), debuginfo=a.debuginfo, jobs=a.jobs, timeout=a.build_timeout)
+    # --arch: a build: kernel cross-built for that architecture
+    return BuildOptions(fragments=list(a.config), debuginfo=a.debuginfo, jobs=a.jobs, timeout=a.build_timeout,
+                        arch=arch_named(getattr(a, "arch", None)) or "")
 
 
 # -- the commands ----------------------------------------------------------------

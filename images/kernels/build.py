@@ -48,9 +48,16 @@ class BuildOptions:
     debuginfo: bool = False
     jobs: int = 0               # 0: one more than the host cores
     timeout: float = 7200.0     # per build, seconds
+    arch: str = ""              # the kernel's architecture (arches.toml): the host's unless named
+
+    @property
+    def target(self) -> arch.Arch:
+        return arch.get(self.arch) if self.arch else arch.host()
 
     def config_files(self) -> list[Path]:
         files = [KCONFIG_DIR / "base.config"]
+        if "config" in self.target.kbuild:  # what the architecture's tinyconfig leaves out
+            files.append(KCONFIG_DIR / self.target.kbuild["config"])
         if self.needs and (self.needs.options or self.needs.build):
             text = self.needs.fragment()
             digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -144,13 +151,20 @@ def checkout(tree: Path, sha: str, progress: Progress | None) -> Path:
     return clone
 
 
+def _cross(target: arch.Arch) -> str:
+    """CROSS_COMPILE's prefix for a kernel of target on this host ("" for the host's own)."""
+    return "" if target.compiler() == "gcc" else f"{target.triplet}-"
+
+
 def _make(args: list[str], src: Path, out: Path, log, env: dict, deadline: float, what: str,
-          progress: Progress | None) -> None:
+          progress: Progress | None, target: arch.Arch | None = None) -> None:
     """One make run in its own process group, killed and reaped however we leave."""
     t0 = time.monotonic()
-    log.write(f"$ make {' '.join(args)}\n")
+    target = target or arch.host()
+    kbuild = [f"ARCH={target.kbuild['arch']}"] + ([f"CROSS_COMPILE={_cross(target)}"] if _cross(target) else [])
+    log.write(f"$ make {' '.join(kbuild + args)}\n")
     log.flush()
-    proc = subprocess.Popen(["make", "-C", str(src), f"O={out}", f"ARCH={arch.host().kbuild['arch']}", *args],
+    proc = subprocess.Popen(["make", "-C", str(src), f"O={out}", *kbuild, *args],
                             stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=procs.die_with_parent)
@@ -241,7 +255,9 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
     with open(lock_dir / f"{_tree_key(tree)}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         sha, ident = identify(tree, rev)
-        dest = paths.cache_dir() / "kernels" / "build" / f"{_tree_key(tree)}-{ident}-{fkey}"
+        target = opts.target
+        dest = paths.cache_dir() / "kernels" / "build" / f"{_tree_key(tree)}-{ident}-{fkey}" + (
+            "" if target == arch.host() else f"-{target.name}")
         spec = f"build:{text}"
         # the work tree can change without its identity changing (untracked files): always make
         if (dest / "kernel.json").is_file() and sha is not None:
@@ -251,7 +267,7 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
             k.origin["cached"] = True
             return k
         src = checkout(tree, sha, progress) if sha else tree
-        out = lock_dir / f"{_tree_key(tree)}-{fkey}"
+        out = lock_dir / (f"{_tree_key(tree)}-{fkey}" + ("" if target == arch.host() else f"-{target.name}"))
         out.mkdir(parents=True, exist_ok=True)
         what = f"build {tree.name}@{ident}"
         jobs = opts.jobs or (os.cpu_count() or 1) + 1  # one more than the cores: a job waiting on I/O leaves none idle
@@ -269,30 +285,31 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
             progress(f"{what}: tinyconfig + {', '.join(f.name for f in fragments)}; -j{jobs}, {ccache}; "
                      f"log {out / 'build.log'}")
         with open(out / "build.log", "w") as log:
-            _make(["--silent", "tinyconfig"], src, out, log, env, deadline, what, None)
+            _make(["--silent", "tinyconfig"], src, out, log, env, deadline, what, None, target)
             merge = src / "scripts" / "kconfig" / "merge_config.sh"
             p = subprocess.run([str(merge), "-m", "-O", str(out), str(out / ".config"), *map(str, fragments)],
                                stdout=log, stderr=subprocess.STDOUT, cwd=out, env=env, timeout=120)
             if p.returncode != 0:
                 raise BuildError(f"{what}: merge_config.sh failed:\n{_tail(out / 'build.log')}")
-            _make(["--silent", "olddefconfig"], src, out, log, env, deadline, what, None)
+            _make(["--silent", "olddefconfig"], src, out, log, env, deadline, what, None, target)
             missing = config_mismatches(out / ".config", fragments)
             if missing and progress:
                 progress(f"{what}: fragment options not in the final .config: {'; '.join(missing)}")
-            targets = [arch.host().kbuild["target"]] + (["vmlinux"] if opts.debuginfo else [])
-            _make([f"-j{jobs}", "CC=ccache gcc", *targets], src, out, log, env, deadline, what, progress)
+            targets = [target.kbuild["target"]] + (["vmlinux"] if opts.debuginfo else [])
+            _make([f"-j{jobs}", f"CC=ccache {_cross(target)}gcc", *targets], src, out, log, env, deadline, what,
+                  progress, target)
         seconds = round(time.monotonic() - t0, 1)
         release = (out / "include" / "config" / "kernel.release").read_text().strip()
 
         def fill(tmp: Path) -> Kernel:
-            for name, target in ((arch.host().kbuild["image"], "bzImage"), (".config", "config"),
-                                 ("System.map", "System.map"), ("build.log", "build.log")) + \
+            for name, copy in ((target.kbuild["image"], "bzImage"), (".config", "config"),
+                               ("System.map", "System.map"), ("build.log", "build.log")) + \
                     ((("vmlinux", "vmlinux"),) if opts.debuginfo else ()):
-                shutil.copy2(out / name, tmp / target)
+                shutil.copy2(out / name, tmp / copy)
             return Kernel(spec=spec, canonical=f"build:{tree}@{ident}", vmlinuz=dest / "bzImage",
                           sha256=sha256_file(tmp / "bzImage"), release=release,
                           upstream=release.split("-")[0].split("+")[0], config=dest / "config",
-                          vmlinux=dest / "vmlinux" if opts.debuginfo else None, arch=arch.host().name,
+                          vmlinux=dest / "vmlinux" if opts.debuginfo else None, arch=target.name,
                           origin={"tree": str(tree), "rev": rev, "commit": sha or ident,
                                   "label": f"build-{tree.name}-{ident}", "fragments": [str(f) for f in fragments],
                                   "config_mismatches": missing, "build_s": seconds, "jobs": jobs})

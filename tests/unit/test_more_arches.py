@@ -216,3 +216,12 @@ def test_a_big_endian_kernels_btf_is_read_and_its_structures_are_said_not_read(t
     big = struct.pack(">HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
     assert btf.Btf(little).order == "<" and btf.Btf(big).order == ">"
     assert "big-endian kernel" in kernel_waits.layout(big, "")["missing"]["btf"]
+
+
+def test_a_build_kernel_is_cross_built_with_what_the_architectures_tinyconfig_leaves_out():
+    from images.kernels import build
+    assert build._cross(RISCV) == "riscv64-linux-gnu-" and build._cross(arch.host()) == ""
+    opts = build.BuildOptions(arch="riscv64")
+    assert opts.target is RISCV and [f.name for f in opts.config_files()][:2] == ["base.config", "riscv64.config"]
+    assert "CONFIG_MMU=y" in (build.KCONFIG_DIR / "riscv64.config").read_text()
+    assert build.BuildOptions().key() != opts.key()  # built apart from the host's
