@@ -256,8 +256,8 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
         fcntl.flock(lock, fcntl.LOCK_EX)
         sha, ident = identify(tree, rev)
         target = opts.target
-        dest = paths.cache_dir() / "kernels" / "build" / f"{_tree_key(tree)}-{ident}-{fkey}" + (
-            "" if target == arch.host() else f"-{target.name}")
+        foreign = "" if target == arch.host() else f"-{target.name}"  # a cross-built kernel's own directories
+        dest = paths.cache_dir() / "kernels" / "build" / f"{_tree_key(tree)}-{ident}-{fkey}{foreign}"
         spec = f"build:{text}"
         # the work tree can change without its identity changing (untracked files): always make
         if (dest / "kernel.json").is_file() and sha is not None:
@@ -267,7 +267,7 @@ def build(text: str, opts: BuildOptions, progress: Progress | None = None) -> Ke
             k.origin["cached"] = True
             return k
         src = checkout(tree, sha, progress) if sha else tree
-        out = lock_dir / (f"{_tree_key(tree)}-{fkey}" + ("" if target == arch.host() else f"-{target.name}"))
+        out = lock_dir / f"{_tree_key(tree)}-{fkey}{foreign}"
         out.mkdir(parents=True, exist_ok=True)
         what = f"build {tree.name}@{ident}"
         jobs = opts.jobs or (os.cpu_count() or 1) + 1  # one more than the cores: a job waiting on I/O leaves none idle
