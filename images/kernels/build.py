@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import arch, paths, procs
+from harness.base.arch import Arch
 from harness.base.needs import KernelNeeds
 from images.kernels import cached, symcache
 from images.kernels.kernel import Kernel, Progress, SpecError, sha256_file
@@ -51,7 +52,7 @@ class BuildOptions:
     arch: str = ""              # the kernel's architecture (arches.toml): the host's unless named
 
     @property
-    def target(self) -> arch.Arch:
+    def target(self) -> Arch:
         return arch.get(self.arch) if self.arch else arch.host()
 
     def config_files(self) -> list[Path]:
@@ -151,13 +152,13 @@ def checkout(tree: Path, sha: str, progress: Progress | None) -> Path:
     return clone
 
 
-def _cross(target: arch.Arch) -> str:
+def _cross(target: Arch) -> str:
     """CROSS_COMPILE's prefix for a kernel of target on this host ("" for the host's own)."""
     return "" if target.compiler() == "gcc" else f"{target.triplet}-"
 
 
 def _make(args: list[str], src: Path, out: Path, log, env: dict, deadline: float, what: str,
-          progress: Progress | None, target: arch.Arch | None = None) -> None:
+          progress: Progress | None, target: Arch | None = None) -> None:
     """One make run in its own process group, killed and reaped however we leave."""
     t0 = time.monotonic()
     target = target or arch.host()
