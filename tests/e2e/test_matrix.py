@@ -41,7 +41,7 @@ def default_runs(tmp_path_factory):
     """The default matrix once whole, and two reproducers' cells of it as two shards merged."""
     root = tmp_path_factory.mktemp("matrix")
     # the default matrix without its ppc64el, s390x and riscv64 rows (15 cells, 4-5 minutes here, make
-    # run's): make test boots one cell of each of those architectures (test_more_arches.py)
+    # run's): make test boots one cell of each of those architectures (test_more_arches_guests.py)
     text = (REPO / "ci" / "matrix.toml").read_text()
     assert NEW_ARCHES in text
     default = root / "matrix.toml"
