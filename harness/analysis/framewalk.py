@@ -83,10 +83,10 @@ def regions(read: Callable[[int, int], bytes | None], regs: dict[str, int], a: A
     data, _ = read_region(read, sp, max_bytes)
     out = [(sp, data)]
     fp, seen = regs.get(a.fp, 0), set[int]()
-    low = min(_record(a))
+    low, high = min(_record(a)), max(_record(a))
     while fp and fp % 8 == 0 and fp not in seen and len(seen) < 256:
         seen.add(fp)
-        if _word(out, fp + max(_record(a))) is None or _word(out, fp + low) is None:
+        if _word(out, fp + high) is None or _word(out, fp + low) is None:
             if len(out) >= MAX_REGIONS:
                 break
             more, _ = read_region(read, fp + low, max_bytes)

@@ -135,18 +135,19 @@ class VM:
     def _command(self) -> list[str]:
         c = self.cfg
         logs = c.log_dir
+        m, bus = machine.get(c.machine, c.arch), arches.get(c.arch).virtio  # bus: virtio's transport (pci, ccw)
         return [
             machine.qemu(c.arch), "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
             # vCPU threads named "CPU n/TCG": their host scheduling delay is read (harness/guest/hostwait.py)
             "-name", "kstall,debug-threads=on",
-            "-machine", machine.get(c.machine, c.arch).qemu_arg, *machine.accel_args(c.accel, c.arch),
-            "-smp", machine.get(c.machine, c.arch).smp_arg(c.cpus),
+            "-machine", m.qemu_arg, *machine.accel_args(c.accel, c.arch),
+            "-smp", m.smp_arg(c.cpus),
             "-m", str(c.memory_mb),
             "-kernel", str(c.kernel), "-initrd", str(c.initrd), "-append", c.cmdline,
             # appended to: a restored guest's log starts with the boot its snapshot saw
             "-chardev", f"file,id=con0,path={self.console_log},append=on",
             "-serial", "chardev:con0",
-            "-device", f"virtio-serial-{arches.get(c.arch).virtio},id=vser0",
+            "-device", f"virtio-serial-{bus},id=vser0",
             "-chardev", f"socket,id=agent0,path={self.sock('agent')},server=on,wait=off,"
                         f"logfile={logs / 'agent.log'}",
             "-device", "virtserialport,bus=vser0.0,chardev=agent0,name=org.kstall.agent",
@@ -155,8 +156,8 @@ class VM:
             "-chardev", f"socket,id=gdb0,path={self.gdb_socket},server=on,wait=off",
             "-gdb", "chardev:gdb0",
             "-qmp", f"unix:{self.sock('qmp')},server=on,wait=off",
-            *(hostfs.HostShare.qemu_args(self.run_dir, arches.get(c.arch).virtio) if c.host_fs else []),
-            *disks.qemu_args(c.disks, arches.get(c.arch).virtio),
+            *(hostfs.HostShare.qemu_args(self.run_dir, bus) if c.host_fs else []),
+            *disks.qemu_args(c.disks, bus),
             *c.extra_args,
         ]
 
