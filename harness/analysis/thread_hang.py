@@ -265,11 +265,27 @@ def _interrupted_in(t: Thread, patterns: tuple[str, ...], sig: ThreadSignature) 
     return any(_is(f.get("func"), patterns) for f in outer[:sig.within])
 
 
-def _just_acquired(t: Thread, sig: ThreadSignature) -> bool:
-    """Interrupted in its own lock wait, called from code that holds the lock."""
+# a system call instruction's length at most (x86's syscall and s390's svc
+# are 2 bytes, the others 4): a wait interrupted there was being restarted
+SYSCALL_INSN = 4
+
+
+def _sleeping_pcs(members: list[Thread]) -> set[int]:
+    """Where the waiters sleep: the instruction after their futex call."""
+    return {t.frames[0]["pc"] for t in members if t.frames and t.frames[0].get("pc") is not None}
+
+
+def _just_acquired(t: Thread, sig: ThreadSignature, sleeping: set[int]) -> bool:
+    """Interrupted in its own lock wait, called from code that holds the lock,
+    and not where the waiters sleep in the kernel (its wait was cut short by
+    the signal, or restarted: it holds nothing)."""
     outer = t.split()[2]
-    return (bool(outer) and _is(outer[0].get("func"), sig.just_acquired)
-            and any(_is(f.get("func"), tier) for f in outer[1:sig.within] for tier in sig.held_in))
+    if not outer or not _is(outer[0].get("func"), sig.just_acquired):
+        return False
+    pc = outer[0].get("pc")
+    if pc is not None and any(0 <= s - pc <= SYSCALL_INSN for s in sleeping):
+        return False
+    return any(_is(f.get("func"), tier) for f in outer[1:sig.within] for tier in sig.held_in)
 
 
 def _owner_from_stacks(members: list[Thread], sig: ThreadSignature) -> Thread | None:
@@ -281,7 +297,8 @@ def _owner_from_stacks(members: list[Thread], sig: ThreadSignature) -> Thread | 
         if found:
             return found[0]
     if all(t.frames for t in members):
-        found = [t for t in members if _waits_in_handler(t, sig) and _just_acquired(t, sig)]
+        sleeping = _sleeping_pcs(members)
+        found = [t for t in members if _waits_in_handler(t, sig) and _just_acquired(t, sig, sleeping)]
         if len(found) == 1:
             return found[0]
     return None

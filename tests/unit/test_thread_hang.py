@@ -125,9 +125,12 @@ def test_the_only_waiter_interrupted_in_its_own_lock_wait_is_the_owner():
     a = thread_hang.analyse(dump, proc)
     assert (a.signature, a.owner.lwp, a.group.owner_from) == (want.signature, want.owner.lwp, "stacks")
     assert len(a.queued) == 3
-    # two such threads: either may hold it, so neither is named
+    # two such threads, both past the exchange: either may hold it, so
+    # neither is named (the recorded other one was cut in its futex sleep)
     two, _ = recorded("signal-malloc-7.3.4-glibc")
     _in_its_lock_wait(two, want.owner.lwp)
+    t = next(t for t in two.threads if t["lwp"] == other)
+    t["frames"][next(i for i, f in enumerate(t["frames"]) if f.get("sigtramp")) + 1]["pc"] = 0x41D228
     a = thread_hang.analyse(two, proc)
     assert a.signature is None and "no owner found" in a.summary()
     # the summary says where the suspects were, for a reader of a CI log
@@ -137,6 +140,22 @@ def test_the_only_waiter_interrupted_in_its_own_lock_wait_is_the_owner():
     lost = copy.deepcopy(dump)
     next(t for t in lost.threads if t["lwp"] == plain)["frames"] = []
     assert thread_hang.analyse(lost, proc).signature is None
+
+
+def test_of_two_waits_cut_by_the_signal_the_one_past_its_exchange_holds_the_lock():
+    # a fresh clone's CI run (7.3.4): the workers' first mallocs contend for
+    # the arena list lock; LWP 104's signal came at its lock wait's `ret`
+    # (the exchange took the lock), LWP 105's where every waiter sleeps, after
+    # the futex call: 105 holds nothing, so 104 is the one owner
+    dump, proc = recorded("signal-malloc-7.3.4-glibc-just-acquired")
+    a = thread_hang.analyse(dump, proc)
+    assert a.signature is not None and (a.owner.lwp, a.group.owner_from) == (104, "stacks")
+    assert sorted(a.queued) == [102, 103, 105]
+    # the restarted call (the signal's pc rewound onto the syscall) is the same
+    t = next(t for t in dump.threads if t["lwp"] == 105)
+    i = next(i for i, f in enumerate(t["frames"]) if f.get("sigtramp"))
+    t["frames"][i + 1]["pc"] -= 2
+    assert thread_hang.analyse(dump, proc).owner.lwp == 104
 
 
 def test_proc_formats():
