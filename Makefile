@@ -129,12 +129,14 @@ $(GUEST)/obj/%.skel.h: $(GUEST)/obj/%.bpf.o $(GUEST)/obj/%.le.o images/guest/ske
 	$(PYTHON) -m images.guest.skeleton $@.le.tmp $< > $@.tmp && mv $@.tmp $@ && rm -f $@.le.tmp
 endif
 
-BPF_LOADER = $(GUEST_CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< -lbpf -lelf -lz -lzstd -lpthread
+# what a newer suite's libraries need from an older cross libc (arches.toml `link_shim`)
+LINK_SHIM ?=
+BPF_LOADER = $(GUEST_CC) $(GUEST_CFLAGS) -I$(GUEST)/obj -Irepro -o $@ $< $(LINK_SHIM) -lbpf -lelf -lz -lzstd -lpthread
 
-$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h | $(GUEST)
+$(GUEST)/bpf-ringbuf: repro/bpf_ringbuf.c repro/bpf_ringbuf.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_ringbuf.skel.h $(LINK_SHIM) | $(GUEST)
 	$(BPF_LOADER)
 
-$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_timer.skel.h | $(GUEST)
+$(GUEST)/bpf-timer: repro/bpf_timer.c repro/bpf_timer.h repro/bpf_repro.h $(REPRO_H) $(GUEST)/obj/bpf_timer.skel.h $(LINK_SHIM) | $(GUEST)
 	$(BPF_LOADER)
 
 run: deps

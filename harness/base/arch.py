@@ -212,7 +212,8 @@ def make_vars(name: str) -> str:
     a = get(name)
     skip = ",".join(a.unbuildable())
     return (f"GUEST_CC={a.compiler()} TRIPLET={a.triplet} BPF_TARGET={a.table['bpf_target']} "
-            f"BPF_ENDIAN={'bpfeb' if a.byteorder == 'big' else 'bpfel'}" + (f" GUEST_SKIP={skip}" if skip else ""))
+            f"BPF_ENDIAN={'bpfeb' if a.byteorder == 'big' else 'bpfel'}" + (f" GUEST_SKIP={skip}" if skip else "")
+            + (f" LINK_SHIM={a.table['link_shim']}" if "link_shim" in a.table else ""))
 
 
 if __name__ == "__main__":  # the Makefile: python3 -m harness.base.arch make-vars ARCH
