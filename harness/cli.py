@@ -218,24 +218,27 @@ def cmd_kernels(a: argparse.Namespace) -> int:
     from images.kernels import debian
     try:
         from harness.base import arch
-        wanted = arch.get(arch_named(a.arch) or arch.DEFAULT).debian
-        rows = debian.available(progress=echo_stderr, arch=wanted)
+        row = arch.get(arch_named(a.arch) or arch.DEFAULT)
+        rows = debian.available(progress=echo_stderr, arch=row.debian)
     except SpecError as e:
         echo_stderr(f"error: {e}")
         return EXIT_ERROR
     if not a.available:
         rows = [(k, c) for k, c in rows if c]
-    rows = [(k, c) for k, c in rows if k.flavour.endswith(wanted) and (a.all_flavours or k.flavour == wanted)]
+    # the flavour named as the architecture's, and its variants (cloud-amd64, rt-arm64, powerpc64le-64k)
+    plain = row.flavour
+    rows = [(k, c) for k, c in rows if k.flavour == plain or (a.all_flavours and plain in k.flavour.split("-"))]
     if a.json:
         print(json.dumps([{"spec": k.short_spec, "canonical": k.canonical, "package": k.package,
                            "image_package": k.image_package, "version": k.version, "suite": k.suite,
                            "cached": c} for k, c in rows], indent=1))
         return 0
-    print(f"{'spec':<22} {'package':<40} {'debian version':<20} {'suite':<18} cached")
+    print(f"{'spec':<28} {'package':<40} {'debian version':<20} {'suite':<18} cached")
     for k, c in rows:
-        print(f"{k.short_spec:<22} {k.package:<40} {k.version:<20} {k.suite:<18} {'yes' if c else ''}")
+        print(f"{k.short_spec:<28} {k.package:<40} {k.version:<20} {k.suite:<18} {'yes' if c else ''}")
     if not rows:
-        print("no kernels cached yet; `kstall kernels --available` lists what debian: can fetch")
+        print(f"no {plain} kernels in Debian's suites" if a.available else
+              "no kernels cached yet; `kstall kernels --available` lists what debian: can fetch")
     return 0
 
 

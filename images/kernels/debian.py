@@ -37,6 +37,9 @@ from images.kernels.kernel import Kernel, Progress, SpecError
 
 SUITES = paths.data_file("images", "debian-suites.list")
 LISTS_MAX_AGE = 6 * 3600
+# a mirror that failed to refresh (one syncing answers with wrong sizes for a while) is
+# not asked again for this long: each ask took 12 s, and a matrix asked once a cell
+RETRY_FAILED_AFTER = 15 * 60
 # Debian's kernel flavours of the architectures kstall knows (harness/base/arches.toml:
 # an architecture's name, or its flavour's where they differ: powerpc64le), and the default's
 DEBIAN_ARCHES = tuple(arch.get(n).flavour for n in arch.names())
@@ -99,6 +102,7 @@ class Archive:
         # when every suite last answered: a stamp of kstall's own, since touching
         # apt's files would make apt parse all the lists again at its next call
         self.refreshed = self.root / "refreshed"
+        self.refresh_failed = self.root / "refresh-failed"  # when a suite last did not answer
 
     def opts(self) -> list[str]:
         return ["-o", f"Dir::Etc::SourceList={self.root / 'sources.list'}",
@@ -181,11 +185,13 @@ class Archive:
     def update(self, force: bool = False, progress: Progress | None = None) -> None:
         with self.locked():
             self._prepare()
-            try:
-                fresh = time.time() - self.refreshed.stat().st_mtime < LISTS_MAX_AGE
-            except OSError:
-                fresh = False
-            if fresh and not force and self.index_path.exists():
+            fresh = _age(self.refreshed) < LISTS_MAX_AGE
+            failed_lately = _age(self.refresh_failed) < RETRY_FAILED_AFTER
+            if (fresh or failed_lately) and not force and self.index_path.exists():
+                if not fresh and progress:
+                    progress(f"Debian's suites failed to refresh {_age(self.refresh_failed) / 60:.0f} min ago: "
+                             f"using the package lists kstall has (it asks again {RETRY_FAILED_AFTER // 60} min "
+                             "after the failure)")
                 return
             if progress:
                 progress("updating Debian package lists (private apt state)")
@@ -207,13 +213,15 @@ class Archive:
                 if not any(self.lists.glob("*_Packages*")):
                     raise SpecError(f"cannot reach Debian's suites ({len(failed)} failed; {url}: {why.strip()}): "
                                     "check the network, or http_proxy")
-                if progress:  # old lists still name the kernels; the stamps stay old, so the next run retries
+                self.refresh_failed.touch()  # the lists stay unstamped: a run after the pause retries
+                if progress:  # old lists still name the kernels
                     unlisted = self._unlisted(failed)
                     progress(f"could not refresh {len(failed)} Debian suite(s) ({url}: {why.strip()}): "
                              "using the package lists kstall already has"
                              + (f" (none for {', '.join(unlisted)}: its kernels are missing)" if unlisted else ""))
             else:
                 self.refreshed.touch()
+                self.refresh_failed.unlink(missing_ok=True)
             self._write_index()
 
     def _write_index(self) -> None:
@@ -438,3 +446,11 @@ def changelog_of(kernel: Kernel, progress: Progress | None = None) -> Path | Non
             return k.changelog
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _age(stamp: Path) -> float:
+    """Seconds since the stamp was touched (forever when there is none)."""
+    try:
+        return time.time() - stamp.stat().st_mtime
+    except OSError:
+        return float("inf")

@@ -187,7 +187,8 @@ def test_what_the_host_cannot_build_is_inconclusive_before_boot(monkeypatch):
     table = {**RISCV.table, "unbuildable": {"programs": ["bpf-timer"], "why": "no libbpf for it"}}
     monkeypatch.setattr(arch, "get", lambda name: dataclasses.replace(RISCV, table=table))
     check = preflight.check(k, reproducers.load("bpf-timer"))
-    assert check.blocked and "cannot build bpf-timer for riscv64 guests on this host (no libbpf for it)" in check.reason()
+    assert check.blocked
+    assert "cannot build bpf-timer for riscv64 guests on this host (no libbpf for it)" in check.reason()
     assert not preflight.check(k, reproducers.load("perf-sigtrap")).blocked
     assert "GUEST_SKIP=bpf-timer" in arch.make_vars("riscv64")
 
