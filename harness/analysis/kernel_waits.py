@@ -17,13 +17,12 @@ import struct
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeGuard
 
 from harness.analysis import btf
 from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
-from harness.analysis.stackwalk import KERNEL_HALF
 from harness.base import paths
-from harness.base.arch import Arch
+from harness.base.arch import KERNEL_HALF, Arch
 from images.kernels import symcache
 
 SPEC_FILE = paths.data_file("harness", "analysis", "kernel-waits.toml")
@@ -45,9 +44,10 @@ def variables(symbols_text: str, names: set[str]) -> dict[str, int]:
     return out
 
 
-def layout(btf_blob: bytes, symbols_text: str) -> dict:
-    """Addresses and offsets read() needs for one kernel. A part the kernel
-    lacks (no such structure or variable) is left out, with why under
+def layout(btf_blob: bytes, symbols_text: str, kernel_from: int = KERNEL_HALF) -> dict:
+    """Addresses and offsets read() needs for one kernel, its byte order
+    (its BTF's) and where its pointers begin (its architecture's). A part the
+    kernel lacks (no such structure or variable) is left out, with why under
     "missing"; the JSON-able result is cached beside the kernel's symbols."""
     with open(SPEC_FILE, "rb") as f:
         spec = tomllib.load(f)
@@ -57,10 +57,7 @@ def layout(btf_blob: bytes, symbols_text: str) -> dict:
     except btf.BtfError as e:
         out["missing"]["btf"] = str(e)
         return out
-    if types.order == ">":  # s390x's: the readers below take words little-endian, kernel pointers high
-        out["missing"]["btf"] = ("a big-endian kernel's structures are not read yet (kstall reads their words "
-                                 "little-endian, and takes a kernel pointer to be in the upper half)")
-        return out
+    out["order"], out["kernel_from"] = types.order, kernel_from  # how Memory reads the guest
     parts = {k: v for k, v in spec.items() if isinstance(v, dict)}
     names = {spec["per_cpu_offset"], *(p["variable"] for p in parts.values() if "variable" in p)}
     addrs = variables(symbols_text, names)
@@ -158,18 +155,56 @@ def _has(types: btf.Btf, struct_id: int, name: str) -> bool:
         return False
 
 
-def _bytes(mem: Reader, addr: int, size: int) -> bytes | None:
-    """size bytes at addr (a per-CPU address wraps past 2**64, as in the kernel), or None."""
-    data = mem(addr & (2**64 - 1), size)
-    return data if data is not None and len(data) == size else None
+class Memory:
+    """A guest kernel's memory as the readers here take it: bytes at an
+    address (a per-CPU address wraps past 2**64, as in the kernel), words in
+    the kernel's byte order, and which values may point into it."""
+
+    def __init__(self, read: Reader, order: str = "<", kernel_from: int = KERNEL_HALF) -> None:
+        self.read, self.order, self.kernel_from = read, order, kernel_from
+
+    @classmethod
+    def of(cls, read: "Reader | Memory", lay: dict) -> "Memory":
+        """read, in the byte order and pointer range a layout() says."""
+        if isinstance(read, Memory):
+            return read
+        return cls(read, lay.get("order", "<"), int(lay.get("kernel_from", KERNEL_HALF)))
+
+    @classmethod
+    def of_arch(cls, read: Reader, a: Arch) -> "Memory":
+        return cls(read, ">" if a.byteorder == "big" else "<", a.kernel_from)
+
+    def raw(self, addr: int, size: int) -> bytes | None:
+        data = self.read(addr & (2**64 - 1), size)
+        return data if data is not None and len(data) == size else None
+
+    def word(self, addr: int, size: int) -> int | None:
+        data = self.raw(addr, size)
+        return None if data is None else self.number(data)
+
+    def words(self, data: bytes) -> tuple[int, ...]:
+        """data as 8-byte words."""
+        return struct.unpack(f"{self.order}{len(data) // 8}Q", data[:len(data) // 8 * 8])
+
+    def number(self, raw: bytes, signed: bool = False) -> int:
+        return int.from_bytes(raw, "big" if self.order == ">" else "little", signed=signed)
+
+    def pointer(self, v: int | None, align: int = 8) -> TypeGuard[int]:
+        """v may be the address of something the kernel keeps (not NULL, aligned, in its range)."""
+        return v is not None and v != 0 and v >= self.kernel_from and v % align == 0
+
+    def window(self, base: int, size: int) -> "Memory":
+        """This memory, with [base, base + size) read at once (a task's members in one read, not a dozen)."""
+        data = self.raw(base, size)
+
+        def read(addr: int, n: int) -> bytes | None:
+            if data is not None and base <= addr and addr + n <= base + size:
+                return data[addr - base:addr - base + n]
+            return self.read(addr, n)
+        return Memory(read, self.order, self.kernel_from)
 
 
-def _word(mem: Reader, addr: int, size: int) -> int | None:
-    data = _bytes(mem, addr, size)
-    return None if data is None else struct.unpack("<Q" if size == 8 else "<I", data)[0]
-
-
-def read(mem: Reader, lay: dict, ncpus: int) -> dict:
+def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
     """{"per_cpu_offsets": [...], "csd": {"1": [0]}, "rqspinlock": {"0": [lock, ...]}}
     from a stopped guest: for each CPU, the CPUs whose requests it waits on
     and the resilient spinlocks in its table (the last one it may be
@@ -177,8 +212,9 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
     is not known."""
     if "per_cpu_offset" not in lay:
         return {}
+    mem = Memory.of(mem, lay)
     ncpus = min(ncpus, MAX_CPUS)
-    offs = [_word(mem, lay["per_cpu_offset"] + 8 * n, 8) for n in range(ncpus)]
+    offs = [mem.word(lay["per_cpu_offset"] + 8 * n, 8) for n in range(ncpus)]
     if any(o is None for o in offs):
         return {"error": "__per_cpu_offset unreadable"}
     out: dict = {"per_cpu_offsets": [f"{o:#x}" for o in offs]}
@@ -191,44 +227,44 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
     return out
 
 
-def _running(mem: Reader, r: dict, offs: list) -> dict[str, dict]:
+def _running(mem: Memory, r: dict, offs: list) -> dict[str, dict]:
     """{cpu: {"task": address, "pid": n}}: the task each CPU's runqueue runs."""
     out: dict[str, dict] = {}
     for n, off in enumerate(offs):
-        task = _word(mem, r["variable"] + off + r["curr"], 8)
-        pid = _word(mem, task + r["pid"], 4) if task else None
+        task = mem.word(r["variable"] + off + r["curr"], 8)
+        pid = mem.word(task + r["pid"], 4) if task else None
         if task and pid is not None:
             out[str(n)] = {"task": f"{task:#x}", "pid": pid}
     return out
 
 
-def _csd_waits(mem: Reader, c: dict, offs: list) -> dict[str, list[int]]:
+def _csd_waits(mem: Memory, c: dict, offs: list) -> dict[str, list[int]]:
     waits: dict[str, list[int]] = {}
     for n, off in enumerate(offs):
         cfd = c["variable"] + off
-        csd = _word(mem, cfd + c["csd"], 8)
-        mask_at = _word(mem, cfd + c["mask"], 8) if c["mask_pointer"] else cfd + c["mask"]
-        mask = _word(mem, mask_at, 8) if mask_at else None
+        csd = mem.word(cfd + c["csd"], 8)
+        mask_at = mem.word(cfd + c["mask"], 8) if c["mask_pointer"] else cfd + c["mask"]
+        mask = mem.word(mask_at, 8) if mask_at else None
         if csd is None or mask is None:
             continue
         locked = [t for t, toff in enumerate(offs) if t != n and mask >> t & 1 and
-                  (_word(mem, csd + toff + c["flags"], 4) or 0) & c["locked"]]
+                  (mem.word(csd + toff + c["flags"], 4) or 0) & c["locked"]]
         if locked:
             waits[str(n)] = locked
     return waits
 
 
-def _held_locks(mem: Reader, r: dict, offs: list) -> dict[str, list[str]]:
+def _held_locks(mem: Memory, r: dict, offs: list) -> dict[str, list[str]]:
     held: dict[str, list[str]] = {}
     for n, off in enumerate(offs):
-        count = _word(mem, r["variable"] + off + r["count"], 4)
+        count = mem.word(r["variable"] + off + r["count"], 4)
         if not count:
             continue
         k = min(count, r["max"], MAX_HELD)
-        data = _bytes(mem, r["variable"] + off + r["locks"], 8 * k)
+        data = mem.raw(r["variable"] + off + r["locks"], 8 * k)
         if data is None:
             continue
-        held[str(n)] = [f"{a:#x}" for a in struct.unpack(f"<{k}Q", data)]
+        held[str(n)] = [f"{a:#x}" for a in mem.words(data)]
     return held
 
 
@@ -287,14 +323,15 @@ class LockNames:
         return ""
 
 
-def register_words(mem: Reader, regs: dict[str, int], a: Arch) -> dict[str, str]:
+def register_words(read: Reader, regs: dict[str, int], a: Arch) -> dict[str, str]:
     """The 32-bit word each register that holds a kernel address points at:
     a CPU spinning on a queued spinlock keeps the lock's address in one (the
     pc, stack and frame pointers never do)."""
     out: dict[str, str] = {}
+    mem = Memory.of_arch(read, a)
     for name, value in regs.items():
-        if value >= KERNEL_HALF and value % 4 == 0 and name not in (a.pc, a.sp, a.fp):
-            word = _word(mem, value, 4)
+        if mem.pointer(value, 4) and name not in (a.pc, a.sp, a.fp):
+            word = mem.word(value, 4)
             if word is not None:
                 out[name] = f"{word:#x}"
     return out
@@ -318,7 +355,7 @@ def register_lock(cpu: dict, locks: LockNames) -> str:
 
 
 # what layout() makes of the same kernel-waits.toml: a new one is made when this changes
-LAYOUT_VERSION = b"5"
+LAYOUT_VERSION = b"6"
 
 
 def spec_key() -> str:

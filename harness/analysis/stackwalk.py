@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.analysis.kallsyms import Kallsyms
-from harness.base.arch import Arch
+from harness.base.arch import KERNEL_HALF, Arch
 
 PAGE = 4096
-KERNEL_HALF = 0xFF00000000000000
 
 CODE_BEFORE = 7  # longest call form checked: REX ff 9x disp32
 _INDIRECT_TARGET_PREFIXES = ("__x86_indirect_thunk_", "__x86_indirect_call_thunk_",

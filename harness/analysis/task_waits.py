@@ -26,14 +26,11 @@ deadlock among sleeping tasks.
 """
 from __future__ import annotations
 
-import struct
 import tomllib
 from dataclasses import dataclass
-from typing import TypeGuard
 
 from harness.analysis import console, kernel_waits, report_title
-from harness.analysis.kernel_waits import SPEC_FILE, Reader, _bytes, _word
-from harness.analysis.stackwalk import KERNEL_HALF
+from harness.analysis.kernel_waits import SPEC_FILE, Memory, Reader
 
 MAX_TASKS = 8192      # a guest kstall boots runs a few hundred
 MAX_WAITERS = 256     # a wait list is followed this far, no further
@@ -57,69 +54,54 @@ class Task:
                 "state": self.state, "on_cpu": self.on_cpu, "exit_state": self.exit_state, "traced": self.traced}
 
 
-def _kernel_pointer(v: int | None) -> TypeGuard[int]:
-    return v is not None and v >= KERNEL_HALF and v % 8 == 0
-
-
 def _span(t: dict) -> int:
     """How much of a task_struct holds every member read here (one read per task, not a dozen)."""
     return max(t[k] + 16 for k in ("tasks", "pid", "tgid", "state", "stack", "signal", "thread_node", "on_cpu",
                                    "flags", "exit_state", "ptrace", "parent", "blocker") if k in t) + t["comm_bytes"]
 
 
-def _window(mem: Reader, base: int, size: int) -> Reader:
-    """A reader of [base, base + size) read at once, and of anything else as mem reads it."""
-    data = _bytes(mem, base, size)
-
-    def read(addr: int, n: int) -> bytes | None:
-        if data is not None and base <= addr and addr + n <= base + size:
-            return data[addr - base:addr - base + n]
-        return mem(addr, n)
-    return read
-
-
-def tasks(mem: Reader, t: dict) -> dict[int, Task]:
+def tasks(mem: Memory, t: dict) -> dict[int, Task]:
     """Every task, by its address: each leader on init_task's list, and each leader's threads."""
     out: dict[int, Task] = {}
     head = t["variable"] + t["tasks"]
-    node = _word(mem, head, 8)
+    node = mem.word(head, 8)
     leaders, span = 0, _span(t)
-    while _kernel_pointer(node) and node != head and leaders < MAX_TASKS:
+    while mem.pointer(node) and node != head and leaders < MAX_TASKS:
         leader = node - t["tasks"]
         leaders += 1
-        seen = _window(mem, leader, span)
-        signal = _word(seen, leader + t["signal"], 8)
+        seen = mem.window(leader, span)
+        signal = seen.word(leader + t["signal"], 8)
         threads: list[int] = []
-        if _kernel_pointer(signal):
+        if mem.pointer(signal):
             thead = signal + t["thread_head"]
-            tnode = _word(mem, thead, 8)
-            while _kernel_pointer(tnode) and tnode != thead and len(threads) < MAX_TASKS:
+            tnode = mem.word(thead, 8)
+            while mem.pointer(tnode) and tnode != thead and len(threads) < MAX_TASKS:
                 threads.append(tnode - t["thread_node"])
-                tnode = _word(mem, tnode, 8)
+                tnode = mem.word(tnode, 8)
         for addr in threads or [leader]:
             if len(out) < MAX_TASKS and addr not in out and \
-                    (task := _task(seen if addr == leader else _window(mem, addr, span), addr, t)) is not None:
+                    (task := _task(seen if addr == leader else mem.window(addr, span), addr, t)) is not None:
                 out[addr] = task
-        node = _word(seen, node, 8)
-    init = _task(_window(mem, t["variable"], span), t["variable"], t)  # the idle task of CPU 0 is on no list
+        node = seen.word(node, 8)
+    init = _task(mem.window(t["variable"], span), t["variable"], t)  # the idle task of CPU 0 is on no list
     if init is not None:
         out.setdefault(t["variable"], init)
     return out
 
 
-def _task(mem: Reader, addr: int, t: dict) -> Task | None:
-    pid, tgid, state = _word(mem, addr + t["pid"], 4), _word(mem, addr + t["tgid"], 4), \
-        _word(mem, addr + t["state"], 4)
-    comm = _bytes(mem, addr + t["comm"], t["comm_bytes"])
+def _task(mem: Memory, addr: int, t: dict) -> Task | None:
+    pid, tgid, state = mem.word(addr + t["pid"], 4), mem.word(addr + t["tgid"], 4), \
+        mem.word(addr + t["state"], 4)
+    comm = mem.raw(addr + t["comm"], t["comm_bytes"])
     if pid is None or tgid is None or state is None or comm is None:
         return None
     size = t.get("on_cpu_bytes", 4)
-    raw = _bytes(mem, addr + t["on_cpu"], size) if "on_cpu" in t and size in (1, 2, 4, 8) else None
-    on_cpu = int.from_bytes(raw, "little") if raw is not None else None
+    raw = mem.raw(addr + t["on_cpu"], size) if "on_cpu" in t and size in (1, 2, 4, 8) else None
+    on_cpu = mem.number(raw) if raw is not None else None
     task = Task(addr, pid, tgid, comm.split(b"\0", 1)[0].decode("ascii", "replace"), state, on_cpu)
     if "flags" in t:
-        task.flags, task.exit_state = _word(mem, addr + t["flags"], 4) or 0, _word(mem, addr + t["exit_state"], 4) or 0
-        task.traced, task.parent = bool(_word(mem, addr + t["ptrace"], 4)), _word(mem, addr + t["parent"], 8) or 0
+        task.flags, task.exit_state = mem.word(addr + t["flags"], 4) or 0, mem.word(addr + t["exit_state"], 4) or 0
+        task.traced, task.parent = bool(mem.word(addr + t["ptrace"], 4)), mem.word(addr + t["parent"], 8) or 0
     return task
 
 
@@ -157,7 +139,7 @@ def group_exit(task: Task, everyone: dict[int, Task], named: set[int]) -> dict |
     return {"pid": task.pid, "kind": "threads", "others": [f"{a:#x}" for a in others], "how": "its thread group"}
 
 
-def read(mem: Reader, lay: dict, ncpus: int) -> dict:
+def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
     """{"tasks": [...], "waits": [...], "cpus": {cpu: pid}} of a guest whose
     kernel lives on: every task in D state and what it sleeps on, every task
     that holds such a lock, and the task each CPU runs (pid 0: idle);
@@ -168,6 +150,7 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
         why = f"no BTF: {missing['btf']}" if "btf" in missing else \
             missing.get("tasks") or missing.get("locks") or "no layout of this kernel"
         return {"error": f"the kernel's tasks and locks cannot be laid out ({why})"}
+    mem = Memory.of(mem, lay)
     everyone = tasks(mem, t)
     if not everyone:
         return {"error": "no task could be read from init_task's list"}
@@ -186,11 +169,11 @@ def read(mem: Reader, lay: dict, ncpus: int) -> dict:
                            if int(r["task"], 16) in everyone else "?"} for cpu, r in running.items()}}
 
 
-def lock_of(mem: Reader, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> dict | None:
+def lock_of(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> dict | None:
     """What a task in D state sleeps on: the lock its blocker field names, or
     the lock whose wait list holds a waiter on its stack; None for a wait on
     no lock of these kinds (a completion, a page, a wait queue)."""
-    if "blocker" in t and (blocker := _word(mem, task.addr + t["blocker"], 8)):
+    if "blocker" in t and (blocker := mem.word(task.addr + t["blocker"], 8)):
         kind = t["blocker_kinds"][blocker & 3]
         found = _owned(mem, blocker & ~3, "semaphore" if kind == "semaphore" else
                        "rw_semaphore" if kind.startswith("rwsem") else "mutex", lk, everyone, queued=False)
@@ -209,34 +192,34 @@ def lock_of(mem: Reader, task: Task, t: dict, lk: dict, everyone: dict[int, Task
     return None
 
 
-def _wait_list_head(mem: Reader, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> int | None:
+def _wait_list_head(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> int | None:
     """The wait list a waiter on the task's stack is queued on: a list_head
     followed (at waiter_task) by the task's own address, whose neighbours
     point back at it; the list's one node that is no task's waiter is its head."""
-    base = _word(mem, task.addr + t["stack"], 8)
-    if not _kernel_pointer(base) or (data := _bytes(mem, base, t["stack_bytes"])) is None:
+    base = mem.word(task.addr + t["stack"], 8)
+    if not mem.pointer(base) or (data := mem.raw(base, t["stack_bytes"])) is None:
         return None
-    words = struct.unpack(f"<{len(data) // 8}Q", data)
+    words = mem.words(data)
     k = lk["waiter_task"] // 8
     for i in range(len(words) - k):
-        if words[i + k] != task.addr or not _kernel_pointer(words[i]) or not _kernel_pointer(words[i + 1]):
+        if words[i + k] != task.addr or not mem.pointer(words[i]) or not mem.pointer(words[i + 1]):
             continue
         node = base + 8 * i
-        if _word(mem, words[i] + 8, 8) != node or _word(mem, words[i + 1], 8) != node:
+        if mem.word(words[i] + 8, 8) != node or mem.word(words[i + 1], 8) != node:
             continue
-        heads, n = [], words[i]
+        heads, n = [], words[i]  # type: list[int], int | None
         for _ in range(MAX_WAITERS):
-            if n == node or not _kernel_pointer(n):
+            if n == node or not mem.pointer(n):
                 break
-            if _word(mem, n + lk["waiter_task"], 8) not in everyone:
+            if mem.word(n + lk["waiter_task"], 8) not in everyone:
                 heads.append(n)
-            n = _word(mem, n, 8)
+            n = mem.word(n, 8)
         if n == node and len(heads) == 1:
             return heads[0]
     return None
 
 
-def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task], queued: bool) -> dict | None:
+def _owned(mem: Memory, lock: int, kind: str, lk: dict, everyone: dict[int, Task], queued: bool) -> dict | None:
     """A lock of this kind at lock, as its owner word says: who holds it
     (a task the walk found), or that readers do, or, for a semaphore, which
     records no owner, its count; None when the memory is no such lock (or,
@@ -244,18 +227,18 @@ def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task
     spec, flags = lk[kind], lk["owner_flags"]
     out: dict = {"lock": f"{lock:#x}", "kind": kind}
     if kind == "semaphore":
-        count = _word(mem, lock + spec["count"], 4)
+        count = mem.word(lock + spec["count"], 4)
         if count is None:
             return None
-        out["count"] = struct.unpack("<i", struct.pack("<I", count))[0]
-        holder = _word(mem, lock + spec["last_holder"], 8) if "last_holder" in spec else None
+        out["count"] = count - (1 << 32) if count >= 1 << 31 else count
+        holder = mem.word(lock + spec["last_holder"], 8) if "last_holder" in spec else None
         return out | ({"owner": f"{holder:#x}", "last_holder": True} if holder in everyone else {})
-    owner_word = _word(mem, lock + spec["owner"], 8)
+    owner_word = mem.word(lock + spec["owner"], 8)
     if owner_word is None:
         return None
     owner = owner_word & ~flags
     if kind == "rw_semaphore":
-        count = _word(mem, lock + spec["count"], 8)
+        count = mem.word(lock + spec["count"], 8)
         if count is None or queued and not count & lk["rwsem_waiters"]:
             return None
         if not count & lk["rwsem_writer_locked"]:
@@ -267,7 +250,7 @@ def _owned(mem: Reader, lock: int, kind: str, lk: dict, everyone: dict[int, Task
         return None
     if owner in everyone:
         return out | {"owner": f"{owner:#x}"}
-    if kind == "mutex" and owner_word & lk["mutex_waiters"] and _kernel_pointer(owner):
+    if kind == "mutex" and owner_word & lk["mutex_waiters"] and mem.pointer(owner):
         return out | {"unknown_owner": f"{owner:#x}"}  # a mutex with waiters, held by a task not on the lists
     return None
 

@@ -14,6 +14,7 @@ from typing import Literal
 from harness.base import paths
 
 TABLE_FILE = paths.data_file("harness", "base", "arches.toml")
+KERNEL_HALF = 0xFF00000000000000  # where the kernels of most 64-bit architectures live
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,13 @@ class Arch:
     def byteorder(self) -> Literal["little", "big"]:
         """How its memory holds a word: "little", or "big" (s390x)."""
         return "big" if self.table.get("byteorder") == "big" else "little"
+
+    @property
+    def kernel_from(self) -> int:
+        """The lowest address a pointer into its kernel has: the upper half's
+        (the table's `pagetable.kernel_from` where lower: ppc64's linear map at
+        0xc000..., and s390x's 0, whose user space is another address space)."""
+        return int(self.table.get("pagetable", {}).get("kernel_from", KERNEL_HALF))
 
     @property
     def flavour(self) -> str:

@@ -11,6 +11,7 @@ attach, QMP's human monitor gives the same dump format (registers from
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pexpect
 
@@ -210,16 +212,17 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int,
 _REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)  # HMP's 'info registers': NAME=hex
 
 
-def hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int) -> bytes | None:
+def hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int, order: Literal["little", "big"] = "little") -> bytes | None:
     """n bytes of guest virtual memory through HMP 'x' on that CPU; None if
-    unmapped. Output lines look like 'ffa0000000493c28: 0x... 0x...'."""
+    unmapped. Output lines look like 'ffa0000000493c28: 0x... 0x...': words
+    as the guest's byte order reads them, turned back into its bytes."""
     out = qmp.hmp(f"x /{(n + 7) // 8}gx {addr:#x}", cpu=cpu, timeout=10)
     data = bytearray()
     for line in out.splitlines():
         _, sep, rest = line.partition(":")
         if sep:
             for v in re.findall(r"0x([0-9a-f]+)", rest):
-                data += int(v, 16).to_bytes(8, "little")
+                data += int(v, 16).to_bytes(8, order)
     return bytes(data[:n]) if data else None
 
 
@@ -235,17 +238,17 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
         regs = {k: named[k] for k in a.registers if k in named}
         pc, sp = regs.get(a.pc, 0), regs.get(a.sp, 0)
         user = a.in_user_mode(regs)
+        read = functools.partial(hmp_bytes, qmp, n, order=a.byteorder)  # this CPU's view of memory
         regions = []
         if not user and sp:
-            regions = [r for r in walker.regions(lambda at, k: hmp_bytes(qmp, n, at, k), regs, a,
-                                                 stack_bytes - (sp & 7), syms) if r[1]]
+            regions = [r for r in walker.regions(read, regs, a, stack_bytes - (sp & 7), syms) if r[1]]
         code = {}
         if syms is not None:
             for at in walker.candidates(regions, syms):
-                b = hmp_bytes(qmp, n, at - 8, 8)
+                b = read(at - 8, 8)
                 if b:
                     code[at] = b[8 - walker.CODE_BEFORE:]
-        words = {} if user else kernel_waits.register_words(lambda at, k: hmp_bytes(qmp, n, at, k), regs, a)
+        words = {} if user else kernel_waits.register_words(read, regs, a)
         frames = ([f.to_json() for f in walker.frames(regs, a, regions, code, syms)] if syms and not user else
                   [{"addr": f"{pc:#x}", "text": f"{pc:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown", "arch": a.name,
@@ -253,7 +256,7 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
                      "frames": frames, "unwinder": a.unwinder if syms else "none"})
-    waits = kernel_waits.read(lambda a, k: hmp_bytes(qmp, 0, a, k), layout or {}, len(cpus))
+    waits = kernel_waits.read(lambda at, k: hmp_bytes(qmp, 0, at, k, a.byteorder), layout or {}, len(cpus))
     doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp",
            "waits": waits}
     (out_dir / f"sample-{index}.json").write_text(json.dumps(doc))

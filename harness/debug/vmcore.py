@@ -87,10 +87,10 @@ def read_vmcoreinfo(vm: VM, address: int | None, cpus: int,
         return None
     for cpu in range(cpus):
         try:
-            ptr = hmp_bytes(vm.qmp, cpu, address, 8)
+            ptr = hmp_bytes(vm.qmp, cpu, address, 8, byteorder)
             if not ptr:
                 continue
-            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES)
+            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES, byteorder)
         except (QMPError, OSError):
             continue
         if note:

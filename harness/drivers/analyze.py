@@ -161,7 +161,7 @@ def _read_core(run: Path, doc: dict, out: Reading) -> None:
     # only from kstall's own cache: a layout is written beside the symbols, and another user's may not be readable
     kallsyms = untrusted.path_under((doc.get("symbols") or {}).get("cached"), paths.cache_dir())
     syms = Kallsyms.load(kallsyms) if kallsyms is not None and kallsyms.is_file() else None
-    lay = layouts.cached(kallsyms) if syms and kallsyms else None
+    lay = layouts.cached(kallsyms, a) if syms and kallsyms else None
     try:
         s = coresample.sample(run / "vmcore", a, syms, json.loads(lay.read_text()) if lay else None)
     except (corekernel.CoreError, OSError) as e:

@@ -198,7 +198,7 @@ class _Run:
 
     def layout(self) -> Path | None:
         """Where this kernel keeps who waits for whom (worked out once per kernel)."""
-        return layouts.cached(self.syms_path) if self.syms_path is not None else None
+        return layouts.cached(self.syms_path, arches.get(self.kernel.arch)) if self.syms_path is not None else None
 
     def host_wait_during(self, w: Watch, outcome: Outcome):
         """host_wait(path, ms) for latency.evaluate: the most a vCPU thread
@@ -302,8 +302,9 @@ class _Run:
         try:
             vm.qmp.cmd("stop")
             try:
-                doc = task_waits.read(lambda a, k: debug.hmp_bytes(vm.qmp, 0, a, k), json.loads(lay.read_text()),
-                                      vm.cfg.cpus)
+                order = arches.get(self.kernel.arch).byteorder
+                doc = task_waits.read(lambda a, k: debug.hmp_bytes(vm.qmp, 0, a, k, order),
+                                      json.loads(lay.read_text()), vm.cfg.cpus)
             finally:
                 vm.qmp.cmd("cont")
         except (QMPError, OSError) as e:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from harness.analysis import kernel_waits
 from harness.base import paths
+from harness.base.arch import Arch
 from images.kernels import symcache
 
 
-def cached(kallsyms: Path) -> Path | None:
-    """The layout of the kernel these symbols were captured from; None when
-    the capture has no variables or BTF beside it."""
+def cached(kallsyms: Path, a: Arch) -> Path | None:
+    """The layout of the kernel of architecture a these symbols were
+    captured from; None when the capture has no variables or BTF beside it."""
     out = symcache.beside(kallsyms, "layout.json")
     key = kernel_waits.spec_key()
     try:
@@ -29,4 +30,4 @@ def cached(kallsyms: Path) -> Path | None:
             kallsyms.read_text(errors="replace")
     except OSError:
         return None
-    return paths.write_atomic(out, json.dumps(kernel_waits.layout(blob, text) | {"spec": key}))
+    return paths.write_atomic(out, json.dumps(kernel_waits.layout(blob, text, a.kernel_from) | {"spec": key}))

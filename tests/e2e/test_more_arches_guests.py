@@ -2,14 +2,17 @@
 """ppc64el, s390x and riscv64 guests, booted for real under TCG on this host,
 one cell each (the full family per architecture is ci/family-<arch>.toml):
 Debian's ppc64el 6.1.170 hangs the BPF timer pair with both CPUs in
-hrtimer_cancel, read along ppc64's back chain; s390x's 6.1.170 hangs a task
-in _free_event (perf SIGTRAP); riscv64's 6.12.117 runs the BPF timer pair to
-its target count, its loader built from trixie's libbpf on this bookworm host."""
+hrtimer_cancel, read along ppc64's back chain; on s390x's 7.2.13 an exec and
+its tracer deadlock, named from the big-endian kernel's memory and again from
+its vmcore; riscv64's 6.12.117 runs the BPF timer pair to its target count,
+its loader built from trixie's libbpf on this bookworm host."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
-from helpers import kstall_processes, verify_json
+from helpers import REPO, kstall, kstall_processes, verify_json
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +34,21 @@ def test_ppc64el_6_1_170_hangs_both_cpus_in_the_bpf_timer_cancel_wait(tmp_path):
         assert "bpf_timer_cancel" in names and any(n.startswith("system_call") for n in names), c["frames"]
 
 
-def test_s390x_6_1_170_hangs_a_task_in_free_event(tmp_path):
-    rc, doc, err = verify_json(tmp_path, "debian:6.1.170", "perf-sigtrap", "--arch", "s390x")
-    assert rc == 1 and doc["verdict"] == "VULNERABLE", err[-2000:]
-    assert doc["kernel"]["arch"] == "s390x" and "_free_event" in doc["summary"], doc["summary"]
+def test_s390x_7_2_13_names_a_deadlock_among_sleeping_tasks_read_big_endian(tmp_path):
+    # the wait-for graph read from a big-endian kernel's memory (its BTF's byte
+    # order, its low kernel addresses): an exec and its tracer wait on each other
+    rc, doc, err = verify_json(tmp_path, "debian:7.2.13", str(REPO / "tests" / "programs" / "exec_ptrace_cycle.c"),
+                               "--arch", "s390x", "--vmcore")
+    assert rc == 1 and doc["verdict"] == "VULNERABLE" and doc["outcome"]["kind"] == "sleeping", err[-2000:]
+    assert doc["kernel"]["arch"] == "s390x" and doc["title"] == "INFO: task hung in begin_new_exec"
+    exec_pid = int(doc["hang"]["tasks"][0]["tid"])
+    assert {w["kind"] for w in doc["waits"]["waits"]} == {"mutex", "threads", "reap"}, doc["waits"]
+    assert any(f.startswith("deadlock: ") and f"held by pid {exec_pid}" in f for f in doc["waits"]["findings"])
+    assert doc["waits"]["walked"] > 20  # init_task's list, followed through the identity map
+    # its vmcore holds the same: the image mapped apart from RAM, where VMCOREINFO says
+    p = kstall("analyze", doc["results_dir"], "--json")
+    again = json.loads(p.stdout)[0]
+    assert again["agrees"] and again["waits_in_vmcore"][0].startswith("deadlock: "), p.stdout[-2000:] + p.stderr
 
 
 def test_riscv64_6_12_117_runs_the_bpf_timer_pair_through_with_its_loader_linked_by_the_shim(tmp_path):

@@ -220,12 +220,22 @@ def test_a_core_qemu_labels_big_endian_is_rewritten_in_a_little_endian_guests_or
     assert S390.table["pagetable"]["linear"] == 0 and PPC.table["pagetable"]["linear"] == 0xC000000000000000
 
 
-def test_a_big_endian_kernels_btf_is_read_and_its_structures_are_said_not_read(tmp_path):
+def test_a_big_endian_kernels_btf_lays_out_a_memory_read_big_endian(tmp_path):
     from harness.analysis import btf, kernel_waits
     little = struct.pack("<HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
     big = struct.pack(">HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
     assert btf.Btf(little).order == "<" and btf.Btf(big).order == ">"
-    assert "big-endian kernel" in kernel_waits.layout(big, "")["missing"]["btf"]
+    lay = kernel_waits.layout(big, "", S390.kernel_from)
+    assert (lay["order"], lay["kernel_from"]) == (">", 0) and "btf" not in lay["missing"]
+    # s390x's kernel pointers are low (its user space is another address space); ppc64's linear map's at 0xc...
+    assert S390.kernel_from == 0 and PPC.kernel_from == 0xC000000000000000 == arch.get("ppc64le").kernel_from
+    assert arch.get("x86_64").kernel_from == arch.KERNEL_HALF == RISCV.kernel_from
+    ram = {0x1000: bytes.fromhex("0000000000002000 00000007 ffffffff".replace(" ", ""))}
+    mem = kernel_waits.Memory.of(lambda a, n: ram[0x1000][a - 0x1000:a - 0x1000 + n] if a >= 0x1000 else None, lay)
+    assert mem.word(0x1000, 8) == 0x2000 and mem.word(0x1008, 4) == 7 and mem.number(b"\xff" * 4, signed=True) == -1
+    assert mem.pointer(0x2000) and not mem.pointer(0) and not mem.pointer(0x2004)
+    assert mem.window(0x1000, 16).word(0x100C, 4) == 0xFFFFFFFF
+    assert kernel_waits.Memory.of(mem.read, {}).word(0x1008, 4) == 0x07000000  # a layout of old said nothing
 
 
 def test_a_build_kernel_is_cross_built_with_what_the_architectures_tinyconfig_leaves_out():
@@ -235,3 +245,16 @@ def test_a_build_kernel_is_cross_built_with_what_the_architectures_tinyconfig_le
     assert opts.target is RISCV and [f.name for f in opts.config_files()][:2] == ["base.config", "riscv64.config"]
     assert "CONFIG_MMU=y" in (build.KCONFIG_DIR / "riscv64.config").read_text()
     assert build.BuildOptions().key() != opts.key()  # built apart from the host's
+
+
+def test_s390x_kernel_image_is_mapped_apart_where_its_vmcoreinfo_says():
+    # 7.2.13's VMCOREINFO (a real guest's): RAM at its physical address, the
+    # image at KERNELOFFSET from KERNELOFFPHYS on; 6.1's says neither
+    from harness.debug import corekernel
+
+    class Ram:
+        ram = [corekernel.Segment(1, 0, 0x1000, 0, 0, 1 << 30, 1 << 30, 0)]  # 1 GiB from 0
+    info = {"IDENTITYBASE": "0", "KERNELOFFSET": "3ffe0000000", "KERNELOFFPHYS": "900000"}
+    maps = corekernel.kernel_mappings(Ram(), S390, info)  # type: ignore[arg-type]
+    assert maps == [(0, 0, 1 << 30), (0x3FFE0000000, 0x900000, (1 << 30) - 0x900000)]
+    assert corekernel.kernel_mappings(Ram(), S390, {}) == [(0, 0, 1 << 30)]  # type: ignore[arg-type]
