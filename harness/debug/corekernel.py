@@ -234,18 +234,24 @@ def va_bits_of(pt: dict, info: dict[str, str]) -> int:
     return pt["va_bits"]
 
 
+def _linear_mappings(core: Core, pt: dict, info: dict[str, str]) -> list[tuple[int, int, int]]:
+    """The kernel's linear map of all RAM, where its stacks, tasks and text
+    live, and its image where VMCOREINFO says it is mapped apart (s390x's from 6.10)."""
+    linear = pt["linear"] + int(info.get(pt.get("linear_info", ""), "0"), 16)
+    out = [(linear + s.paddr, s.paddr, s.filesz) for s in core.ram if s.filesz]
+    img = pt.get("image", {})
+    if img.get("virtual") in info and img.get("physical") in info:
+        virt, phys = int(info[img["virtual"]], 16), int(info[img["physical"]], 16)
+        out += [(virt + start - phys, start, s.paddr + s.filesz - start) for s in core.ram
+                if s.filesz and s.paddr + s.filesz > (start := max(s.paddr, phys))]
+    return out
+
+
 def kernel_mappings(core: Core, a: Arch, info: dict[str, str]) -> list[tuple[int, int, int]]:
     """(virtual, physical, size) of every kernel mapping, runs merged."""
     pt = a.table["pagetable"]
-    if "linear" in pt:  # the kernel's linear map of all RAM, where its stacks, tasks and text live
-        linear = pt["linear"] + int(info.get(pt.get("linear_info", ""), "0"), 16)
-        out = [(linear + s.paddr, s.paddr, s.filesz) for s in core.ram if s.filesz]
-        img = pt.get("image", {})  # and its image, mapped apart (s390x's from 6.10), where VMCOREINFO says
-        if img.get("virtual") in info and img.get("physical") in info:
-            virt, phys = int(info[img["virtual"]], 16), int(info[img["physical"]], 16)
-            out += [(virt + start - phys, start, s.paddr + s.filesz - start) for s in core.ram
-                    if s.filesz and s.paddr + s.filesz > (start := max(s.paddr, phys))]
-        return out
+    if "linear" in pt:
+        return _linear_mappings(core, pt, info)
     root_sym, number = info.get(f"SYMBOL({pt['root']})"), info.get(f"NUMBER({pt['map_number']})")
     if root_sym is None or number is None:
         raise CoreError(f"VMCOREINFO has no SYMBOL({pt['root']}) or NUMBER({pt['map_number']})")
