@@ -20,6 +20,7 @@ import os
 import sys
 
 import gdb  # type: ignore[import-not-found]
+import gdb.unwinder  # type: ignore[import-not-found]
 
 # the architecture table is the host's (harness/base/arches.toml)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,12 +60,62 @@ def _signal_of(frame: "gdb.Frame") -> int | None:
     return signo if 0 < signo < 65 else None
 
 
+def _is_sigreturn(a: arch.Arch, pc: int) -> bool:
+    """pc is at the architecture's rt_sigreturn call that gdb unwinds no further (arches.toml `sigreturn`)."""
+    insn = bytes.fromhex(a.table.get("sigreturn", {}).get("insn", ""))
+    try:
+        return bool(insn) and bytes(gdb.selected_inferior().read_memory(pc, len(insn))) == insn
+    except (gdb.error, gdb.MemoryError):
+        return False
+
+
+class SigreturnUnwinder(gdb.unwinder.Unwinder):
+    """The caller of a signal handler's return into rt_sigreturn, read from
+    the kernel's rt_sigframe at the frame's stack pointer: what the signal
+    interrupted (gdb's own unwinder follows the vdso's CFI to nowhere on s390x)."""
+
+    def __init__(self) -> None:
+        super().__init__("kstall-sigreturn")
+
+    def __call__(self, pending: "gdb.PendingFrame"):  # noqa: ANN204 (gdb.UnwindInfo | None)
+        try:  # every frame of every program comes here: one of an architecture kstall does not know is not its
+            a = arch.by_gdb(pending.architecture().name())
+        except KeyError:
+            return None
+        spec = a.table.get("sigreturn")
+        if spec is None:
+            return None
+        pc_reg, sp_reg = pending.read_register(a.pc), pending.read_register(a.sp)
+        pc, sp = int(pc_reg) & (2**64 - 1), int(sp_reg) & (2**64 - 1)
+        if not _is_sigreturn(a, pc):
+            return None
+        try:
+            mem = gdb.selected_inferior().read_memory
+            word = lambda at: int.from_bytes(bytes(mem(sp + at, 8)), a.byteorder)  # noqa: E731
+            regs = {r: word(spec["regs_at"] + 8 * i) for i, r in enumerate(spec["regs"])}
+            regs |= {r: word(at) for r, at in spec.get("words", {}).items()}  # the pc among them
+        except (gdb.error, gdb.MemoryError):
+            return None
+        info = pending.create_unwind_info(_FrameId(sp_reg + spec.get("cfa", 0), pc_reg))
+        for r, v in regs.items():
+            info.add_saved_register(r, gdb.Value(v).cast(pending.read_register(r).type))
+        return info
+
+
+class _FrameId:
+    """A frame's identity as gdb takes it: its stack and code addresses, as gdb.Values."""
+
+    def __init__(self, sp: "gdb.Value", pc: "gdb.Value") -> None:
+        self.sp, self.pc = sp, pc
+
+
 def _frames() -> list[dict]:
     out = []
     f = gdb.newest_frame()
+    a = _arch()
     while f is not None and len(out) < MAX_FRAMES:
         d = {"func": f.name(), "pc": f.pc()}
-        if f.type() == gdb.SIGTRAMP_FRAME:
+        if f.type() == gdb.SIGTRAMP_FRAME or _is_sigreturn(a, f.pc()):
             d["sigtramp"] = True
             d["signal"] = _signal_of(f)
         sal = f.find_sal()
@@ -126,3 +177,4 @@ class LockWord(gdb.Command):
 Threads()
 Thread()
 LockWord()
+gdb.unwinder.register_unwinder(None, SigreturnUnwinder(), replace=True)

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from harness.analysis import thread_hang, threads
-from harness.base import leftovers
+from harness.base import arch, leftovers
 from harness.debug import process
 
 
@@ -41,7 +41,11 @@ def examine(target: str, exe: Path | None, keep_core: Path | None,
             process.capture_live(pid, core, timeout * 3)
         else:
             raise Usage(f"{target!r} is neither a PID nor core:FILE")
-        dump = process.dump_core(core, exe, work / "gdb.log", proc, timeout)
+        # a core of another architecture (one copied from a guest) is read by its own gdb
+        with open(core, "rb") as f:
+            name = arch.of_elf(f.read(20))
+        gdb = arch.get(name).gdb if name in arch.names() else "gdb"
+        dump = process.dump_core(core, exe, work / "gdb.log", proc, timeout, gdb_name=gdb)
         return thread_hang.analyse(dump, proc), dump, exe
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -195,3 +195,16 @@ def test_a_blob_kstall_did_not_ask_for_or_larger_than_asked_is_skipped_whole():
     assert r.blobs == {"CORE": b"xyz"} and r.refused == ["KALLSYMS 6", "CORE 9"]
     r.feed(b"CORE 3\nabc")  # one blob per request
     assert r.blobs == {"CORE": b"xyz"} and r.refused[-1] == "CORE 3"
+
+
+def test_s390x_handler_read_past_its_signal_frame_by_kstalls_own_unwinder():
+    # a real s390x core (6.1.176): gdb-multiarch stops at the vdso's
+    # rt_sigreturn; gdbscripts/kstall_threads.py read the interrupted frames
+    # from the kernel's rt_sigframe (arches.toml `sigreturn`), and gdb named
+    # malloc by its alias __malloc
+    dump, proc = recorded("signal-malloc-6.1.176-s390x")
+    a = thread_hang.analyse(dump, proc)
+    assert a.signature is not None and a.signal == "SIGPROF" and a.group.owner_from == "stacks"
+    inner, tramp, interrupted = a.owner.split()
+    assert [f["func"] for f in inner] == ["__lll_lock_wait_private", "__malloc", "on_sigprof"]
+    assert tramp["signal"] == 27 and interrupted[0]["func"] in ("brk", "_int_malloc", "_int_free", "sysmalloc")
