@@ -54,6 +54,12 @@ def test_fixed_kernels_are_not_reproduced_with_a_stated_p_miss(tmp_path, version
     assert doc["verdict"] == "NOT_REPRODUCED"
     ev = doc["evidence"]
     assert ev["count"] >= 10000 and ev["count_name"] == "REFRESH cycles"
+    if doc["vm"]["accel"] == "tcg-single":
+        # multi-threaded TCG's text-patching race (an int3 oops, a fresh clone's CI met it) was
+        # retried single-threaded: a rate no calibration measured, so it is said to be unknown
+        assert doc["attempts"][0]["reason"].startswith("emulator fault: "), doc["attempts"]
+        assert ev["p_miss"]["p_miss"] is None and "no calibration under TCG-SINGLE" in ev["p_miss"]["text"]
+        return
     assert ev["p_miss"]["p_miss_log10"] <= -6
     assert "calibrated on debian:6.16.12" in ev["p_miss"]["method"]
 

@@ -108,7 +108,9 @@ def test_a_host_command_on_a_kernel_whose_virtiofs_is_a_module_runs_from_the_cal
     assert not (tmp_path / "new.txt").exists(), "the guest wrote to the host's filesystem"
 
 
-@pytest.mark.parametrize("version", ["6.12.107", "7.3.4"])
+# 7.3.4 alone: a kernel without the blocker field (6.1.170) titles its sleeping hangs
+# from the stacks in test_console_reports.py and test_wait_graph.py
+@pytest.mark.parametrize("version", ["7.3.4"])
 def test_a_sleeping_hang_is_a_hung_task_titled_from_its_kernel_stack_within_30s(tmp_path, version):
     rc, doc, err = verify_json(tmp_path, f"debian:{version}", str(PROGRAMS / "pipe_sleeper.c"))
     assert rc == 1, err
