@@ -77,6 +77,13 @@ class Arch:
         return "big" if self.table.get("byteorder") == "big" else "little"
 
     @property
+    def monitor_byteorder(self) -> Literal["little", "big"]:
+        """How QEMU's monitor prints its words (HMP `x`): in its target's order,
+        which for ppc64 is big-endian whichever way the guest runs (the table's
+        `monitor_byteorder`), else the guest's."""
+        return "big" if self.table.get("monitor_byteorder", self.byteorder) == "big" else "little"
+
+    @property
     def kernel_from(self) -> int:
         """The lowest address a pointer into its kernel has: the upper half's
         (the table's `pagetable.kernel_from` where lower: ppc64's linear map at

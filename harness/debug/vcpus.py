@@ -238,7 +238,7 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
         regs = {k: named[k] for k in a.registers if k in named}
         pc, sp = regs.get(a.pc, 0), regs.get(a.sp, 0)
         user = a.in_user_mode(regs)
-        read = functools.partial(hmp_bytes, qmp, n, order=a.byteorder)  # this CPU's view of memory
+        read = functools.partial(hmp_bytes, qmp, n, order=a.monitor_byteorder)  # this CPU's view of memory
         regions = []
         if not user and sp:
             regions = [r for r in walker.regions(read, regs, a, stack_bytes - (sp & 7), syms) if r[1]]
@@ -256,7 +256,7 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,
                      "code": {f"{a:#x}": b.hex() for a, b in code.items()},
                      "frames": frames, "unwinder": a.unwinder if syms else "none"})
-    waits = kernel_waits.read(lambda at, k: hmp_bytes(qmp, 0, at, k, a.byteorder), layout or {}, len(cpus))
+    waits = kernel_waits.read(lambda at, k: hmp_bytes(qmp, 0, at, k, a.monitor_byteorder), layout or {}, len(cpus))
     doc = {"host_time": time.time(), "dump_seconds": round(time.monotonic() - t0, 3), "cpus": cpus, "via": "qmp",
            "waits": waits}
     (out_dir / f"sample-{index}.json").write_text(json.dumps(doc))

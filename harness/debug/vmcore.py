@@ -79,18 +79,18 @@ class _SparseCopy(threading.Thread):
                 os.close(out)
 
 
-def read_vmcoreinfo(vm: VM, address: int | None, cpus: int,
-                    byteorder: Literal["little", "big"] = "little") -> bytes | None:
+def read_vmcoreinfo(vm: VM, address: int | None, cpus: int, byteorder: Literal["little", "big"] = "little",
+                    monitor: Literal["little", "big"] | None = None) -> bytes | None:
     """The kernel's VMCOREINFO note, read through a vCPU's MMU (the first
     whose page tables map the kernel) from the pointer at `vmcoreinfo_note`."""
     if address is None:
         return None
     for cpu in range(cpus):
         try:
-            ptr = hmp_bytes(vm.qmp, cpu, address, 8, byteorder)
+            ptr = hmp_bytes(vm.qmp, cpu, address, 8, monitor or byteorder)
             if not ptr:
                 continue
-            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES, byteorder)
+            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES, monitor or byteorder)
         except (QMPError, OSError):
             continue
         if note:
@@ -104,7 +104,7 @@ def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, 
     (harness/debug/corekernel.py); what run.json says of it."""
     dest = out_dir / NAME
     t0 = time.monotonic()
-    note = read_vmcoreinfo(vm, vmcoreinfo_at, cpus, a.byteorder)
+    note = read_vmcoreinfo(vm, vmcoreinfo_at, cpus, a.byteorder, a.monitor_byteorder)
     r, w = os.pipe2(os.O_CLOEXEC)
     copy = _SparseCopy(r, dest, corekernel.HEADROOM)  # the headers go in front (corekernel.complete)
     copy.start()

@@ -302,7 +302,7 @@ class _Run:
         try:
             vm.qmp.cmd("stop")
             try:
-                order = arches.get(self.kernel.arch).byteorder
+                order = arches.get(self.kernel.arch).monitor_byteorder
                 doc = task_waits.read(lambda a, k: debug.hmp_bytes(vm.qmp, 0, a, k, order),
                                       json.loads(lay.read_text()), vm.cfg.cpus)
             finally:

@@ -258,3 +258,13 @@ def test_s390x_kernel_image_is_mapped_apart_where_its_vmcoreinfo_says():
     maps = corekernel.kernel_mappings(Ram(), S390, info)  # type: ignore[arg-type]
     assert maps == [(0, 0, 1 << 30), (0x3FFE0000000, 0x900000, (1 << 30) - 0x900000)]
     assert corekernel.kernel_mappings(Ram(), S390, {}) == [(0, 0, 1 << 30)]  # type: ignore[arg-type]
+
+
+def test_qemus_monitor_prints_a_ppc64le_guests_words_big_endian():
+    # QEMU's ppc64 target is big-endian: HMP `x` read init_task.tasks.next of a
+    # Debian 7.2.13 ppc64el guest as 0x485e2b04000000c0 (gdb: 0xc0000000042b5e48)
+    assert (PPC.byteorder, PPC.monitor_byteorder) == ("little", "big")
+    assert S390.monitor_byteorder == "big"
+    assert RISCV.monitor_byteorder == arch.get("x86_64").monitor_byteorder == "little"
+    printed = 0x485E2B04000000C0
+    assert int.from_bytes(printed.to_bytes(8, PPC.monitor_byteorder), PPC.byteorder) == 0xC0000000042B5E48
