@@ -215,7 +215,8 @@ _REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)  # HMP's 'inf
 def hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int, order: Literal["little", "big"] = "little") -> bytes | None:
     """n bytes of guest virtual memory through HMP 'x' on that CPU; None if
     unmapped. Output lines look like 'ffa0000000493c28: 0x... 0x...': words
-    as the guest's byte order reads them, turned back into its bytes."""
+    in the order QEMU's monitor prints them (order: the row's
+    monitor_byteorder), turned back into the guest's bytes."""
     out = qmp.hmp(f"x /{(n + 7) // 8}gx {addr:#x}", cpu=cpu, timeout=10)
     data = bytearray()
     for line in out.splitlines():
