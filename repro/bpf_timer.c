@@ -80,7 +80,8 @@ static int step(unsigned long long elapsed_ms, unsigned long long *count)
 	ksft_print_msg("progress count=%llu elapsed_ms=%llu\n", *count, elapsed_ms);
 	/* no timer could be made, so none ran: the kernel cannot reach the bug
 	 * this way (7.2's bpf_timer_init allocates with kmalloc_nolock(), which
-	 * fails where the slab has no double-word cmpxchg) */
+	 * fails where the slab has no double-word cmpxchg and kstall did not boot
+	 * with debug kmalloc caches: repro/bpf-timer.toml) */
 	if (!*count && init_err < 0 && !atomic_load(&failed_errno)) {
 		failed_call = "bpf_timer_init";
 		atomic_store(&failed_errno, (int)-init_err);

@@ -26,12 +26,15 @@ class KernelNeeds:
     modules: tuple[tuple[str, str], ...] = ()  # (option, module name)
     # options a kernel built for it also sets, though a distro kernel is not checked for them
     build: tuple[str, ...] = ()
+    # (option, kernel parameter): boot with the parameter when the kernel's config lacks the option
+    boot_without: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def from_doc(owner: str, doc: dict) -> "KernelNeeds":
         k = doc.get("kernel", {})
         return KernelNeeds(owner, tuple(k.get("options", ())), tuple(k.get("modules", {}).items()),
-                           tuple(k.get("build", ())))
+                           tuple(k.get("build", ())),
+                           tuple((b["option"], b["cmdline"]) for b in k.get("boot_without", ())))
 
     def fragment(self) -> str:
         """Its kconfig fragment, for a kernel built for it."""

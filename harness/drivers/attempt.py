@@ -122,7 +122,7 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     target = opts.run.count or max(repro.min_count, pmiss.count_for(c.calibration, opts.run.pmiss_target))
     env = guest_env.get(repro.env) if repro.env else None
     duration = opts.run.duration or (env.seconds_for(c.accel) if env else repro.max_seconds)
-    extra = " ".join(a for a in (disk.cmdline if disk else "", opts.guest.cmdline_extra) if a)
+    extra = " ".join(a for a in (disk.cmdline if disk else "", *c.check.cmdline, opts.guest.cmdline_extra) if a)
     cpus = c.cpus
     m = machine.for_kernel(c.kernel)
     cfg = VMConfig(kernel=m.boot_file(c.kernel), initrd=c.initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
@@ -428,7 +428,7 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                 except snapshot.SnapshotError as e:
                     echo(f"could not save a snapshot ({e}): later runs boot cold")
             echo(f"{'restored' if restored else 'booting'} {kernel.canonical} ({plan.cpus} vCPUs, {c.accel.upper()}), "
-                 f"{repro.name} {plan.until(repro.count_name)}")
+                 f"{repro.name} {plan.until(repro.count_name)}{c.check.boot_note()}")
             def hook() -> None:
                 r.host_wait = HostWait(vm.proc.pid if vm.proc else None)
                 r.host_wait.start()

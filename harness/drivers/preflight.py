@@ -7,6 +7,8 @@ checked against the kernel's config when kstall has one:
   error before anything boots;
 - an option the reproducer needs is missing: its path cannot run, so the
   verdict is INCONCLUSIVE at once, naming the options;
+- an option whose absence the reproducer works around with a kernel parameter
+  ([[kernel.boot_without]]): the guest boots with it;
 - an option that is a module (=m): its module and their dependencies (taken
   when the kernel was fetched, images/kernels/modules.py) go into the initramfs, in
   load order.
@@ -32,11 +34,21 @@ class Check:
     modules: list[Path] = field(default_factory=list)  # to load in the guest, in order
     config_checked: bool = False
     machine_lacks: str = ""  # what the guest's architecture cannot give the reproducer's path
+    # (option, kernel parameter): the reproducer's path needs the parameter on this kernel, which lacks the option
+    boot_without: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:
         """The path cannot run on this kernel: nothing boots."""
         return bool(self.missing or self.machine_lacks)
+
+    @property
+    def cmdline(self) -> list[str]:
+        return [p for _, p in self.boot_without]
+
+    def boot_note(self) -> str:
+        """', with slub_debug=… (the kernel has no CONFIG_…)' for the progress line ('' when none)."""
+        return "".join(f", with {p} (the kernel has no CONFIG_{o})" for o, p in self.boot_without)
 
     def reason(self) -> str:
         if self.machine_lacks:
@@ -75,6 +87,7 @@ def check(kernel: Kernel, repro: Reproducer | None) -> Check:
             raise SpecError(f"{kernel.canonical} has no {', '.join('CONFIG_' + o for o in lacking)}: kstall's guest "
                             "agent needs them to reach the host (a virtio console on the machine's bus, an initramfs)")
         out.missing = _absent(kernel, repro.needs.options) if repro else []
+        out.boot_without = [(o, p) for o, p in (repro.needs.boot_without if repro else ()) if _absent(kernel, (o,))]
     names = []
     for need in needs:
         for option, module in need.modules:

@@ -75,6 +75,17 @@ def test_preflight_names_the_options_a_reproducer_lacks(tmp_path):
     assert "CONFIG_BPF_SYSCALL" in c.reason() and c.modules == []
 
 
+def test_preflight_boots_a_kernel_without_an_option_with_the_parameter_the_reproducer_names(tmp_path):
+    """bpf-timer on a kernel without a double-word cmpxchg (Debian's ppc64el and riscv64): debug kmalloc caches."""
+    bpf = AGENT_OK + "CONFIG_BPF_SYSCALL=y\nCONFIG_BPF_JIT=y\nCONFIG_HIGH_RES_TIMERS=y\nCONFIG_NET_CLS_ACT=y\n"
+    c = preflight.check(kernel_with(tmp_path, bpf), reproducers.load("bpf-timer"))
+    assert not c.blocked and c.cmdline == ["slub_debug=F,kmalloc-*"]
+    assert "with slub_debug=F,kmalloc-* (the kernel has no CONFIG_HAVE_CMPXCHG_DOUBLE)" in c.boot_note()
+    c = preflight.check(kernel_with(tmp_path, bpf + "CONFIG_HAVE_CMPXCHG_DOUBLE=y\n"), reproducers.load("bpf-timer"))
+    assert c.cmdline == [] and c.boot_note() == ""
+    assert preflight.check(kernel_with(tmp_path, bpf), reproducers.load("perf-refresh")).cmdline == []
+
+
 def test_preflight_agent_options_and_modules(tmp_path):
     with pytest.raises(SpecError, match="CONFIG_VIRTIO_CONSOLE"):
         preflight.check(kernel_with(tmp_path, "CONFIG_VIRTIO_PCI=y\nCONFIG_DEVTMPFS=y\nCONFIG_BLK_DEV_INITRD=y\n"),
