@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import pexpect
 
@@ -34,6 +34,7 @@ from harness.debug.gdb import DebugError, spawn_gdb
 
 GDB_SCRIPT = paths.REPO / "gdbscripts" / "kstall_gdb.py"
 PROMPT = "(gdb) "
+GONE_POLL_S = 0.25  # how often a silent GDB's QEMU is looked at
 
 
 @dataclass
@@ -62,6 +63,8 @@ class GdbSession:
 
     def __init__(self, log_path: Path, target: Target, timeout: float = 20.0, load: bool = True) -> None:
         self.timeout = timeout
+        # what ended QEMU from under GDB (killed, stopped), or None: asked while GDB is silent
+        self.qemu_gone: Callable[[], str | None] = lambda: None
         args = ["-ex", f"set architecture {target.arch.gdb_arch}"]
         if target.vmlinux:
             args += ["-ex", f"file {target.vmlinux}"]
@@ -96,16 +99,25 @@ class GdbSession:
         # (with a vmlinux, GDB also says "<source>: No such file or directory":
         # that is about source files, not the socket)
         if "Remote debugging using" not in out or re.search(
-                r"(Connection refused|Remote connection closed|Connection timed out|"
+                r"(Connection refused|Remote connection closed|Connection timed out|Target disconnected|"
                 rf"{re.escape(str(gdb_socket))}: No such file)", out):
             raise DebugError(f"gdb could not attach: {out.strip()[-200:]}")
 
     def _expect_prompt(self, timeout: float | None = None) -> str:
-        try:
-            self.child.expect_exact(PROMPT, timeout=timeout or self.timeout)
-        except (pexpect.TIMEOUT, pexpect.EOF) as e:
-            raise DebugError(f"gdb stopped answering ({type(e).__name__})") from None
-        return self.child.before
+        # in slices: a GDB waiting on a QEMU that was killed or stopped waits for nothing
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            try:
+                self.child.expect_exact(PROMPT, timeout=max(0.0, min(GONE_POLL_S, deadline - time.monotonic())))
+                return self.child.before
+            except pexpect.EOF:
+                raise DebugError("gdb stopped answering (EOF)") from None
+            except pexpect.TIMEOUT:
+                gone = self.qemu_gone()
+                if gone:
+                    raise DebugError(f"gdb waited on a QEMU that is gone: {gone}") from None
+                if time.monotonic() >= deadline:
+                    raise DebugError("gdb stopped answering (TIMEOUT)") from None
 
     def run(self, command: str, timeout: float | None = None) -> str:
         self.child.sendline(command)
@@ -119,7 +131,9 @@ class GdbSession:
 
     def let_run(self, seconds: float) -> None:
         """Let the guest run for a moment, then stop it again."""
-        self.run("continue &")
+        out = self.run("continue &")
+        if "The program is not being run" in out:  # the target went away (QEMU ended): no stop to wait for
+            raise DebugError("gdb lost its target: the program is not being run")
         time.sleep(seconds)
         self.child.sendline("interrupt")
         try:
@@ -187,13 +201,16 @@ class Prepared:
 
 
 def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int, interval: float, resume: bool,
-                    prepared: Prepared | None = None, console: Path | None = None) -> list[dict]:
+                    prepared: Prepared | None = None, console: Path | None = None,
+                    qemu_gone: Callable[[], str | None] | None = None) -> list[dict]:
     if prepared is not None:
         session = prepared.take()
         if session is None:  # not a second start: a GDB that could not start once will not now
             raise DebugError(prepared.error or "gdb did not start in time")
     else:
         session = GdbSession(out_dir / "gdb.log", target)
+    if qemu_gone is not None:
+        session.qemu_gone = qemu_gone
     dumps = []
     try:
         session.attach(gdb_socket)
@@ -279,11 +296,13 @@ MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop run
 
 
 def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int = 3, interval: float = 0.2,
-           resume: bool = False, prepared: Prepared | None = None, console: Path | None = None) -> Samples:
+           resume: bool = False, prepared: Prepared | None = None, console: Path | None = None,
+           qemu_gone: Callable[[], str | None] | None = None) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
     With resume the guest keeps running afterwards (a possible false alarm).
     A prepared GDB is used when it started; either way it is taken. console:
-    the guest's console log, whose size each sample records."""
+    the guest's console log, whose size each sample records. qemu_gone: what
+    ended QEMU (killed, stopped from outside) or None, asked while GDB waits."""
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     result = Samples()
@@ -297,7 +316,8 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int
         result.seconds = round(time.monotonic() - t0, 2)
         return result
     try:
-        result.dumps = sample_with_gdb(gdb_socket, out_dir, target, count, interval, resume, prepared, console)
+        result.dumps = sample_with_gdb(gdb_socket, out_dir, target, count, interval, resume, prepared, console,
+                                       qemu_gone)
         result.method = "gdb"
     except DebugError as e:
         result.errors.append(f"gdb: {e}")

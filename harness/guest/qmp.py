@@ -15,6 +15,10 @@ class QMPError(RuntimeError):
     pass
 
 
+class QMPTimeout(QMPError):
+    """QEMU's main loop did not answer in time (it is held or busy), as against a closed connection."""
+
+
 class QMP:
     def __init__(self, path: Path, timeout: float = 10.0) -> None:
         self.path = path
@@ -52,12 +56,12 @@ class QMP:
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise QMPError("QMP timed out")
+                raise QMPTimeout("QMP timed out")
             self.sock.settimeout(left)
             try:
                 chunk = self.sock.recv(65536)
             except socket.timeout:
-                raise QMPError("QMP timed out") from None
+                raise QMPTimeout("QMP timed out") from None
             if not chunk:
                 raise QMPError("QMP connection closed")
             self.buf += chunk

@@ -24,7 +24,7 @@ from pathlib import Path
 from harness.base import leftovers, paths, procs
 from harness.base import arch as arches
 from harness.guest import hostfs, machine, streams
-from harness.guest.qmp import QMP, QMPError
+from harness.guest.qmp import QMP, QMPError, QMPTimeout
 from images.guest import disks
 
 # the signals someone sends to end a process; any other that kills QEMU
@@ -290,12 +290,16 @@ class VM:
         """Quit QEMU (politely, then not), reap it, remove the sockets."""
         rc = None
         if self.proc is not None:
-            if self.proc.poll() is None:
+            if self.stopped():  # stopped from outside: it answers no quit, and SIGTERM waits for a SIGCONT
+                self.proc.kill()
+            elif self.proc.poll() is None:
                 try:
                     self.qmp.cmd("quit", timeout=2.0)
+                    self.ends_within(2.0)
+                except QMPTimeout:  # a main loop that answers no quit acts on no SIGTERM either
+                    self.proc.kill()
                 except (QMPError, OSError):
-                    pass
-                self.ends_within(2.0)
+                    self.ends_within(2.0)
             rc = procs.reap(self.proc)
         self.qmp.close()
         if self.ram_fd is not None:

@@ -123,8 +123,7 @@ def test_qmp_not_answering_is_an_error_naming_it_never_a_verdict_about_the_kerne
     tracer = []
 
     def hold_main_loop(proc):
-        assert _qemu_of(proc)
-        time.sleep(7)  # booted and running the reproducer
+        _running(proc)
         qemu = _qemu_of(proc)  # this attempt's (an emulator fault at boot is retried)
         assert qemu
         tracer.append(_main_thread_held(qemu))
@@ -190,6 +189,12 @@ def _while_gdb_reads(proc: subprocess.Popen) -> None:
     assert any(SAMPLING in line for line in iter(proc.stderr.readline, "")), "kstall never read the vCPUs"
 
 
+def _running(proc: subprocess.Popen) -> None:
+    """Return with the guest up and its reproducer running for 2 s."""
+    assert any("guest up in" in line for line in iter(proc.stderr.readline, "")), "the guest never came up"
+    time.sleep(2)
+
+
 def _qemu_of(proc: subprocess.Popen) -> int:
     """The QEMU of a kstall verify started by the test (its child)."""
     def find():
@@ -216,8 +221,10 @@ def test_qemu_killed_or_stopped_is_an_error_naming_it(tmp_path, stage, kernel, s
         assert qemu
         if stage == "sampling":
             _while_gdb_reads(proc)
+        elif stage == "running":
+            _running(proc)
         else:
-            time.sleep(0.5 if stage == "boot" else 7)
+            time.sleep(0.5)
         # this attempt's: an attempt before it may have been retried (an emulator fault at boot; a
         # restore that failed, which boots cold), and its QEMU is gone (CI met that when sampling)
         qemu = _qemu_of(proc)
