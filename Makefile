@@ -146,7 +146,7 @@ run: deps
 test: deps
 	@ci/install-npm-tools
 	@$(MAKE) --no-print-directory guest
-	$(PYTHON) -m pytest -q --durations=25 $(PYTEST_ARGS) tests
+	$(PYTHON) tests/run_suite.py $(PYTEST_ARGS)
 
 unit: deps
 	@ci/install-npm-tools
