@@ -22,7 +22,6 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Literal
 
 from harness.base.arch import Arch
 from harness.debug import corekernel
@@ -79,18 +78,18 @@ class _SparseCopy(threading.Thread):
                 os.close(out)
 
 
-def read_vmcoreinfo(vm: VM, address: int | None, cpus: int, byteorder: Literal["little", "big"] = "little",
-                    monitor: Literal["little", "big"] | None = None) -> bytes | None:
+def read_vmcoreinfo(vm: VM, address: int | None, cpus: int, a: Arch) -> bytes | None:
     """The kernel's VMCOREINFO note, read through a vCPU's MMU (the first
-    whose page tables map the kernel) from the pointer at `vmcoreinfo_note`."""
+    whose page tables map the kernel) from the pointer at `vmcoreinfo_note`
+    (the monitor prints words in its order, the guest's pointer is in its own)."""
     if address is None:
         return None
     for cpu in range(cpus):
         try:
-            ptr = hmp_bytes(vm.qmp, cpu, address, 8, monitor or byteorder)
+            ptr = hmp_bytes(vm.qmp, cpu, address, 8, a.monitor_byteorder)
             if not ptr:
                 continue
-            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, byteorder), NOTE_BYTES, monitor or byteorder)
+            note = hmp_bytes(vm.qmp, cpu, int.from_bytes(ptr, a.byteorder), NOTE_BYTES, a.monitor_byteorder)
         except (QMPError, OSError):
             continue
         if note:
@@ -104,7 +103,7 @@ def write(vm: VM, out_dir: Path, a: Arch, vmcoreinfo_at: int | None, cpus: int, 
     (harness/debug/corekernel.py); what run.json says of it."""
     dest = out_dir / NAME
     t0 = time.monotonic()
-    note = read_vmcoreinfo(vm, vmcoreinfo_at, cpus, a.byteorder, a.monitor_byteorder)
+    note = read_vmcoreinfo(vm, vmcoreinfo_at, cpus, a)
     r, w = os.pipe2(os.O_CLOEXEC)
     copy = _SparseCopy(r, dest, corekernel.HEADROOM)  # the headers go in front (corekernel.complete)
     copy.start()

@@ -240,7 +240,7 @@ class _Run:
         prepared, self.prepared = self.prepared, None
         self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.debug_target(), self.opts.debug.samples,
                                     self.opts.debug.sample_interval, resume=True, prepared=prepared,
-                                    console=vm.console_log, qemu_gone=lambda: vm.outside_fault() or vm.crashed())
+                                    console=vm.console_log, qemu_gone=vm.gone)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)

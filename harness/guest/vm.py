@@ -235,7 +235,7 @@ class VM:
         except (QMPError, OSError, VMError) as e:  # QEMU gone mid-handshake: a reset connection
             if not self.stopped():
                 self.ends_within(2.0)
-            fault = self.outside_fault() or self.crashed()
+            fault = self.gone()
             raise VMError(f"{fault} while it started" if fault else
                           f"QEMU did not start: {e}; {self.qemu_log_tail()}") from None
 
@@ -278,6 +278,10 @@ class VM:
         if sig <= 0 or sig in OUTSIDE_SIGNALS:
             return None
         return f"QEMU crashed ({procs.signal_name(sig)})"
+
+    def gone(self) -> str | None:
+        """What ended or stopped QEMU, from outside or by its own crash; None while it runs."""
+        return self.outside_fault() or self.crashed()
 
     def qemu_log_tail(self, n: int = 5) -> str:
         try:

@@ -182,16 +182,21 @@ def test_verify_as_an_ordinary_user_with_a_fresh_cache():
 SAMPLING = "reading every vCPU with gdb"
 
 
+def _said(proc: subprocess.Popen, cue: str) -> bool:
+    """Read kstall's progress until it says cue (False: it ended first)."""
+    return any(cue in line for line in iter(proc.stderr.readline, ""))
+
+
 def _while_gdb_reads(proc: subprocess.Popen) -> None:
     """Return as kstall starts to read a hung guest's vCPUs: a fault done then
     lands while GDB reads (a fraction of a second; GDB's process is started
     earlier, so it cannot tell). Find QEMU before calling this."""
-    assert any(SAMPLING in line for line in iter(proc.stderr.readline, "")), "kstall never read the vCPUs"
+    assert _said(proc, SAMPLING), "kstall never read the vCPUs"
 
 
 def _running(proc: subprocess.Popen) -> None:
     """Return with the guest up and its reproducer running for 2 s."""
-    assert any("guest up in" in line for line in iter(proc.stderr.readline, "")), "the guest never came up"
+    assert _said(proc, "guest up in"), "the guest never came up"
     time.sleep(2)
 
 
