@@ -61,7 +61,8 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
                    "that architecture's package (debian:6.16.12 --arch arm64 is debian:6.16.12-arm64); other "
                    "kernels say their own, which must be this one (default: the kernel's; debian: amd64)")
     g.add_argument("--cpus", type=int, help="vCPUs (default: the reproducer's, 2 for perf-refresh)")
-    g.add_argument("--memory", type=int, default=1024, metavar="MB", help="guest memory (default 1024)")
+    g.add_argument("--memory", type=int, metavar="MB", help="guest memory (default 1024; a syzkaller "
+                   "reproducer's: 2048, syzbot's smallest machine)")
     g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                    help="auto: KVM if a probe boot proves it works, else TCG (default)")
     g.add_argument("--vmlinux", type=Path, help="vmlinux with DWARF: GDB shows inlined frames")
@@ -557,7 +558,7 @@ def _matrix_parsers(sub) -> None:
     mx.add_argument("--arch", choices=arch_choices(), help="the architecture of the rows that name none "
                     "(a row's `arch`, or [defaults] arch; default amd64)")
     mx.add_argument("--attempts", type=int, default=2)
-    mx.add_argument("--memory", type=int, default=1024, metavar="MB")
+    mx.add_argument("--memory", type=int, metavar="MB", help="guest memory (default: as verify's)")
     mx.add_argument("--pmiss", type=float, help="target P(miss) for NOT_REPRODUCED cells (as verify's --pmiss)")
     mx.add_argument("--no-snapshot", action="store_true", help="boot every guest cold (no snapshots)")
     mx.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")

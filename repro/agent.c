@@ -22,7 +22,7 @@
  * command line, and what must differ between guests restored from one
  * snapshot:
  *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC repeat=N seconds=S sleep=S
- *      hostfs=TAG cmd=HEX cwd=HEX
+ *      hostfs=TAG cmd=HEX cwd=HEX health=L,P,M
  * repro, args and syms as on the command line (they override it), seed mixed
  * into the kernel's RNG and the CRNG reseeded, time set as CLOCK_REALTIME.
  * repeat: a program that knows nothing of kstall (a user's own) is run up to
@@ -66,6 +66,7 @@
  *   KSTALL ready                      (gated: waiting for "GO" from the host)
  *   KSTALL dstate tid=T pid=P comm=C secs=S wchan=W kstack=F1,F2..  (GO sleep=S)
  *   HB seq mono_ns count
+ *   KSTALL health secs=N starved_s=N oom_kills=N ...  (after the program: see health_watch)
  *   KSTALL exit code=C
  *   KSTALL poweroff
  */
@@ -91,6 +92,7 @@
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <stdarg.h>
@@ -117,6 +119,7 @@ static atomic_ullong progress_count;
 static atomic_int hb_stop;
 static atomic_int repro_pid;
 static atomic_int core_requested;
+static atomic_int stop_sent;	/* the host's STOP: the agent signalled the program */
 static atomic_int core_acked;	/* the host has the whole core ("CORE-OK") */
 static atomic_int syms_sent;	/* the symbols went to the host... */
 static atomic_int syms_acked;	/* ...and it has them all ("SYMS-OK") */
@@ -596,8 +599,10 @@ static void host_commands(const char *until)
 				snprintf(go_line, sizeof(go_line), "%s", buf);
 				return;
 			}
-			if (!strcmp(buf, "STOP") && atomic_load(&repro_pid) > 0)
+			if (!strcmp(buf, "STOP") && atomic_load(&repro_pid) > 0) {
+				atomic_store(&stop_sent, 1);
 				kill(atomic_load(&repro_pid), SIGTERM);
+			}
 			if (!strcmp(buf, "CORE") && atomic_load(&repro_pid) > 0 && !atomic_load(&core_requested))
 				request_core(atomic_load(&repro_pid));
 			if (!strcmp(buf, "CORE-OK"))
@@ -949,7 +954,10 @@ static void exec_host_command(void)
  *   mount SRC DIR FSTYPE OPTS     mount (OPTS "-": none)
  *   symlink TARGET LINK
  *   loopback                      bring lo up
- *   cwd DIR                       the program runs from DIR
+ *   root DIR                      the program runs chrooted to DIR, a disk's mount point
+ *                                 that gets the rest of the guest's root bound into it
+ *                                 (see make_root)
+ *   cwd DIR                       the program runs from DIR (inside root's, if one)
  *   trace                         count the program's system calls by result (tracefs hist)
  *   timebox                       run the program again and again until its time is up, then
  *                                 kill every process; an exit code does not end it
@@ -963,6 +971,7 @@ static void exec_host_command(void)
 #define MAX_CHECKS 32
 
 static char env_cwd[256];
+static char env_root[256];
 static int env_trace, env_timebox;
 static char env_checks[MAX_CHECKS][256];
 static int env_nchecks;
@@ -1155,6 +1164,55 @@ static void device_links(void)
 	env_say("devlinks: %d links to devices by number", made);
 }
 
+/*
+ * env root DIR: the program's root is DIR, a disk's mount point (ext4), not
+ * the initramfs: syzbot runs a reproducer on its VM's ext4 root, and calls
+ * like pivot_root(2) fail EINVAL on the initramfs's rootfs ("the current
+ * root is on the rootfs mount"), so a program that pivots into the fuse
+ * mount it made never hangs in its lookups. Every other top-level
+ * directory of the guest's root (its programs, /dev, /proc, /sys, /tmp,
+ * /lib/modules ...) is bound into DIR, recursively, and DIR's own root/
+ * is the disk's, root's home.
+ */
+static void make_root(const char *dir)
+{
+	char home[300];
+	struct dirent *e;
+	DIR *d = opendir("/");
+	int bound = 0;
+
+	snprintf(env_root, sizeof(env_root), "%s", dir);
+	while (d && (e = readdir(d))) {
+		char path[512], target[800], link[300];
+		struct stat st;
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/%s", e->d_name);
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, "root") || !strcmp(e->d_name, "lost+found") ||
+		    !strcmp(path, dir) || lstat(path, &st) < 0)
+			continue;
+		snprintf(target, sizeof(target), "%s/%s", dir, e->d_name);
+		if (S_ISLNK(st.st_mode) && (n = readlink(path, link, sizeof(link) - 1)) > 0) {
+			link[n] = 0;
+			if (symlink(link, target) < 0 && errno != EEXIST)
+				env_say("root: symlink %s: %s", target, strerror(errno));
+			continue;
+		}
+		if (!S_ISDIR(st.st_mode))
+			continue;
+		mkdir(target, 0755);
+		if (mount(path, target, NULL, MS_BIND | MS_REC, NULL) < 0)
+			env_say("root: bind %s: %s", path, strerror(errno));
+		else
+			bound++;
+	}
+	if (d)
+		closedir(d);
+	snprintf(home, sizeof(home), "%s/root", dir);
+	make_dirs(home, 0700);
+	env_say("root: %s, with %d of the guest's directories bound into it", dir, bound);
+}
+
 static void loopback_up(void)
 {
 	struct ifreq ifr = { 0 };
@@ -1267,9 +1325,14 @@ static void env_step(char *line)
 			env_say("symlink %s: %s", b, strerror(errno));
 	} else if (!strcmp(line, "loopback")) {
 		loopback_up();
+	} else if (sscanf(line, "root %255s", a) == 1) {
+		make_root(a);
 	} else if (sscanf(line, "cwd %255s", a) == 1) {
+		char inside[520];
+
 		snprintf(env_cwd, sizeof(env_cwd), "%s", a);
-		make_dirs(env_cwd, 0755);
+		snprintf(inside, sizeof(inside), "%s%s", env_root, a);	/* inside the root it will have */
+		make_dirs(inside, 0755);
 	} else if (!strcmp(line, "trace")) {
 		env_trace = 1;
 		trace_setup();
@@ -1358,6 +1421,192 @@ static void report_env(void)
 /* the status of the program's own process, when a reaper took it first */
 static atomic_int reaped_status = -1;
 
+/*
+ * Whether the program ran as intended: a run that hangs nothing is evidence
+ * only if the kernel let the program run (harness/analysis/starvation.py
+ * judges it). While the program runs, health_watch samples the kernel once a
+ * second; a second is starved when in it the OOM killer killed a task
+ * (/proc/vmstat oom_kill), the guest's available memory was under
+ * lowmem_pct of its total, every runnable task was stalled on memory for
+ * over memstall_pct of it (PSI's "full"), or its tasks reached pids_pct of
+ * the kernel's limit (threads-max, pid_max). The GO's health=L,P,M sets the
+ * three (the host's data). After the program:
+ *   KSTALL health secs=N starved_s=N oom_kills=N oom_s=N lowmem_s=N memstall_s=N pids_s=N
+ *                 min_avail_kb=K total_kb=K max_tasks=T task_limit=L psi=0|1
+ *                 killed=SIG:N,.. cpu_ms=C busy_ms=B
+ * killed: the program's processes the agent reaped (its own, and orphans)
+ * that a signal ended while the agent had sent none; cpu_ms: the CPU time
+ * of the program's reaped processes; busy_ms: the guest's, all CPUs.
+ */
+struct health {
+	unsigned long long secs, starved, oom_s, lowmem_s, memstall_s, pids_s, oom_kills;
+	unsigned long long min_avail_kb, total_kb, max_tasks, task_limit;
+	unsigned long long killed[65];
+	int psi;
+};
+static struct health health;
+static unsigned health_lowmem_pct = 3, health_pids_pct = 90, health_memstall_pct = 50;
+static atomic_int health_stop;
+
+/* the number after key in a /proc file of "key value" or "key=value" words; -1 if none */
+static long long proc_value(const char *path, const char *key)
+{
+	char text[8192], *p = text;
+	size_t k = strlen(key);
+
+	read_small(path, text, sizeof(text));
+	while ((p = strstr(p, key))) {
+		if ((p == text || p[-1] == '\n' || p[-1] == ' ') && (p[k] == ' ' || p[k] == '=' || p[k] == ':'))
+			return strtoll(p + k + 1 + strspn(p + k + 1, " "), NULL, 10);
+		p += k;
+	}
+	return -1;
+}
+
+/* PSI's memory "full" stall total, in microseconds (-1: no PSI) */
+static long long memstall_us(void)
+{
+	char text[512], *full;
+
+	read_small("/proc/pressure/memory", text, sizeof(text));
+	full = strstr(text, "full ");
+	full = full ? strstr(full, "total=") : NULL;
+	return full ? strtoll(full + strlen("total="), NULL, 10) : -1;
+}
+
+/* every task the kernel has now (/proc/loadavg's "running/total") */
+static unsigned long long task_count(void)
+{
+	char text[128], *slash;
+
+	read_small("/proc/loadavg", text, sizeof(text));
+	slash = strchr(text, '/');
+	return slash ? strtoull(slash + 1, NULL, 10) : 0;
+}
+
+/* the guest's busy CPU time so far, all CPUs (/proc/stat's "cpu" line), in ms */
+static unsigned long long busy_ms(void)
+{
+	unsigned long long v[8] = { 0 };
+	char text[256];
+
+	read_small("/proc/stat", text, sizeof(text));
+	if (sscanf(text, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+		   &v[6], &v[7]) < 4)
+		return 0;
+	/* user nice system [idle iowait] irq softirq steal, in USER_HZ (100/s) */
+	return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * 10;
+}
+
+static void *health_watch(void *arg)
+{
+	long long oom = proc_value("/proc/vmstat", "oom_kill"), stall = memstall_us();
+	unsigned long long limit, pid_max;
+	char val[32];
+
+	(void)arg;
+	read_small("/proc/sys/kernel/threads-max", val, sizeof(val));
+	limit = strtoull(val, NULL, 10);
+	read_small("/proc/sys/kernel/pid_max", val, sizeof(val));
+	pid_max = strtoull(val, NULL, 10);
+	if (!limit || (pid_max && pid_max < limit))
+		limit = pid_max;
+	health.task_limit = limit;
+	health.psi = stall >= 0;
+	health.min_avail_kb = ~0ULL;
+	while (!atomic_load(&health_stop)) {
+		long long oom_now, stall_now, avail;
+		unsigned long long tasks;
+		int starved = 0;
+
+		for (int i = 0; i < 10 && !atomic_load(&health_stop); i++)
+			usleep(100000);
+		oom_now = proc_value("/proc/vmstat", "oom_kill");
+		stall_now = memstall_us();
+		health.total_kb = proc_value("/proc/meminfo", "MemTotal");
+		avail = proc_value("/proc/meminfo", "MemAvailable");
+		tasks = task_count();
+		health.secs++;
+		if (oom >= 0 && oom_now > oom) {
+			health.oom_kills += oom_now - oom;
+			health.oom_s++;
+			starved = 1;
+		}
+		if (avail >= 0 && (unsigned long long)avail < health.min_avail_kb)
+			health.min_avail_kb = avail;
+		if (avail >= 0 && (unsigned long long)avail * 100 < health.total_kb * health_lowmem_pct) {
+			health.lowmem_s++;
+			starved = 1;
+		}
+		if (stall >= 0 && stall_now - stall > 10000LL * health_memstall_pct) {	/* of 1 s, in us */
+			health.memstall_s++;
+			starved = 1;
+		}
+		if (tasks > health.max_tasks)
+			health.max_tasks = tasks;
+		if (limit && tasks * 100 >= limit * health_pids_pct) {
+			health.pids_s++;
+			starved = 1;
+		}
+		health.starved += starved;
+		oom = oom_now;
+		stall = stall_now;
+	}
+	return NULL;
+}
+
+/* a process of the program's that the agent reaped: a signal that ended it
+ * while the agent had sent none (kill_all) is counted */
+static void health_reaped(int status, int agent_killed)
+{
+	if (WIFSIGNALED(status) && !agent_killed && WTERMSIG(status) > 0 && WTERMSIG(status) < 65)
+		health.killed[WTERMSIG(status)]++;
+}
+
+static pthread_t health_thread;
+static unsigned long long health_busy0;
+static struct rusage health_usage0;
+
+static void health_start(void)
+{
+	char val[64];
+
+	if (cmdline_get(go_line, "health", val, sizeof(val)))
+		sscanf(val, "%u,%u,%u", &health_lowmem_pct, &health_pids_pct, &health_memstall_pct);
+	health_busy0 = busy_ms();
+	getrusage(RUSAGE_CHILDREN, &health_usage0);
+	pthread_create(&health_thread, NULL, health_watch, NULL);
+}
+
+static unsigned long long tv_ms(struct timeval tv)
+{
+	return tv.tv_sec * 1000ULL + tv.tv_usec / 1000;
+}
+
+static void health_say(void)
+{
+	char killed[256] = "";
+	struct rusage u;
+
+	atomic_store(&health_stop, 1);
+	pthread_join(health_thread, NULL);
+	getrusage(RUSAGE_CHILDREN, &u);
+	for (int s = 1; s < 65; s++) {
+		size_t len = strlen(killed);
+
+		if (health.killed[s] && len < sizeof(killed) - 32)
+			snprintf(killed + len, sizeof(killed) - len, "%s%d:%llu", len ? "," : "", s, health.killed[s]);
+	}
+	say("KSTALL health secs=%llu starved_s=%llu oom_kills=%llu oom_s=%llu lowmem_s=%llu memstall_s=%llu "
+	    "pids_s=%llu min_avail_kb=%llu total_kb=%llu max_tasks=%llu task_limit=%llu psi=%d killed=%s "
+	    "cpu_ms=%llu busy_ms=%llu",
+	    health.secs, health.starved, health.oom_kills, health.oom_s, health.lowmem_s, health.memstall_s,
+	    health.pids_s, health.min_avail_kb == ~0ULL ? 0 : health.min_avail_kb, health.total_kb,
+	    health.max_tasks, health.task_limit, health.psi, killed[0] ? killed : "-",
+	    tv_ms(u.ru_utime) + tv_ms(u.ru_stime) - tv_ms(health_usage0.ru_utime) - tv_ms(health_usage0.ru_stime),
+	    busy_ms() - health_busy0);
+}
+
 /* SIGKILL every user process but this agent, reaping them; those still
  * there after bound_ms (a task that cannot die: asleep in D state) are
  * said, once, as "KSTALL leftover ..." lines. */
@@ -1400,18 +1649,35 @@ static void kill_all(unsigned bound_ms, int say_leftovers)
 	}
 }
 
+/* As PID 1 the agent inherits the processes whose parent died (the OOM
+ * killer's victims' children): reaped as the program runs, so that they
+ * hold no pid, and counted when a signal ended them */
+static void reap_orphans(pid_t program)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+		if (pid == program)
+			atomic_store(&reaped_status, status);
+		else
+			health_reaped(status, 0);
+}
+
 /* the program's child, before it becomes the program: where it runs, and
  * (env trace) its system calls counted from here on, its children's too */
 static void enter_env(void)
 {
-	if (env_cwd[0] && chdir(env_cwd) < 0)
-		dprintf(STDOUT_FILENO, "# kstall-agent: cd %s: %s\n", env_cwd, strerror(errno));
 	if (env_trace) {
 		char pid[16];
 
 		snprintf(pid, sizeof(pid), "%d", getpid());
 		write_file(TRACING "/set_event_pid", pid);
 	}
+	if (env_root[0] && (chdir(env_root) < 0 || chroot(".") < 0))
+		dprintf(STDOUT_FILENO, "# kstall-agent: chroot %s: %s\n", env_root, strerror(errno));
+	if (env_cwd[0] && chdir(env_cwd) < 0)
+		dprintf(STDOUT_FILENO, "# kstall-agent: cd %s: %s\n", env_cwd, strerror(errno));
 }
 
 /* run /bin/NAME ARGS..., forward its output a line at a time; exit code.
@@ -1421,7 +1687,7 @@ static int run_repro(const char *name, char *args, unsigned long long deadline, 
 {
 	char path[512], *argv[64], linebuf[4096];
 	int argc = 0, pfd[2], status = 0;
-	unsigned long long killed_at = 0;
+	unsigned long long killed_at = 0, reaped_at = 0;
 	size_t have = 0;
 	pid_t pid;
 
@@ -1459,6 +1725,10 @@ static int run_repro(const char *name, char *args, unsigned long long deadline, 
 			kill_all(0, 0);	/* its time is up: it and everything it started */
 			killed_at = mono_ns();
 			*cut = 1;
+		}
+		if (deadline && !killed_at && mono_ns() - reaped_at > 200000000ULL) {
+			reap_orphans(pid);
+			reaped_at = mono_ns();
 		}
 		/* a task that cannot die keeps the pipe open: the run ends anyway */
 		if (killed_at && mono_ns() - killed_at > 10000000000ULL)
@@ -1503,6 +1773,7 @@ static int run_repro(const char *name, char *args, unsigned long long deadline, 
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
 	}
+	health_reaped(status, killed_at != 0 || atomic_load(&stop_sent));
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -1655,6 +1926,8 @@ int main(int argc, char **argv)
 	if (strcmp(repro, "none") != 0) {
 		unsigned long long repeat = 0, seconds = 0;
 
+		health_start();
+
 		if (cmdline_get(go_line, "repeat", val, sizeof(val)))
 			repeat = strtoull(val, NULL, 10);
 		if (cmdline_get(go_line, "seconds", val, sizeof(val)))
@@ -1663,6 +1936,7 @@ int main(int argc, char **argv)
 			code = run_timeboxed(repro, args, seconds);
 		else
 			code = repeat ? run_repeated(repro, args, repeat, seconds) : run_repro(repro, args, 0, NULL);
+		health_say();
 		report_env();
 	}
 	if (atomic_load(&core_requested))

@@ -141,11 +141,34 @@ def completed(f: Findings) -> Verdict:
     if unmet:  # every one of them, not the first; with the P(miss) when that is one
         about_pmiss = any(not u.startswith("path ") for u in unmet)
         return Verdict(VerdictKind.INCONCLUSIVE, "; ".join(unmet), p_miss=pmiss if about_pmiss else {})
-    return Verdict(VerdictKind.NOT_REPRODUCED,
-                   f"{count} {repro.count_name} without a hang{f' ({f.ended_by})' if f.ended_by else ''}; "
-                   f"{pmiss.get('text', '')}",
-                   summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
-                   confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss)
+    ran = f"{count} {repro.count_name} without a hang{f' ({f.ended_by})' if f.ended_by else ''}"
+    if (starved := starved_run(f, ran)) is not None:
+        return starved
+    return weakened(Verdict(VerdictKind.NOT_REPRODUCED, f"{ran}; {pmiss.get('text', '')}",
+                            summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
+                            confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss), f)
+
+
+def starved_run(f: Findings, ran: str) -> Verdict | None:
+    """A run the kernel starved for most of its time (starvation.py) is no
+    evidence: INCONCLUSIVE, with every event that starved it."""
+    st = f.starvation
+    if st is None or not st.mostly:
+        return None
+    return Verdict(VerdictKind.INCONCLUSIVE, f"the program did not run as intended: {st.text()}; {ran}",
+                   summary=f"{st.why} ({st.events[0]})" if st.events else st.why)
+
+
+def weakened(v: Verdict, f: Findings) -> Verdict:
+    """A NOT_REPRODUCED whose program the kernel starved at times names each
+    event: a weaker piece of evidence, said so."""
+    st = f.starvation
+    if st is None or not st.events:
+        return v
+    v.reason += f"; weaker evidence: {st.text()}"
+    v.summary += f" (weaker: {st.events[0]})"
+    v.confidence = "low"
+    return v
 
 
 # syzkaller's fail(): its setup could not do what the program needs
@@ -190,9 +213,11 @@ def timeboxed(f: Findings) -> Verdict:
     if reach is not None and not reach.reached_kernel:
         return Verdict(VerdictKind.INCONCLUSIVE, f"its calls did not reach the kernel: {reach.text()}; {ran}",
                        summary="its calls did not reach the kernel")
+    if (starved := starved_run(f, ran)) is not None:
+        return starved
     what = reach.text() if reach is not None else (
         f"what its calls reached is unknown (a {f.repro.abi} program's calls are not counted)" if f.repro.abi
         else "what its calls reached is unknown (no system call count)")
-    return Verdict(VerdictKind.NOT_REPRODUCED, f"{ran} without a hang; {what}; {f.pmiss.get('text', '')}",
-                   summary=f"{ran} without a hang, {f.pmiss.get('text', 'P(miss) unknown')}",
-                   confidence="low", p_miss=f.pmiss)
+    return weakened(Verdict(VerdictKind.NOT_REPRODUCED, f"{ran} without a hang; {what}; {f.pmiss.get('text', '')}",
+                            summary=f"{ran} without a hang, {f.pmiss.get('text', 'P(miss) unknown')}",
+                            confidence="low", p_miss=f.pmiss), f)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from harness.analysis import classify, cpu_state, sleeping, thread_hang
 from harness.analysis.reach import Reach
+from harness.analysis.starvation import Starvation
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import Outcome
 from harness.base.reproducers import Reproducer
@@ -42,6 +43,7 @@ class Findings:
     # a guest environment's account of the program (reach.py): what its calls reached, what it lacked
     reach: Reach | None = None
     leftovers: list[dict] = field(default_factory=list)  # its tasks that did not die when its time was up
+    starvation: Starvation | None = None  # whether the kernel let the program run (starvation.py)
 
     @property
     def stalled(self) -> bool:

@@ -39,6 +39,7 @@ class GuestEnv:
     scale: tuple[tuple[str, float], ...]  # accelerator -> how much longer it runs
     sleep_after_s: float
     cpus: int
+    memory_mb: int                     # the guest's memory (0: kstall's default)
     options: tuple[str, ...]           # the kernel's config must have them
     mount_modules: tuple[str, ...]     # loaded from the initramfs to mount the disks
     disks: tuple[DiskSpec, ...]
@@ -46,6 +47,7 @@ class GuestEnv:
     steps: tuple[str, ...]             # and at the GO
     host_tools: tuple[str, ...]        # host programs a guest of the host's architecture gets
     report_ends: tuple[str, ...]       # console-patterns.toml names that end a run
+    report_linger: float               # seconds the guest lives on after the first of them
     alias_needs: tuple[AliasNeed, ...]
     families: tuple[tuple[int, str], ...]
 
@@ -71,11 +73,13 @@ def get(name: str) -> GuestEnv:
         fixed_mappings=tuple((int(a), int(b)) for a, b in d["build"].get("fixed_mappings", ())),
         seconds=float(run["seconds"]), scale=tuple((k, float(v)) for k, v in run.get("scale", {}).items()),
         sleep_after_s=float(run.get("sleep_after_s", 0)), cpus=int(run.get("cpus", 2)),
+        memory_mb=int(run.get("memory_mb", 0)),
         options=tuple(kernel.get("options", ())), mount_modules=tuple(kernel.get("mount_modules", ())),
         disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0))) for x in d.get("disk", ())),
         boot_steps=tuple(d["guest"].get("boot", ())), steps=tuple(d["guest"]["steps"]),
         host_tools=tuple(d["guest"].get("host_tools", ())),
         report_ends=tuple(d.get("report", {}).get("ends", ())),
+        report_linger=float(d.get("report", {}).get("linger_s", 0)),
         alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())))
                           for a in needs.get("alias", ())),
         families=tuple((int(k), v) for k, v in needs.get("families", {}).items()))

@@ -129,6 +129,12 @@ def base_title(title: str) -> str:
 
 
 _DEV_PATH = re.compile(r'"(/dev/[A-Za-z0-9_./#+:-]+)')
+# a line of syzkaller's setup code that makes, mounts or changes a path, not
+# one that opens it: its sandbox makes /dev/binderfs and /dev/gadgetfs and
+# mounts them in the program's own mount namespace, where the agent's check
+# after the run cannot see them, and setup_usb chmods /dev/raw-gadget
+# whether or not the program's calls ever open it
+_MAKES = re.compile(r"\b(?:mkdir|mount|umount2?|chmod|chown|symlink|rmdir|unlink|mknod)\s*\(")
 
 
 def device_paths(repro) -> list[str]:
@@ -144,6 +150,9 @@ def device_paths(repro) -> list[str]:
     out: list[str] = []
     for m in _DEV_PATH.finditer(text):
         if text[m.end():m.end() + 1] == "%":  # a format ("/dev/loop%llu"): its numbered ones are made at run time
+            continue
+        line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        if _MAKES.search(line):
             continue
         path = m.group(1).rstrip("/")  # syz_open_dev's "#" is a number chosen at run time: the agent globs it
         if ".." not in path and path not in out:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import (classify, console, cpu_state, kernel_waits, latency, pmiss, reach, sleeping, task_waits,
-                              thread_hang)
+from harness.analysis import (classify, console, cpu_state, kernel_waits, latency, pmiss, reach, sleeping, starvation,
+                              task_waits, thread_hang)
 from harness.analysis.classify import Role
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
@@ -92,6 +92,7 @@ class Attempt:
     accel: str = ""  # the accelerator it ran under ("": no guest ran)
     reach: dict | None = None  # a guest environment's account of the program (harness/analysis/reach.py)
     wait_graph: dict | None = None  # who holds what the sleeping tasks wait for (harness/analysis/task_waits.py)
+    health: dict | None = None  # whether the kernel let the program run (harness/analysis/starvation.py)
 
     def release(self) -> None:
         """Stop a held guest (an attempt that is retried, or a run that ends)."""
@@ -126,7 +127,7 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     cpus = c.cpus
     m = machine.for_kernel(c.kernel)
     cfg = VMConfig(kernel=m.boot_file(c.kernel), initrd=c.initrd, cmdline=kernel_cmdline(m, extra), log_dir=out_dir,
-                   cpus=cpus, memory_mb=opts.guest.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
+                   cpus=cpus, memory_mb=c.memory_mb, accel=c.accel, machine=m.name, arch=m.arch,
                    extra_args=disk.qemu_args() if disk else [], host_fs=bool(repro.command), disks=c.disks)
     # a program run for its time (a guest environment's) completes no count to watch: its
     # hangs are the kernel's detectors', a freeze, a task asleep
@@ -136,10 +137,11 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
                     stuck_after=stuck_after, run_timeout=duration + 60,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "",
-                    report_ends=env.report_ends if env else ())
+                    report_ends=env.report_ends if env else (), report_linger=env.report_linger if env else 0.0)
     if repro.generic and (opts.run.duration or repro.timebox) and not opts.run.count:
         target = 0  # --duration alone: again and again until the time is up
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)
+    go += f" {starvation.rules().go_param()}"
     if repro.generic:  # the agent repeats it: until target runs or the time is up, whichever comes first
         go += f" repeat={target or UNTIL_THE_TIME_IS_UP} seconds={math.ceil(duration)}"
     if repro.sleep_after_s:
@@ -573,10 +575,13 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         r.opts.run.pmiss_given, r.classes, r.samples.errors if r.samples else [], report_reason,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
                         ended_by(repro, plan, w.agent.count), reports,
-                        reached := program_reach(r, w), w.agent.leftovers))
+                        reached := program_reach(r, w), w.agent.leftovers,
+                        starved := starvation.judge(w.agent.health, reached, cpus=plan.cpus)))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
-                   accel=plan.vm.accel, reach=reached.to_json() if reached else None, wait_graph=r.wait_graph)
+                   accel=plan.vm.accel, reach=reached.to_json() if reached else None, wait_graph=r.wait_graph,
+                   health=({"agent": w.agent.health} | (starved.to_json() if starved else {}))
+                   if w.agent.health else None)
 
 
 def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:

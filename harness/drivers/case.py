@@ -28,7 +28,7 @@ from harness.base import arch as arches
 from harness.base import guest_env, paths, reproducers, syzkaller
 from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
-from harness.drivers.options import Options
+from harness.drivers.options import DEFAULT_MEMORY_MB, Options
 from harness.guest import accel
 from images.guest import boot_image, environment, initramfs, programs, sysroot
 from images.guest.disks import Disk
@@ -148,10 +148,18 @@ class Case:
     pmiss_unknown: str = ""     # why none does
     disk: boot_image.BootDisk | None = None  # --boot-image: the image's own disk
     disks: tuple[Disk, ...] = ()                # a guest environment's (images/guest/environment.py)
+    memory_mb: int = DEFAULT_MEMORY_MB          # the user's --memory, else its guest environment's
 
     @property
     def cpus(self) -> int:
         return self.key.cpus
+
+
+def memory_for(repro: Reproducer, opts: Options) -> int:
+    """The guest's memory: the user's, else the reproducer's environment's
+    (syzkaller's: syzbot's smallest machine), else kstall's default."""
+    env = guest_env.get(repro.env).memory_mb if repro.env else 0
+    return opts.guest.memory_mb or env or DEFAULT_MEMORY_MB
 
 
 def key_for(repro: Loaded, opts: Options, accel_kind: str, arch: str) -> Key:
@@ -199,7 +207,8 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
         initrd = disk.initrd
     key = key_for(repro, opts, accel_kind, kernel.arch)
     cal, unknown = repro.calibration_for(key)
-    return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk, env.disks)
+    return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk, env.disks,
+                memory_for(repro.spec, opts))
 
 
 def with_accel(c: Case, accel_kind: str) -> Case:

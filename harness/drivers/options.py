@@ -21,6 +21,7 @@ from images.kernels.build import BuildOptions
 FREEZE_FLOOR = 0.3
 FREEZE_CEILING = 0.8
 DEFAULT_PMISS = 1e-6  # the P(miss) a NOT_REPRODUCED aims for where the reproducer is calibrated
+DEFAULT_MEMORY_MB = 1024  # the guest's memory, unless the user or the reproducer's environment says
 
 
 @dataclass
@@ -37,7 +38,7 @@ class KernelOptions:
 class GuestOptions:
     """The machine the guest runs on (harness/guest/)."""
     cpus: int | None = None      # None: the reproducer's default
-    memory_mb: int = 1024
+    memory_mb: int | None = None  # None: its guest environment's, else DEFAULT_MEMORY_MB
     accel: str = "auto"
     cmdline_extra: str = ""
     # restore the kernel's guest saved at its agent's gate (harness/guest/snapshot.py); False boots cold

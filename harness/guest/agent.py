@@ -59,6 +59,7 @@ class AgentChannel:
         # calls the kernel counted, the modules it asked for, the paths checked at the end
         self.env_lines: list[str] = []
         self.leftovers: list[dict] = []  # tasks that did not die when the time was up
+        self.health: dict = {}  # whether the program ran as intended (harness/analysis/starvation.py)
         self.tasks: dict[int, dict] = {}  # the tasks the host asked about (TASKS), by tid
         self.tasks_ended = 0  # how many TASKS answers have ended
 
@@ -106,6 +107,8 @@ class AgentChannel:
             self.core_info = fields
         elif what in ("hist", "modprobe", "check") and len(self.env_lines) < MAX_ENV_LINES:
             self.env_lines.append(line)
+        elif what == "health":
+            self.health = fields
         elif what == "leftover" and len(self.leftovers) < 64:
             self.leftovers.append(sleeping.task_from_fields(fields) | {"state": fields.get("state", "?")})
         elif what == "task" and len(self.tasks) < 1024 and fields.get("tid", "").isdigit():

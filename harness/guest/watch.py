@@ -53,6 +53,9 @@ class Limits:
     # console-patterns.toml names of the kernel's reports that end the run as a hang
     # (a guest environment's: its kernel detectors are the judges)
     report_ends: tuple[str, ...] = ()
+    # how long the guest lives on after the first of those, so that the
+    # kernel reports the hang's other tasks too (the environment's [report] linger_s)
+    report_linger: float = 0.0
 
 
 @dataclass
@@ -163,7 +166,8 @@ class Watch:
             return Outcome(OutcomeKind.QEMU_STOPPED, "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
                            "the guest's silence is no freeze", now)
         r = self.console.pending
-        if r is not None and (now - self.console.pending_since >= L.report_grace or not self.vm.alive()):
+        grace = max(L.report_grace, L.report_linger) if r is not None and r.name in L.report_ends else L.report_grace
+        if r is not None and (now - self.console.pending_since >= grace or not self.vm.alive()):
             if r.kind in ("oops", "panic") and (why := self.console.patterns.impossible_state(r)):
                 return Outcome(OutcomeKind.INFRA, f"{r.title}: {why}", now)
             if r.name in L.report_ends:

@@ -101,6 +101,33 @@ def _detail(i: int, c: dict) -> str:
             f'</pre></details></article>')
 
 
+def _syzbot_section(doc: dict, index: dict[str, int]) -> str:
+    """syzbot's bugs, one a row, each kernel's answer in a cell that opens
+    its details; and per kernel, how many came out each way."""
+    e = html.escape
+    bugs = views.syzbot_rows(doc)
+    if not bugs:
+        return ""
+    counts = "".join(f"<li>{e(k)}: {e(views.syzbot_counts_text(n))}</li>" for k, n in views.syzbot_counts(doc))
+    rows = []
+    for b, row in bugs:
+        tds = []
+        for c in row:
+            if c is None:
+                tds.append('<td class="cell verdict-none">not in this run</td>')
+                continue
+            tds.append(f'<td class="cell verdict-{e((c["verdict"] or "none").lower())} status-{e(c["status"])}" '
+                       f'tabindex="0" data-cell="{e(c["id"])}" data-outcome="{e(views.syzbot_outcome(c))}" '
+                       f'data-detail="detail-{index[c["id"]]}">{e(views.syzbot_text(c))}</td>')
+        bug = e(b.get("bug_id", "")[:12] or b["reproducer"])
+        rows.append(f'<tr><th><a href="{e(b.get("link", ""))}">{bug}</a></th><td>{e(b.get("title", ""))}</td>'
+                    f'{"".join(tds)}</tr>')
+    return ('<h2>syzbot\'s bugs</h2><ul id="syzbot-counts">' + counts + '</ul>'
+            '<table class="grid" id="syzbot"><thead><tr><th>bug</th><th>syzbot\'s title</th>'
+            + "".join(f"<th>{e(k)}</th>" for k in doc["kernels"])
+            + f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
 def render(doc: dict) -> str:
     e = html.escape
     index = {c["id"]: i for i, c in enumerate(doc["cells"])}
@@ -138,9 +165,11 @@ def render(doc: dict) -> str:
             f'host {doc["host"]["cores"]} cores, {doc["host"]["jobs"]} jobs. Click a cell for its backtraces '
             '(per CPU, or per thread for a process hang) and console.</p>'
             + (f"<ul>{failing}</ul>" if failing else "")
-            + '<table class="grid" id="grid"><thead><tr><th>kernel</th>'
-            + "".join(f"<th>{e(r)}</th>" for r in doc["reproducers"])
-            + f'</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            f'<section id="details">{"".join(_detail(i, c) for i, c in enumerate(doc["cells"]))}</section>'
+            + ('<table class="grid" id="grid"><thead><tr><th>kernel</th>'
+               + "".join(f"<th>{e(r)}</th>" for r in doc["reproducers"])
+               + f'</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+               if len(views.syzbot_rows(doc)) < len(doc["reproducers"]) else "")
+            + _syzbot_section(doc, index)
+            + f'<section id="details">{"".join(_detail(i, c) for i, c in enumerate(doc["cells"]))}</section>'
             f'<h2>Time to verdict</h2>{_chart(doc["cells"])}'
             f'<script>{_JS}</script></body></html>\n')

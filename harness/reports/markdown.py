@@ -25,7 +25,9 @@ def render(doc: dict) -> str:
         for k, row in views.grid(doc):
             lines.append(f"| {k} | " + " | ".join(_cell_text(c) for c in row) + " |")
     if bugs:
-        lines += ["", "### syzbot's bugs", "", "| bug | syzbot's title | " + " | ".join(doc["kernels"]) + " |",
+        lines += ["", "### syzbot's bugs", ""]
+        lines += [f"- {k}: {views.syzbot_counts_text(n)}" for k, n in views.syzbot_counts(doc)]
+        lines += ["", "| bug | syzbot's title | " + " | ".join(doc["kernels"]) + " |",
                   "|---|---|" + "---|" * len(doc["kernels"])]
         lines += [f"| [{b.get('bug_id', '')[:12] or b['reproducer']}]({b.get('link', '')}) | {b.get('title', '')} | "
                   + " | ".join(views.syzbot_text(c) for c in row) + " |" for b, row in bugs]

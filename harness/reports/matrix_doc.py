@@ -75,6 +75,8 @@ def cell_doc(r: CellResult, root: Path) -> dict:
         # a syzkaller reproducer's bug (title, link, how its hang matched) and what it lacked
         "syzbot": rec.reproducer.get("syzbot") if rec else None,
         "needs": ((ev.reach or {}).get("needs") or []) if ev else [],
+        # whether the kernel let the program run (harness/analysis/starvation.py), without the agent's figures
+        "health": {k: v for k, v in (ev.health or {}).items() if k != "agent"} or None if ev else None,
         "duration_s": (rec.timings or {}).get("repro_s") if rec else None,
         "timings": rec.timings if rec else {},
         "seconds": round(r.seconds, 2), "kernel_wait_s": round(r.kernel_wait_s, 2),

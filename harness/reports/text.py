@@ -75,7 +75,8 @@ def matrix_table(doc: dict) -> str:
     """The verdict table `make run` prints; syzkaller's reproducers one bug a row."""
     bugs = views.syzbot_rows(doc)
     if bugs and len(bugs) == len(doc["reproducers"]):
-        return "\n".join([views.headline(doc), "", bug_table(bugs, doc["kernels"])] +
+        return "\n".join([views.headline(doc), "", bug_table(bugs, doc["kernels"]), ""] +
+                         [f"{k}: {views.syzbot_counts_text(n)}" for k, n in views.syzbot_counts(doc)] +
                          [views.failing_line(c) for c in doc["cells"] if c["failing"]])
     w = max(len(k) for k in doc["kernels"]) + 2
     rows = views.grid(doc)

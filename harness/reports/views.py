@@ -90,23 +90,81 @@ def failing_line(c: dict) -> str:
     return f"{STATUS_TEXT[c['status']]}: {c['id']}: {c['line'] or c['reason']} (expected {c['expect']})"
 
 
+# a syzkaller reproducer's cell, by what a kernel team asks of it, in the order its table counts them
+SYZBOT_OUTCOMES = ("reproduced", "different", "crashed", "not reproduced", "starved", "needs", "other")
+
+
+def syzbot_outcome(c: dict) -> str:
+    """Which of SYZBOT_OUTCOMES a cell is."""
+    if (c.get("syzbot") or {}).get("matched"):
+        return "reproduced"
+    if c["verdict"] == "VULNERABLE":
+        return "different"
+    if c["verdict"] == "CRASHED":
+        return "crashed"
+    if c["verdict"] == "NOT_REPRODUCED":
+        return "not reproduced"
+    if c["verdict"] == "INCONCLUSIVE" and (c.get("health") or {}).get("mostly"):
+        return "starved"
+    if c["verdict"] == "INCONCLUSIVE" and c.get("needs"):
+        return "needs"
+    return "other"
+
+
 def syzbot_text(c: dict | None) -> str:
     """A syzkaller reproducer's cell, said as a distro maintainer asks:
-    'reproduced', 'different: TITLE', 'not reproduced (120 s)', 'needs X'."""
+    'reproduced: TITLE', 'different: TITLE', 'not reproduced (clean, 120 s)',
+    'starved (WHY)', 'needs X'; with the bug record's prediction beside it
+    ('record: fixed') and, where the two disagree, that they do."""
     if c is None:
         return "-"
-    matched = (c.get("syzbot") or {}).get("matched")
-    if matched:
-        return "reproduced" + (f" ({matched['how']}: {matched['ours']})" if matched["how"] != "title" else "")
-    if c["verdict"] == "VULNERABLE":
-        return f"different: {c.get('title') or c['line']}"
-    if c["verdict"] == "CRASHED":
-        return f"crashed: {c.get('title') or c['line']}"
-    if c["verdict"] == "NOT_REPRODUCED":
-        return "not reproduced" + (f" ({c['duration_s']:.0f} s)" if c.get("duration_s") else "")
-    if c.get("needs"):
+    return " ".join(filter(None, [_syzbot_answer(c), f"[{predicted(c)}]" if predicted(c) else "",
+                                  f"({syzbot_disagrees(c)})" if syzbot_disagrees(c) else ""]))
+
+
+def _syzbot_answer(c: dict) -> str:
+    outcome, health = syzbot_outcome(c), c.get("health") or {}
+    tries = f" {c['tries']}" if c.get("tries") else ""
+    if outcome == "reproduced":
+        m = c["syzbot"]["matched"]
+        return f"reproduced: {m['ours']}" + (f" ({m['how']})" if m["how"] != "title" else "") + tries
+    if outcome in ("different", "crashed"):
+        return f"{outcome}: {c.get('title') or c['line']}{tries}"
+    if outcome == "not reproduced":
+        secs = f"{c['duration_s']:.0f} s" if c.get("duration_s") else ""
+        weaker = f"weaker: {health['events'][0]}" if health.get("events") else "clean"
+        return f"not reproduced ({', '.join(filter(None, [weaker, secs]))})"
+    if outcome == "starved":
+        return f"starved ({health.get('why', '')}{': ' + health['events'][0] if health.get('events') else ''})"
+    if outcome == "needs":
         return f"needs {c['needs'][0].split(':')[0]}"
     return f"{c['verdict'] or STATUS_TEXT[c['status']]}: {(c.get('line') or c.get('reason') or '')[:80]}"
+
+
+def syzbot_disagrees(c: dict) -> str:
+    """Where the record's prediction and the verdict part: a fix the package's
+    changelog lists, yet syzbot's hang came back."""
+    status = (c.get("prediction") or {}).get("status")
+    if status == "fixed" and syzbot_outcome(c) == "reproduced":
+        return "disagrees: the changelog lists the fix"
+    return ""
+
+
+def syzbot_counts(doc: dict) -> list[tuple[str, dict[str, int]]]:
+    """Per kernel, how many of syzbot's bugs came out each way (SYZBOT_OUTCOMES)."""
+    out = []
+    for i, k in enumerate(doc["kernels"]):
+        n = dict.fromkeys(SYZBOT_OUTCOMES, 0)
+        for _, row in syzbot_rows(doc):
+            if (c := row[i]) is not None:
+                n[syzbot_outcome(c)] += 1
+        out.append((k, n))
+    return out
+
+
+def syzbot_counts_text(n: dict[str, int]) -> str:
+    """'reproduced 2, different 1, not reproduced 80, starved 3, needs 9'"""
+    return ", ".join(f"{k} {v}" for k, v in n.items() if v)
 
 
 def syzbot_rows(doc: dict) -> list[tuple[dict, list[dict | None]]]:

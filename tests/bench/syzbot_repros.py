@@ -4,15 +4,16 @@
 benchmark of hours, resumable and shardable, never part of `make test`.
 
 The sample, in this order (--limit N takes its first N):
-  1. every reproducer whose header says status:fixed (fixed upstream before
-     the collection's snapshot, so every Debian kernel carries the fix: any
-     VULNERABLE must be explained);
+  1. every reproducer whose header says status:fixed (the fix is upstream:
+     where the kernel package's changelog lists it, any VULNERABLE with
+     syzbot's own title must be explained);
   2. the reproducers issue 47 names (--named);
   3. every status:open one, in file-name order (--first REGEX: those whose
      title matches it first).
-Each runs once on the first kernel (--kernel, default debian:6.1.170) for
---duration seconds. One that hung there runs --tries in all on it (2 of 3
-is "reproduces"), and once on each --then kernel (default debian:7.3.4).
+Each runs once on every --kernel (default debian:6.1.170; repeatable) for
+--duration seconds. One that hung on a kernel runs --tries in all there
+(2 of 3 is "reproduces"), and once on each --then kernel (default
+debian:7.3.4), --tries in all where it hangs there too.
 
 Each kernel's debug info is fetched first (`kstall symbols K --debuginfo`,
 --no-debuginfo: not): syzbot names a hang after the functions a build
@@ -22,13 +23,18 @@ Every cell is one `kstall verify KERNEL FILE --duration D --json` whose
 summary is kept in STATE/cells/ as it ends: an interrupted benchmark
 (Ctrl-C, a session's end) resumes where it stopped, and --shard I/N splits
 the bugs between machines. --table prints the table from STATE without
-running anything.
+running anything. Each pass ends by writing the matrix reports a CI reads
+(STATE/report/: summary.md, report.html, matrix.json, kcidb.json, ...),
+one row per bug and one column per kernel, each cell's first try with how
+many of its tries hung, and the record's prediction beside it.
 
-  tests/bench/syzbot_repros.py [DIR] [--limit N] [--duration S] [--shard I/N] [--table]
+  tests/bench/syzbot_repros.py [DIR] [--kernel K]... [--then K]... [--limit N] [--duration S]
+                               [--memory MB] [--shard I/N] [--state DIR] [--table]
 """
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import os
 import re
@@ -42,7 +48,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from harness.analysis.expect import CellResult  # noqa: E402
+from harness.analysis.record import RunRecord  # noqa: E402
 from harness.base import paths, syzkaller  # noqa: E402
+from harness.drivers import matrix as matrix_file  # noqa: E402
+from harness.reports import formats, matrix_doc, views  # noqa: E402
 
 DEFAULT_DIR = REPO.parent / "shared" / "syzbot-repros" / "linux"
 NAMED = ("0ff14ee0c4b9da917e9874e250a5f95f92fcb221", "25de48fb3bb299b593c3ea03b3f1bdb065459e24",
@@ -84,10 +94,11 @@ class State:
         return [json.loads(p.read_text()) for p in sorted(self.cells.glob(f"{bug}__{slug(kernel)}__*.json"))]
 
 
-def run_cell(path: Path, header: syzkaller.Header, kernel: str, n: int, duration: float, state: State,
+def run_cell(path: Path, header: syzkaller.Header, kernel: str, n: int, args: argparse.Namespace, state: State,
              child: list) -> dict:
     cmd = [sys.executable, str(REPO / "harness" / "kstall"), "verify", kernel, str(path), "--duration",
-           f"{duration:g}", "--json", "--no-snapshot", "--results", str(state.root / "runs")]
+           f"{args.duration:g}", "--json", "--no-snapshot", "--results", str(state.root / "runs")]
+    cmd += ["--memory", str(args.memory)] if args.memory else []
     t = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child[:] = [p]
@@ -99,13 +110,19 @@ def run_cell(path: Path, header: syzkaller.Header, kernel: str, n: int, duration
     except json.JSONDecodeError:
         doc = {"verdict": "ERROR", "line": f"ERROR: kstall printed no record (exit {p.returncode}): "
                                            f"{err.strip().splitlines()[-1] if err.strip() else ''}"}
-    reach = (doc.get("evidence") or {}).get("reach") or {}
+    ev = doc.get("evidence") or {}
+    reach = ev.get("reach") or {}
+    health = ev.get("health") or {}
     cell = {"bug": header.bug_id, "status": header.status, "title": header.title, "kernel": kernel, "try": n,
-            "duration": duration, "verdict": doc.get("verdict"), "line": doc.get("line", ""),
+            "duration": args.duration, "memory_mb": (doc.get("vm") or {}).get("memory_mb"),
+            "verdict": doc.get("verdict"), "line": doc.get("line", ""),
             "reason": doc.get("reason", ""), "title_found": doc.get("title", ""),
             "matched": ((doc.get("reproducer") or {}).get("syzbot") or {}).get("matched"),
             "needs": reach.get("needs", []), "reached": reach.get("reached", []),
-            "console_titles": [t["title"] for t in (doc.get("evidence") or {}).get("console_titles", [])],
+            "starved": health.get("why", "") if health.get("mostly") else "",
+            "health_events": health.get("events", []), "oom_kills": (health.get("agent") or {}).get("oom_kills"),
+            "prediction": (doc.get("prediction") or {}).get("status"),
+            "console_titles": [t["title"] for t in ev.get("console_titles", [])],
             "waits": (doc.get("waits") or {}).get("findings") or (doc.get("waits") or {}).get("error"),
             "wall_s": wall, "to_outcome_s": (doc.get("timings") or {}).get("to_outcome_s"),
             "results_dir": doc.get("results_dir"), "exit": p.returncode}
@@ -145,7 +162,10 @@ def cell_text(tries: list[dict]) -> str:
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
         if not reached:
             reached = "not counted" if "is unknown" in first.get("reason", "") else "its setup only"
-        return f"not reproduced ({first['duration']:g} s; reached: {reached})"
+        weaker = f"; weaker: {first['health_events'][0]}" if first.get("health_events") else ""
+        return f"not reproduced ({first['duration']:g} s; reached: {reached}{weaker})"
+    if first.get("starved"):
+        return f"starved ({first['starved']}: {(first.get('health_events') or [''])[0]})"
     if first.get("needs"):
         return f"needs {first['needs'][0].split(':')[0]}"
     return first["line"][:90]
@@ -164,27 +184,69 @@ def table(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state:
     return "\n".join(rows) + f"\n\n{done} bugs run\n"
 
 
+def outcome(cell: dict) -> str:
+    """A cell summary as the matrix reports count it (harness/reports/views.py SYZBOT_OUTCOMES)."""
+    return views.syzbot_outcome({"verdict": cell.get("verdict"), "needs": cell.get("needs"),
+                                 "syzbot": {"matched": cell.get("matched")},
+                                 "health": {"mostly": bool(cell.get("starved"))}})
+
+
 def figures(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State) -> str:
-    cells = [c for _, h in items for k in kernels for c in state.tries(h.bug_id, k)]
-    if not cells:
-        return "no cells yet"
-    by: dict[str, int] = {}
-    for c in cells:
-        by[c["verdict"] or "?"] = by.get(c["verdict"] or "?", 0) + 1
-    vuln = [c["to_outcome_s"] or c["wall_s"] for c in cells if c["verdict"] == "VULNERABLE"]
-    clean = [c["wall_s"] for c in cells if c["verdict"] == "NOT_REPRODUCED"]
-    fixed = [c for c in cells if c["status"] == "fixed" and c["kernel"] == kernels[0]]
-    lines = [f"cells: {len(cells)}; " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())),
-             f"wall time of all cells: {sum(c['wall_s'] for c in cells) / 3600:.2f} h"]
-    if vuln:
-        lines.append(f"time to VULNERABLE (from kstall's start to the hang's outcome): median "
-                     f"{statistics.median(vuln):.0f} s over {len(vuln)}")
-    if clean:
-        lines.append(f"time to the end of a NOT_REPRODUCED: median {statistics.median(clean):.0f} s over {len(clean)}")
-    if fixed:
-        lines.append(f"status:fixed on {kernels[0]}: {len(fixed)} run, "
-                     f"{sum(c['verdict'] == 'VULNERABLE' for c in fixed)} VULNERABLE")
-    return "\n".join(lines)
+    """Per kernel: each bug's first try by outcome, the time to each verdict
+    (median), the benchmark's total; then every try, and the fixed bugs."""
+    lines = []
+    for k in kernels:
+        firsts = [c for _, h in items if (c := state.get(h.bug_id, k, 1))]
+        if not firsts:
+            continue
+        every = [c for _, h in items for c in state.tries(h.bug_id, k)]
+        n = dict.fromkeys(views.SYZBOT_OUTCOMES, 0)
+        for c in firsts:
+            n[outcome(c)] += 1
+        times = {}
+        for c in every:
+            times.setdefault(c["verdict"] or "?", []).append(c["to_outcome_s"] if c["verdict"] == "VULNERABLE"
+                                                            and c.get("to_outcome_s") else c["wall_s"])
+        lines.append(f"{k}: {len(firsts)} bugs: {views.syzbot_counts_text(n)}; {len(every)} cells in "
+                     f"{sum(c['wall_s'] for c in every) / 3600:.2f} h; median time to " +
+                     ", ".join(f"{v} {statistics.median(t):.0f} s ({len(t)})" for v, t in sorted(times.items())))
+        fixed = [c for c in firsts if c["status"] == "fixed"]
+        if fixed:
+            listed = [c for c in fixed if c.get("prediction") == "fixed"]
+            lines.append(f"  status:fixed: {len(fixed)} run; the changelog lists the fix of {len(listed)}; "
+                         f"reproduced with syzbot's title: {sum(outcome(c) == 'reproduced' for c in fixed)} "
+                         f"({sum(outcome(c) == 'reproduced' for c in listed)} of those the changelog lists)")
+    return "\n".join(lines) or "no cells yet"
+
+
+def report(directory: Path, items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State,
+           duration: float) -> Path:
+    """The matrix reports a CI reads (harness/reports/), from each cell's
+    first try: one row per bug, one column per kernel, with how many of
+    its tries hung."""
+    m = matrix_file.load(directory, kernels=kernels, duration=duration)
+    cells = {(c.kernel, Path(c.spec).resolve()): c for c in m.cells}
+    results, tried, started = [], {}, time.time()
+    for p, h in items:
+        for k in kernels:
+            tries = state.tries(h.bug_id, k)
+            run = Path(tries[0].get("results_dir") or "/nonexistent") if tries else None
+            cell = cells.get((k, p.resolve()))
+            if run is None or cell is None or not (run / "run.json").is_file():
+                continue
+            rec = RunRecord.from_json(json.loads((run / "run.json").read_text()))
+            started = min(started, calendar.timegm(time.strptime(rec.started, "%Y-%m-%dT%H:%M:%SZ")))
+            results.append(CellResult(cell, "pass", rec, run, tries[0]["wall_s"]))
+            if len(tries) > 1:
+                tried[cell.id] = f"{sum(hung(t) for t in tries)}/{len(tries)}"
+    out = state.root / "report"
+    doc = matrix_doc.matrix_doc(m, results, out, "syzbot-bench", None, started, 1, os.cpu_count() or 1)
+    doc["reproducers"] = [r for r in doc["reproducers"] if any(c["reproducer"] == r for c in doc["cells"])]
+    for c in doc["cells"]:
+        if c["id"] in tried:
+            c["tries"] = tried[c["id"]]
+    formats.write_all(out, doc)
+    return out
 
 
 def fetch_debuginfo(kernel: str) -> None:
@@ -201,10 +263,11 @@ def fetch_debuginfo(kernel: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR, help="reproducers in syzkaller-repros' layout")
-    ap.add_argument("--kernel", default="debian:6.1.170")
-    ap.add_argument("--then", action="append", help="kernels a reproduced bug runs on too (default debian:7.3.4)")
+    ap.add_argument("--kernel", action="append", help="kernels every bug runs on (default debian:6.1.170)")
+    ap.add_argument("--then", action="append", help="kernels a bug that hung runs on too (default debian:7.3.4)")
     ap.add_argument("--duration", type=float, default=120)
-    ap.add_argument("--tries", type=int, default=3, help="tries on --kernel of a bug that hung there")
+    ap.add_argument("--memory", type=int, help="guest memory in MB (default: syzkaller's environment's)")
+    ap.add_argument("--tries", type=int, default=3, help="tries on each kernel where a bug hung")
     ap.add_argument("--limit", type=int, help="the sample's first N bugs only")
     ap.add_argument("--only", help="bugs whose id starts with this")
     ap.add_argument("--first", default="", metavar="REGEX",
@@ -214,7 +277,8 @@ def main() -> int:
     ap.add_argument("--table", action="store_true", help="print the table from the state, run nothing")
     ap.add_argument("--no-debuginfo", action="store_true", help="do not fetch the kernels' debug info")
     args = ap.parse_args()
-    then = args.then or ["debian:7.3.4"]
+    first_kernels = args.kernel or ["debian:6.1.170"]
+    then = [k for k in (args.then or ["debian:7.3.4"]) if k not in first_kernels]
     items = sample(args.dir, args.first)
     if args.only:
         items = [x for x in items if x[1].bug_id.startswith(args.only)]
@@ -223,7 +287,7 @@ def main() -> int:
     i, n = map(int, args.shard.split("/"))
     mine = [x for k, x in enumerate(items) if k % n == i - 1]
     state = State(args.state)
-    kernels = [args.kernel, *then]
+    kernels = [*first_kernels, *then]
     # a shell starts a background job with SIGINT ignored: say it ends the benchmark, as SIGTERM does
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -233,13 +297,18 @@ def main() -> int:
             for kern in ([] if args.no_debuginfo else kernels):
                 fetch_debuginfo(kern)
             t0 = time.monotonic()
+
+            def cell(p: Path, h: syzkaller.Header, k: str, t: int) -> dict:
+                return state.get(h.bug_id, k, t) or run_cell(p, h, k, t, args, state, child)
+
             for k, (p, h) in enumerate(mine, 1):
-                first = state.get(h.bug_id, args.kernel, 1) or run_cell(p, h, args.kernel, 1, args.duration, state,
-                                                                       child)
-                plan = [(args.kernel, t) for t in range(2, args.tries + 1)] + [(x, 1) for x in then] \
-                    if hung(first) else []
-                cells = [first] + [state.get(h.bug_id, kk, t) or run_cell(p, h, kk, t, args.duration, state, child)
-                                   for kk, t in plan]
+                cells = [cell(p, h, kern, 1) for kern in first_kernels]
+                hung_on = [c["kernel"] for c in cells if hung(c)]
+                cells += [cell(p, h, kern, t) for kern in hung_on for t in range(2, args.tries + 1)]
+                for kern in then if hung_on else []:
+                    cells.append(cell(p, h, kern, 1))
+                    if hung(cells[-1]):
+                        cells += [cell(p, h, kern, t) for t in range(2, args.tries + 1)]
                 print(f"[{k}/{len(mine)} {(time.monotonic() - t0) / 60:.0f} min] {h.bug_id[:12]} {h.status}: "
                       + "; ".join(f"{c['kernel']}#{c['try']} {c['line'][:100]}" for c in cells), flush=True)
         except KeyboardInterrupt:
@@ -253,6 +322,7 @@ def main() -> int:
             return 130
     print(table(items, kernels, state))
     print(figures(items, kernels, state))
+    print(f"reports: {report(args.dir, items, kernels, state, args.duration)}")
     return 0
 
 

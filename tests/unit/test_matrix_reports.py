@@ -14,7 +14,7 @@ from harness.drivers import matrix as matrix_file
 from harness.analysis.expect import judge
 from harness.analysis.ktap import Ktap
 from harness.analysis.record import RunRecord
-from harness.reports import formats, matrix_doc, text
+from harness.reports import formats, html, markdown, matrix_doc, text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -274,6 +274,40 @@ def test_a_directory_of_syzkaller_reproducers_is_a_matrix_of_bugs(tmp_path):
                      "status": "pass", "failing": False, "line": "", "duration_s": 300.2}]
     table = text.matrix_table(doc | {"totals": {"pass": 4}, "wall_s": 1})
     assert "INFO: task hung in pipe_write  [https://syzkaller.appspot.com/bug?extid=aaaa0000000000000001]" in table
-    assert "  debian:6.1.170: reproduced" in table and "  debian:7.3.4: different: INFO: task hung in " \
-        "anon_pipe_write" in table
-    assert "needs socket family 12 (AF_DECnet)" in table and "not reproduced (300 s)" in table
+    assert "  debian:6.1.170: reproduced: INFO: task hung in pipe_write" in table and \
+        "  debian:7.3.4: different: INFO: task hung in anon_pipe_write" in table
+    assert "needs socket family 12 (AF_DECnet)" in table and "not reproduced (clean, 300 s)" in table
+    assert "debian:6.1.170: reproduced 1, not reproduced 1, needs 1" in table
+
+
+def test_syzbots_table_says_starved_weaker_and_the_record_beside_each_cell(tmp_path):
+    """One table a kernel team reads at a glance: a run the OOM killer starved
+    is never 'not reproduced', a weaker clean run says why, and a reproduced
+    bug whose fix the changelog lists says that the two disagree."""
+    progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
+    m = matrix_file.load(progs, kernels=["debian:6.1.170", "debian:6.12.118"], duration=120)
+    doc = matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)
+    base = matrix_doc.cell_doc(matrix.CellResult(matrix.Cell("k", "r"), "pass"), tmp_path) | {"line": ""}
+    starved = {"mostly": True, "why": "starved for 150 of 193 s",
+               "events": ["the OOM killer killed 520 tasks (in 150 s)"]}
+    doc["cells"] = [
+        base | {"kernel": "debian:6.1.170", "reproducer": "syz-aaaa00000000", "verdict": "INCONCLUSIVE",
+                "health": starved, "id": "a1"},
+        base | {"kernel": "debian:6.12.118", "reproducer": "syz-aaaa00000000", "verdict": "NOT_REPRODUCED",
+                "duration_s": 120.4, "id": "a2", "prediction": {"status": "unknown"},
+                "health": {"mostly": False, "events": ["the OOM killer killed 3 tasks (in 2 s)"]}},
+        base | {"kernel": "debian:6.1.170", "reproducer": "syz-bbbb00000000", "verdict": "VULNERABLE",
+                "id": "b1", "prediction": {"status": "fixed"}, "tries": "3/3",
+                "syzbot": {"matched": {"how": "stack", "ours": "INFO: task hung in do_rmdir"}}}]
+    table = text.matrix_table(doc | {"totals": {"pass": 3}, "wall_s": 1})
+    assert "debian:6.1.170: starved (starved for 150 of 193 s: the OOM killer killed 520 tasks (in 150 s))" in table
+    assert "debian:6.12.118: not reproduced (weaker: the OOM killer killed 3 tasks (in 2 s), 120 s) " \
+        "[record: unknown]" in table
+    assert "reproduced: INFO: task hung in do_rmdir (stack) 3/3 [record: fixed] (disagrees: the changelog " \
+        "lists the fix)" in table
+    assert "debian:6.1.170: reproduced 1, starved 1" in table and "debian:6.12.118: not reproduced 1" in table
+    md = markdown.render(doc | {"totals": {"pass": 3}, "wall_s": 1})
+    assert "- debian:6.1.170: reproduced 1, starved 1" in md and "| starved (starved for 150" in md
+    page = html.render(doc | {"totals": {"pass": 3}, "wall_s": 1, "started": "", "finished": "",
+                              "host": {"cores": 2, "jobs": 1}})
+    assert 'id="syzbot"' in page and 'data-outcome="starved"' in page and 'id="grid"' not in page

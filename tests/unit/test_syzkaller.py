@@ -71,11 +71,33 @@ def test_the_guest_gets_its_steps_and_the_device_paths_the_source_names():
     R.source = "/nonexistent"
     assert syzkaller.device_paths(R()) == []
     text = environment.env_text(ENV, ["/dev/vhci"])
-    assert text.splitlines()[0] == "disk kstall-work /root ext4 rw" and "check /dev/vhci\n" in text
+    assert text.splitlines()[:3] == ["disk kstall-work /sysroot ext4 rw", "root /sysroot", "cwd /root"]
+    assert "check /dev/vhci\n" in text
     assert "timebox\n" in text and "watch-all\n" in text and src
     # what flips the kernel's static keys happens as the guest boots, before its snapshot
     assert ENV.boot_steps[0].startswith("disk kstall-modules /lib/modules") and "trace" in ENV.boot_steps
     assert any(s.startswith("load ") for s in ENV.boot_steps) and not any(s.startswith("load ") for s in ENV.steps)
+
+
+def test_paths_syzkallers_setup_makes_in_its_own_namespace_are_no_needs(tmp_path):
+    """Its sandbox mkdirs and mounts /dev/binderfs and /dev/gadgetfs in the
+    program's mount namespace, which the agent's check after the run cannot
+    see, and setup_usb chmods /dev/raw-gadget: no need of the program's.
+    What its calls open is one (a 2025 fuse reproducer was INCONCLUSIVE
+    "needs /dev/gadgetfs" for it)."""
+    prog = tmp_path / "p.c"
+    prog.write_text((PROGRAMS / "pipe_hang.c").read_text() + '''
+static void setup_binderfs() { if (mkdir("/dev/binderfs", 0777)) {} mount("binder", "/dev/binderfs", "binder", 0, 0); }
+static const char* setup_usb() { if (chmod("/dev/raw-gadget", 0666)) return "failed"; return 0; }
+static int usb_raw_open() { return open("/dev/raw-gadget", O_RDWR); }
+static void call() { memcpy((void*)0x20000000, "/dev/fuse\\000", 10); }
+''')
+
+    class R:
+        syzbot = {"title": "x"}
+        env = "syzkaller"
+        source = str(prog)
+    assert syzkaller.device_paths(R()) == ["/dev/raw-gadget", "/dev/fuse"]
 
 
 def test_a_socket_family_no_module_answers_is_a_need():

@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A run that hung nothing is evidence only if the kernel let the program
+run (harness/analysis/starvation.py): on the guest agent's account of a
+real run (a fuse reproducer in a 1 GiB guest of Debian 6.1.170, recorded)
+and on accounts made from it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.analysis import decide, reach, starvation
+from harness.analysis.findings import Findings
+from harness.analysis.ktap import KV, Ktap
+from harness.analysis.outcome import Outcome, OutcomeKind
+from harness.analysis.verdict import VerdictKind
+from harness.base import guest_env, reproducers
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PROGRAMS = FIXTURES / "syzkaller-programs"
+STARVED = FIXTURES / "syzkaller-runs" / "starved-fuse-1g-6.1.170.agent.log"
+ENV = guest_env.get("syzkaller")
+
+
+def recorded() -> tuple[dict, reach.Reach, str]:
+    lines = STARVED.read_text().splitlines()
+    health = dict(KV.findall(next(line for line in lines if line.startswith("KSTALL health "))))
+    result = next(line for line in lines if line.startswith("# result "))
+    return health, reach.analyse(lines, [], ENV, None), result
+
+
+def verdict(health: dict | None, r: reach.Reach | None, result: str):
+    k = Ktap()
+    for line in ["KTAP version 1", "1..1", result, "ok 1 prog # ran for 180 s"]:
+        k.feed(line)
+    repro = reproducers.resolve(str(PROGRAMS / "busy_forks.c"))
+    return decide.decide(Findings(Outcome(OutcomeKind.DONE, "reproducer exited with code 0", 0.0), repro, k,
+                                  reach=r, starvation=starvation.judge(health, r, cpus=2)))
+
+
+def test_a_run_the_oom_killer_starved_is_inconclusive_never_not_reproduced():
+    health, r, result = recorded()
+    st = starvation.judge(health, r, cpus=2)
+    assert st is not None and st.mostly and st.why == "starved for 95 of 172 s"
+    assert st.events[0] == "the OOM killer killed 75 tasks (in 42 s)"
+    assert "148 of its processes died of SIGKILL before its time was up" in st.events
+    assert any(e.startswith("its memory ran low for 95 s (under 3% available") for e in st.events)
+    assert "1 of its 7702 forks failed (ENOMEM 1: no pids or memory left)" in st.events
+    v = verdict(health, r, result)
+    assert v.verdict == VerdictKind.INCONCLUSIVE
+    assert v.summary == "starved for 95 of 172 s (the OOM killer killed 75 tasks (in 42 s))"
+    assert "the program did not run as intended" in v.reason and "ran for 182 s (1 run)" in v.reason
+
+
+def test_a_run_starved_for_a_few_seconds_is_not_reproduced_and_names_each_event():
+    health, r, result = recorded()
+    few = health | {"starved_s": "4", "oom_kills": "3", "oom_s": "2", "lowmem_s": "4", "memstall_s": "0",
+                    "killed": "9:5"}
+    v = verdict(few, r, result)
+    assert v.verdict == VerdictKind.NOT_REPRODUCED and v.confidence == "low"
+    assert "weaker evidence: starved for 4 of 172 s: the OOM killer killed 3 tasks (in 2 s)" in v.reason
+    assert v.summary.endswith("(weaker: the OOM killer killed 3 tasks (in 2 s))")
+
+
+def test_a_clean_run_says_nothing_of_starvation_and_an_agent_that_gave_no_account_is_not_judged():
+    health, r, result = recorded()
+    clean = health | {"starved_s": "0", "oom_kills": "0", "oom_s": "0", "lowmem_s": "0", "memstall_s": "0",
+                      "killed": "-", "cpu_ms": "100000", "busy_ms": "110000"}
+    v = verdict(clean, None, result)
+    assert v.verdict == VerdictKind.NOT_REPRODUCED and "weaker" not in v.reason
+    assert starvation.judge({}, None) is None and verdict(None, None, result).verdict == VerdictKind.NOT_REPRODUCED
+
+
+def test_forks_failing_for_want_of_pids_starve_a_run_without_a_starved_second():
+    health, _, result = recorded()
+    calm = health | {"starved_s": "0", "oom_kills": "0", "oom_s": "0", "lowmem_s": "0", "memstall_s": "0",
+                     "killed": "-"}
+    lines = ["KSTALL hist sys_exit { id: sys_clone                     [ 56] } hitcount:        100",
+             f"KSTALL hist sys_exit {{ id: sys_clone                     [ 56], ret: {2**64 - 11} }} hitcount:  60"]
+    v = verdict(calm, reach.analyse(lines, [], ENV, None), result)
+    assert v.verdict == VerdictKind.INCONCLUSIVE and v.summary.startswith("60 of its 100 forks failed")
+
+
+def test_guest_text_never_raises_and_the_thresholds_reach_the_agent_as_data():
+    st = starvation.judge({"secs": "9" * 500, "starved_s": "x", "killed": "9:" + "9" * 30 + ",0:1,65:2,a:b"})
+    assert st is not None and not st.mostly and st.events == []
+    assert starvation.rules().go_param() == "health=3,90,50"
