@@ -22,7 +22,7 @@
  * command line, and what must differ between guests restored from one
  * snapshot:
  *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC repeat=N seconds=S sleep=S
- *      hostfs=TAG cmd=HEX cwd=HEX health=L,P,M
+ *      hostfs=TAG cmd=HEX cwd=HEX health=L,P,M dying=S
  * repro, args and syms as on the command line (they override it), seed mixed
  * into the kernel's RNG and the CRNG reseeded, time set as CLOCK_REALTIME.
  * repeat: a program that knows nothing of kstall (a user's own) is run up to
@@ -1607,9 +1607,40 @@ static void health_say(void)
 	    busy_ms() - health_busy0);
 }
 
-/* SIGKILL every user process but this agent, reaping them; those still
- * there after bound_ms (a task that cannot die: asleep in D state) are
- * said, once, as "KSTALL leftover ..." lines. */
+/* the threads of user process pid that live on (not exited: a leader that
+ * exited leaves its workers to run or sleep on); with say, each is said as
+ * "KSTALL leftover ..." with the seconds since it was killed */
+static int live_threads(int pid, int say, unsigned long long secs)
+{
+	char path[384], task_dir[300], stat[512], *p;
+	struct dirent *e;
+	DIR *d;
+	int live = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(task_dir, sizeof(task_dir), "/proc/%d/task/%s", pid, e->d_name);
+		snprintf(path, sizeof(path), "%s/stat", task_dir);
+		read_small(path, stat, sizeof(stat));
+		p = strrchr(stat, ')');
+		if (!p || !p[1] || kernel_thread(p) || p[2] == 'Z' || p[2] == 'X')
+			continue;
+		live++;
+		if (say)
+			say_task("leftover", task_dir, e->d_name, pid, secs, NULL);
+	}
+	if (d)
+		closedir(d);
+	return live;
+}
+
+/* SIGKILL every user process but this agent, reaping them. Every thread of
+ * each is looked at; those still there after bound_ms cannot die (asleep in
+ * D state, or running on in the kernel) and are said, once, as
+ * "KSTALL leftover ..." lines, whatever their state. */
 static void kill_all(unsigned bound_ms, int say_leftovers)
 {
 	for (unsigned waited = 0;; waited += 50) {
@@ -1619,24 +1650,14 @@ static void kill_all(unsigned bound_ms, int say_leftovers)
 		pid_t pid;
 
 		while (d && (e = readdir(d))) {
-			char path[64], stat[512], *p;
 			int n = atoi(e->d_name);
 
 			if (n <= 1 || n == getpid())
 				continue;
-			snprintf(path, sizeof(path), "/proc/%d/stat", n);
-			read_small(path, stat, sizeof(stat));
-			p = strrchr(stat, ')');
-			if (!p || !p[1] || kernel_thread(p) || p[2] == 'Z')
+			if (!live_threads(n, say_leftovers && waited >= bound_ms, waited / 1000))
 				continue;
 			left++;
 			kill(n, SIGKILL);
-			if (say_leftovers && waited >= bound_ms) {
-				char task[64];
-
-				snprintf(task, sizeof(task), "/proc/%d", n);
-				say_task("leftover", task, e->d_name, n, 0, NULL);
-			}
 		}
 		if (d)
 			closedir(d);
@@ -1782,9 +1803,11 @@ static int run_repro(const char *name, char *args, unsigned long long deadline, 
  * their workers for ever) is run, and run again when it ends, until its
  * seconds are up; then every process is killed. Each run that ended on its
  * own is one pass, the one cut at the end too. Exit codes are counted, not
- * obeyed: the host judges them. Tasks that do not die are said.
+ * obeyed: the host judges them. Tasks still there dying_s after the kill
+ * (the GO's dying=S: long enough for the kernel's hung-task detector to
+ * speak first) cannot die, and are said.
  */
-static int run_timeboxed(const char *name, const char *args, unsigned long long seconds)
+static int run_timeboxed(const char *name, const char *args, unsigned long long seconds, unsigned dying_s)
 {
 	unsigned long long start = mono_ns(), deadline = start + seconds * 1000000000ULL, done = 0, failed = 0;
 	char argv_copy[1024], codes[256] = "";
@@ -1808,7 +1831,7 @@ static int run_timeboxed(const char *name, const char *args, unsigned long long 
 		}
 		say("# progress count=%llu elapsed_ms=%llu", done, (mono_ns() - start) / 1000000);
 	}
-	kill_all(5000, 1);	/* what runs still, and what does not die */
+	kill_all(dying_s * 1000, 1);	/* what runs still, and what does not die */
 	say("# result count=%llu elapsed_ms=%llu exit=0 timebox=1 cut=%d failed=%llu codes=%s", done,
 	    (mono_ns() - start) / 1000000, cut, failed, codes[0] ? codes : "-");
 	say("ok 1 %s # ran for %llu s", name, seconds);
@@ -1933,7 +1956,8 @@ int main(int argc, char **argv)
 		if (cmdline_get(go_line, "seconds", val, sizeof(val)))
 			seconds = strtoull(val, NULL, 10);
 		if (env_timebox && seconds)
-			code = run_timeboxed(repro, args, seconds);
+			code = run_timeboxed(repro, args, seconds,
+					     cmdline_get(go_line, "dying", val, sizeof(val)) ? atoi(val) : 5);
 		else
 			code = repeat ? run_repeated(repro, args, repeat, seconds) : run_repro(repro, args, 0, NULL);
 		health_say();

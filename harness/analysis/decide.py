@@ -180,7 +180,8 @@ CRASH_SIGNALS = {128 + n: name for n, name in ((4, "SIGILL"), (6, "SIGABRT"), (7
 
 def timeboxed(f: Findings) -> Verdict:
     """A program run for its time (a guest environment's) that hung nothing:
-    its tasks that did not die when the time was up are a sleeping hang;
+    its tasks that did not die when the time was up (the environment's
+    dying_s after SIGKILL, whatever their state) are a hang;
     a program that crashed every run, or whose setup failed every run, says
     so; one that needed what this kernel lacks, or whose calls never
     reached the kernel, is INCONCLUSIVE; else NOT_REPRODUCED, with what its
@@ -189,10 +190,9 @@ def timeboxed(f: Findings) -> Verdict:
     runs, failed = num(fields.get("count")) or 0, num(fields.get("failed")) or 0
     codes = [num(c.lstrip("-")) or 0 for c in fields.get("codes", "-").split(",") if c != "-"]
     seconds = (num(fields.get("elapsed_ms")) or 0) / 1000
-    stuck = [t for t in f.leftovers if t.get("state") == "D"]
-    if stuck:
-        hang = sleeping.SleepingHang.named(stuck, [])
-        return Verdict(VerdictKind.VULNERABLE, f"{len(stuck)} task(s) did not die when the time was up: "
+    if f.leftovers:  # asleep in D state, or running on: killed, they are still there
+        hang = sleeping.SleepingHang.named(f.leftovers, [])
+        return Verdict(VerdictKind.VULNERABLE, f"{len(f.leftovers)} task(s) did not die when the time was up: "
                        f"{hang.summary()}", summary=hang.summary(), confidence="high", title=hang.title)
     ran = f"ran for {seconds:.0f} s ({runs} run{'s' * (runs != 1)}"
     ran += f", {failed} exited non-zero: {', '.join(map(str, codes))})" if failed else ")"

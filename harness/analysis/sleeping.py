@@ -37,9 +37,14 @@ class SleepingHang:
 
     @property
     def title(self) -> str:
-        """The kernel's hung-task report's title (console-patterns.toml), from the first task's stack."""
+        """The kernel's hung-task report's title (console-patterns.toml), from
+        the first task's stack; a killed task that is not asleep in D state
+        (running on in the kernel) "can't die", as syzbot titles it."""
         if not self.tasks:
             return ""
+        if self.tasks[0].get("state", "D") not in ("D", "?"):  # a running task's stack /proc may not show
+            func = task_waits.asleep_in(self.tasks[0])
+            return "INFO: task can't die" + (f" in {func}" if func not in ("", "-", "0") else "")
         hung = next(p for p in console.default_patterns() if p.name == "hung-task")
         return hung.title.format(func=task_waits.asleep_in(self.tasks[0]))
 
@@ -61,7 +66,8 @@ class SleepingHang:
 
 def task_text(t: dict) -> str:
     """'task writer:42 in D state for 10s in __mutex_lock: __schedule < ... < anon_pipe_write'"""
-    return f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in {t['wchan']}: {' < '.join(t['kstack'][:8])}"
+    return (f"task {t['comm']}:{t['tid']} in {t.get('state', 'D')} state for {t['secs']}s in {t['wchan']}: "
+            f"{' < '.join(t['kstack'][:8])}")
 
 
 def task_from_fields(fields: dict) -> dict:

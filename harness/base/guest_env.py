@@ -38,6 +38,7 @@ class GuestEnv:
     seconds: float                     # the time box on an accelerator of scale 1
     scale: tuple[tuple[str, float], ...]  # accelerator -> how much longer it runs
     sleep_after_s: float
+    dying_s: float                     # a task still there this long after the time-up kill cannot die
     cpus: int
     memory_mb: int                     # the guest's memory (0: kstall's default)
     options: tuple[str, ...]           # the kernel's config must have them
@@ -72,7 +73,8 @@ def get(name: str) -> GuestEnv:
         name=name, summary=d["summary"], cflags=tuple(d["build"]["cflags"]),
         fixed_mappings=tuple((int(a), int(b)) for a, b in d["build"].get("fixed_mappings", ())),
         seconds=float(run["seconds"]), scale=tuple((k, float(v)) for k, v in run.get("scale", {}).items()),
-        sleep_after_s=float(run.get("sleep_after_s", 0)), cpus=int(run.get("cpus", 2)),
+        sleep_after_s=float(run.get("sleep_after_s", 0)), dying_s=float(run.get("dying_s", 5)),
+        cpus=int(run.get("cpus", 2)),
         memory_mb=int(run.get("memory_mb", 0)),
         options=tuple(kernel.get("options", ())), mount_modules=tuple(kernel.get("mount_modules", ())),
         disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0))) for x in d.get("disk", ())),

@@ -132,9 +132,11 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     # a program run for its time (a guest environment's) completes no count to watch: its
     # hangs are the kernel's detectors', a freeze, a task asleep
     stuck_after = math.inf if repro.timebox else opts.run.stuck_after or repro.stuck_after_s
+    # after its time: the tasks that do not die their time to, and a kernel report its linger
+    after = env.dying_s + env.report_linger if env else 0
     limits = Limits(boot_timeout=opts.run.boot_timeout, freeze_after=opts.run.freeze_after or FREEZE_CEILING,
                     freeze_floor=None if opts.run.freeze_after else FREEZE_FLOOR,
-                    stuck_after=stuck_after, run_timeout=duration + 60,
+                    stuck_after=stuck_after, run_timeout=duration + 60 + after,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "",
                     report_ends=env.report_ends if env else (), report_linger=env.report_linger if env else 0.0)
@@ -144,6 +146,8 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     go += f" {starvation.rules().go_param()}"
     if repro.generic:  # the agent repeats it: until target runs or the time is up, whichever comes first
         go += f" repeat={target or UNTIL_THE_TIME_IS_UP} seconds={math.ceil(duration)}"
+    if env:
+        go += f" dying={math.ceil(env.dying_s)}"
     if repro.sleep_after_s:
         go += f" sleep={math.ceil(repro.sleep_after_s)}"
     if repro.command:  # the user's arguments join the command, which travels hex-encoded

@@ -193,6 +193,11 @@ def test_tasks_that_did_not_die_when_the_time_was_up_are_a_hang():
             "kstack": ["__schedule", "schedule", "schedule_preempt_disabled", "__mutex_lock", "pipe_write"]}
     v = timeboxed("count=1 elapsed_ms=60000 exit=0 timebox=1 cut=1 failed=0 codes=-", leftovers=[task])
     assert v.verdict == VerdictKind.VULNERABLE and v.title == "INFO: task hung in pipe_write"
+    # a killed task running on in the kernel (a livelock) cannot die either: it was dropped before
+    running = task | {"state": "R", "secs": "35", "wchan": "0", "kstack": []}
+    v = timeboxed("count=1 elapsed_ms=60000 exit=0 timebox=1 cut=1 failed=0 codes=-", leftovers=[running])
+    assert v.verdict == VerdictKind.VULNERABLE and v.title == "INFO: task can't die"
+    assert "task syz:91 in R state for 35s" in v.reason
 
 
 def hang(title: str, *frames: str) -> syzbot.Hang:
