@@ -13,11 +13,14 @@ none, or a culprit the record does not know of.
 """
 from __future__ import annotations
 
+import functools
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis.verdict import VerdictKind
+from harness.base import paths
 from images.kernels import changelog
 
 AFFECTED, FIXED, NOT_INTRODUCED, UNKNOWN = "affected", "fixed", "not introduced", "unknown"
@@ -57,6 +60,7 @@ class BugRecord:
     culprit_subject: str = ""  # the introducing commit's, when known
     branches: tuple[Branch, ...] = ()
     files: tuple[str, ...] = ()  # the files the fix changes (the record's "Affected files")
+    fixed_on: str = ""  # syzbot's: the day it closed the bug as fixed upstream (YYYY-MM-DD)
 
     @staticmethod
     def parse_lines(lines: list[str], where: str) -> tuple[Branch, ...]:
@@ -91,15 +95,19 @@ class BugRecord:
     def from_syzbot(doc: dict, where: str) -> "BugRecord":
         """syzbot's record of a bug, as its dashboard serves it (?json=1;
         syzkaller's dashboard/api Bug: title, id, fix-commits, cause-commit):
-        the fixing and the causing commit by subject. It gives no versions:
-        where a fix is not in the package's changelog it may be in the
-        kernel's base release, so the changelog alone decides "fixed"."""
+        the fixing and the causing commit by subject, and the day it closed
+        the bug as fixed upstream (its status, "fixed on DATE"). It gives no
+        versions: a fix closed before the kernel's mainline base was
+        released is in that base (mainline-releases.toml); else the
+        package's changelog decides "fixed" by the fix's subject."""
         if not isinstance(doc, dict) or not isinstance(doc.get("fix-commits", []), list):
             raise RecordError(f"{where}: not syzbot's record of a bug (dashboard/api's Bug)")
         fixes = [c.get("title", "") for c in doc.get("fix-commits") or [] if isinstance(c, dict)]
         cause = doc.get("cause-commit") or {}
+        closed = re.match(r"fixed on (\d{4})/(\d{2})/(\d{2})\b", str(doc.get("status", "")))
         return BugRecord(f"syzbot {str(doc.get('id', ''))[:40]}".strip(), next((f for f in fixes if f), ""),
-                         cause.get("title", "") if isinstance(cause, dict) else "", ())
+                         cause.get("title", "") if isinstance(cause, dict) else "", (),
+                         fixed_on="-".join(closed.groups()) if closed and fixes else "")
 
     @staticmethod
     def from_vulns(vulns: Path, cve: str) -> "BugRecord":
@@ -179,7 +187,7 @@ def _by_record(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
         return NOT_INTRODUCED, [f"record: introduced in {vtext(b.introduced)} ({b.culprit}), "
                                 f"and never backported to {vtext(branch)}.y"], ""
     elif not rec.branches:  # syzbot's: the commits, not the releases
-        return UNKNOWN, ["record: it names the commits, not the releases they are in"], ""
+        return _by_date(rec, upstream)
     else:
         return UNKNOWN, ["record: no line for a mainline introduction or this branch"], ""
     fixes = [b for b in rec.branches if b.fixed and _stable(b.fixed) and b.fixed[:2] == branch]
@@ -195,6 +203,45 @@ def _by_record(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
         f = next(b for b in rec.branches if b.fixed == main)
         return FIXED, why + [f"record: fixed in mainline {vtext(main)} ({f.fix})"], vtext(main)
     return AFFECTED, why + [f"record: no fix on {vtext(branch)}.y"], ""
+
+
+@functools.lru_cache(maxsize=None)
+def mainline_releases() -> dict[Version, str]:
+    """Each mainline release's date (mainline-releases.toml)."""
+    with open(paths.data_file("harness", "analysis", "mainline-releases.toml"), "rb") as f:
+        return {version(v): d for v, d in tomllib.load(f)["released"].items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _fix_configs() -> dict[str, tuple[str, str]]:
+    with open(paths.data_file("harness", "analysis", "fix-configs.toml"), "rb") as f:
+        return {x["subject"]: (x["option"], x["effective"]) for x in tomllib.load(f).get("fix", ())}
+
+
+def config_gate(fix_subject: str) -> tuple[str, str] | None:
+    """(option, value) a fix needs in the kernel's config to take effect
+    (fix-configs.toml), None for a fix that always does."""
+    return _fix_configs().get(fix_subject)
+
+
+def _by_date(rec: BugRecord, upstream: Version) -> tuple[str, list[str], str]:
+    """syzbot's record names commits, not releases; the day it closed the
+    bug as fixed upstream puts the fix in every mainline release after it."""
+    if not rec.fixed_on:
+        return UNKNOWN, ["record: it names the commits, not the releases they are in"], ""
+    dates = mainline_releases()
+    base = upstream[:2]
+    released = dates.get(base) or (max(dates.values()) if base > max(dates) else None)
+    if released is None:
+        return UNKNOWN, [f"record: fixed upstream on {rec.fixed_on}; when {vtext(base)} was released is "
+                         "unknown to kstall"], ""
+    if rec.fixed_on < released:
+        on = "on" if base in dates else "after"
+        return FIXED, [f"record: syzbot closed it as fixed upstream on {rec.fixed_on}, before {vtext(base)} "
+                       f"was released ({on} {released}): the fix \"{rec.fix_subject}\" is in this kernel's "
+                       "mainline base"], vtext(base)
+    return UNKNOWN, [f"record: fixed upstream on {rec.fixed_on}, after {vtext(base)} was released ({released}): "
+                     "only a backport brings it"], ""
 
 
 def predict(rec: BugRecord | None, upstream: str | None, log: changelog.Log | None,

@@ -15,7 +15,8 @@ once reached the kernel; what it needs that this kernel lacks is (1) a
 request of a gating kind (guest_env AliasNeed: a socket family, a
 filesystem, a device) no module of the kernel answers, or one whose module
 did not load while the calls that need it failed with the error that
-says so; (2) a call the kernel does not have (ENOSYS); (3) a device path it
+says so, where the program makes such calls itself (one only syzkaller's
+setup code makes, its sandbox mounting binderfs, is listed, not a need); (2) a call the kernel does not have (ENOSYS); (3) a device path it
 names that is not there.
 """
 from __future__ import annotations
@@ -187,6 +188,11 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
         r, m = rule
         what = _fill(r.what, m, env)
         failing = [c for c in r.calls if c in calls and any(e in calls[c].errors for e in r.errors)]
+        if program and not set(r.calls) & set(program):
+            # asked for by syzkaller's setup code, not by a call of the program's
+            # own (its sandbox mounts binderfs and gadgetfs whatever the program does)
+            lacks.append(f"{name} ({what}, for its setup: {'no module' if modules == [] else 'did not load'})")
+            continue
         if modules == []:
             needs.append(f"{what}: no module of this kernel answers request_module(\"{name}\")")
         elif failing:

@@ -37,6 +37,14 @@ def predict(kernel: Kernel, record: BugRecord | None, echo: Echo | None = None) 
     except (SpecError, OSError, ValueError) as e:
         log, no_log = None, f"could not be read ({e})"
     p = bug_record.predict(record, kernel.upstream, log, no_log)
+    gate = bug_record.config_gate(record.fix_subject)
+    if p.status == bug_record.FIXED and gate and kernel.config:
+        option, effective = gate
+        value = kernel.config_value(f"CONFIG_{option}") or "n"
+        if value != effective:
+            p.status = bug_record.AFFECTED
+            p.reasons.append(f"config: the fix takes effect only with CONFIG_{option}={effective}, and this "
+                             f"kernel has CONFIG_{option}={value}: affected")
     a = arches.get(kernel.arch)
     why, elsewhere = record.architecture_reason(a.table["source_dir"], a.name)
     if why:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import functools
 import json
 import os
 import re
@@ -48,11 +49,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from harness.analysis import bug_record  # noqa: E402
 from harness.analysis.expect import CellResult  # noqa: E402
 from harness.analysis.record import RunRecord  # noqa: E402
 from harness.base import paths, syzkaller  # noqa: E402
-from harness.drivers import matrix as matrix_file  # noqa: E402
+from harness.drivers import explain, matrix as matrix_file  # noqa: E402
 from harness.reports import formats, matrix_doc, views  # noqa: E402
+from images.kernels import schemes  # noqa: E402
 
 DEFAULT_DIR = REPO.parent / "shared" / "syzbot-repros" / "linux"
 NAMED = ("0ff14ee0c4b9da917e9874e250a5f95f92fcb221", "25de48fb3bb299b593c3ea03b3f1bdb065459e24",
@@ -235,6 +238,7 @@ def report(directory: Path, items: list[tuple[Path, syzkaller.Header]], kernels:
             if run is None or cell is None or not (run / "run.json").is_file():
                 continue
             rec = RunRecord.from_json(json.loads((run / "run.json").read_text()))
+            rec.prediction = prediction(k, p, h)  # today's rules on the bug's record, as verify would say it
             started = min(started, calendar.timegm(time.strptime(rec.started, "%Y-%m-%dT%H:%M:%SZ")))
             results.append(CellResult(cell, "pass", rec, run, tries[0]["wall_s"]))
             if len(tries) > 1:
@@ -247,6 +251,18 @@ def report(directory: Path, items: list[tuple[Path, syzkaller.Header]], kernels:
             c["tries"] = tried[c["id"]]
     formats.write_all(out, doc)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(spec: str):
+    return schemes.resolve(spec)
+
+
+def prediction(kernel: str, path: Path, header: syzkaller.Header) -> dict | None:
+    """What the bug's record predicts for the kernel (`kstall explain`), no boot."""
+    record = syzkaller.record_beside(path)
+    rec = bug_record.of({}, header.bug_id, record) if record else None
+    return explain.predict(_kernel(kernel), rec).to_json() if rec else None
 
 
 def fetch_debuginfo(kernel: str) -> None:

@@ -100,6 +100,17 @@ static void call() { memcpy((void*)0x20000000, "/dev/fuse\\000", 10); }
     assert syzkaller.device_paths(R()) == ["/dev/raw-gadget", "/dev/fuse"]
 
 
+def test_a_filesystem_only_syzkallers_setup_mounts_is_no_need():
+    """Its sandbox mounts binderfs whatever the program does: a kernel with
+    no "fs-binder" lacks it, and the program (whose own calls mount nothing)
+    does not need it. One that mounts itself does."""
+    lines = ["KSTALL modprobe status=1 name=fs-binder"]
+    r = reach.analyse(lines, ["socket"], ENV, reach.Aliases(""))
+    assert r.needs == [] and r.lacks == ["fs-binder (filesystem binder, for its setup: no module)"]
+    r = reach.analyse(lines, ["socket", "mount"], ENV, reach.Aliases(""))
+    assert r.needs == ['filesystem binder: no module of this kernel answers request_module("fs-binder")']
+
+
 def test_a_socket_family_no_module_answers_is_a_need():
     lines = (RUNS / "needs-decnet-6.1.170.agent.log").read_text().splitlines()
     aliases = reach.Aliases((RUNS / "6.1.170-excerpt.aliases").read_text())
@@ -262,6 +273,42 @@ def test_syzbots_record_predicts_from_the_package_changelog(tmp_path):
     assert syzkaller.alt_titles(BUG, BUG["title"]) == ["INFO: task hung in __mutex_lock"]
     with pytest.raises(bug_record.RecordError):
         bug_record.BugRecord.from_syzbot({"fix-commits": "no"}, "test")
+
+
+def test_a_fix_syzbot_closed_before_a_kernels_mainline_base_was_released_is_in_it():
+    """A package's changelog lists its stable backports, not its mainline
+    base: a fix syzbot closed upstream on 2024-07-31 is in 6.12 (released
+    2024-11-17) and in every later kernel, and not known for 6.1."""
+    rec = bug_record.BugRecord.from_syzbot(BUG | {"status": "fixed on 2024/07/31 23:31"}, "test")
+    assert rec.fixed_on == "2024-07-31"
+    p = bug_record.predict(rec, "6.12.118", None)
+    assert p.status == bug_record.FIXED and "before 6.12 was released (on 2024-11-17)" in p.reasons[0]
+    assert bug_record.predict(rec, "7.3.4", None).status == bug_record.FIXED
+    assert "after 2025-11-30" in bug_record.predict(rec, "7.3.4", None).reasons[0]
+    late = bug_record.predict(rec, "6.10.3", None)
+    assert late.status == bug_record.UNKNOWN and "after 6.10 was released (2024-07-14)" in late.reasons[0]
+    assert bug_record.predict(rec, "6.1.170", None).status == bug_record.UNKNOWN
+    # an open bug has no day it was fixed, whatever its status says
+    assert bug_record.BugRecord.from_syzbot(BUG | {"fix-commits": [], "status": "fixed on 2024/07/31"},
+                                            "test").fixed_on == ""
+
+
+def test_a_fix_the_kernels_config_leaves_off_predicts_affected(tmp_path):
+    """syzbot closed its corrupted-image hangs with "fs: Block writes to
+    mounted block devices", which blocks the writes only with
+    CONFIG_BLK_DEV_WRITE_MOUNTED unset; Debian's kernels set it (y)."""
+    from harness.drivers import explain
+    from images.kernels.kernel import Kernel
+    rec = bug_record.BugRecord.from_syzbot(BUG | {"status": "fixed on 2024/03/20 11:33", "fix-commits": [
+        {"title": "fs: Block writes to mounted block devices"}]}, "test")
+    config = tmp_path / "config"
+    config.write_text("CONFIG_BLK_DEV_WRITE_MOUNTED=y\n")
+    kernel = Kernel("k", "k", tmp_path / "vmlinuz", "0" * 64, upstream="6.12.118", config=config)
+    p = explain.predict(kernel, rec)
+    assert p.status == bug_record.AFFECTED and "CONFIG_BLK_DEV_WRITE_MOUNTED=y: affected" in p.reasons[-1]
+    config.write_text("# CONFIG_BLK_DEV_WRITE_MOUNTED is not set\n")
+    assert explain.predict(Kernel("k", "k", tmp_path / "v", "1" * 64, upstream="6.12.118", config=config),
+                           rec).status == bug_record.FIXED
 
 
 def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypatch):
