@@ -238,11 +238,12 @@ def frame_function(line: str) -> tuple[str, bool] | None:
     return base_name(m.group("func")), not m.groupdict().get("unreliable")
 
 
-def report_function(lines: list[str], func_from: str, skip: re.Pattern | None) -> str | None:
-    """The first reliable, unskipped frame after the report's first kernel
-    RIP ("rip") or "Call Trace:" ("trace"); lines that are not frames (other
-    CPUs' output, register dumps) are passed over. A trace ends at </TASK>.
-    With printk caller ids, only the lines of the report's own caller count."""
+def report_frames(lines: list[str], func_from: str) -> list[str]:
+    """The reliable frames of a report's own trace, from its first kernel
+    RIP ("rip") or "Call Trace:" ("trace") to </TASK>: lines that are not
+    frames (other CPUs' output, register dumps) and "? " frames (stale
+    words a stack scan found) are passed over. With printk caller ids, only
+    the lines of the report's own caller count."""
     lines = lines[:TRACE_LINES]
     caller = caller_id(lines[0]) if lines else None
     if caller:
@@ -255,16 +256,20 @@ def report_function(lines: list[str], func_from: str, skip: re.Pattern | None) -
             start = i
             break
     if start is None and func_from == "rip":  # a report without registers: its trace
-        return report_function(lines, "trace", skip)
-    if start is None:
-        return None
-    for line in lines[start:]:
+        return report_frames(lines, "trace")
+    out = []
+    for line in lines[start:] if start is not None else []:
         if strip_prefix(line)[0].strip() == "</TASK>":
             break
         f = frame_function(line)
-        if f and f[1] and not (skip and skip.fullmatch(f[0])):
-            return f[0]
-    return None
+        if f and f[1]:
+            out.append(f[0])
+    return out
+
+
+def report_function(lines: list[str], func_from: str, skip: re.Pattern | None) -> str | None:
+    """The first of report_frames that skip does not pass over."""
+    return next((f for f in report_frames(lines, func_from) if not (skip and skip.fullmatch(f))), None)
 
 
 TITLED_KINDS = ("panic", "oops", "stall", "warning")  # the kernel's reports, not kstall's or QEMU's

@@ -30,13 +30,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.analysis import console
 from harness.base.syzkaller import base_title
 
-_KIND_IN = re.compile(r"^(?P<kind>.+?) in (?P<func>[\w.]+)$")
-# kinds that are one hang seen by different detectors (see the module's docstring)
+_KIND_IN = re.compile(r"^(?P<kind>.+?) in (?P<func>[\w.]+)$")  # "hang in X": kind "hang"
+# kinds that are one hang seen by different detectors (see the module's docstring);
+# kstall's own "hang in X" (cpu_state.py: a CPU frozen in X, its interrupts off,
+# read by GDB before any detector spoke) is that stall seen by a fourth
 ALIKE = (
     frozenset({"INFO: task hung", "INFO: task can't die"}),
-    frozenset({"BUG: soft lockup", "INFO: rcu detected stall", "BUG: hard lockup"}),
+    frozenset({"BUG: soft lockup", "INFO: rcu detected stall", "BUG: hard lockup", "hang"}),
 )
 # syzbot's titles that name no function, and the kind of hang they are
 FUNCTIONLESS = {re.compile(r"^INFO: task .*can't die for more than \d+ seconds\.?$"): "INFO: task hung"}
@@ -104,7 +107,10 @@ def match(titles: list[str], hangs: list[Hang]) -> Match | None:
 
 
 def report_hang(report: dict) -> Hang:
-    """A console report of run.json: its title and the function names its excerpt shows."""
-    frames = tuple(m.group(1) for line in report.get("excerpt", ())
-                   for m in [re.search(r"\b([A-Za-z_][\w.]*)\+0x[0-9a-f]+/0x[0-9a-f]+", line)] if m)
-    return Hang(report.get("title", ""), tuple(f.split(".")[0] for f in frames), tuple(report.get("inlined", ())))
+    """A console report of run.json: its title and the functions of its own
+    trace (console.report_frames: not "? " frames, not other CPUs' output),
+    as the report's pattern reads them ("trace" for a pattern that names none)."""
+    pattern = next((p for p in console.default_patterns() if p.name == report.get("name")), None)
+    frames = console.report_frames(list(report.get("excerpt", ())), pattern.func_from if pattern and
+                                   pattern.func_from else "trace")
+    return Hang(report.get("title", ""), tuple(frames), tuple(report.get("inlined", ())))

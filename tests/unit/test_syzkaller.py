@@ -231,6 +231,29 @@ def test_a_hang_matches_syzbots_title_by_title_stack_or_kind():
     assert syzbot.match(["INFO: task hung in pipe_write"], [hang("BUG: soft lockup in pipe_write")]) is None
 
 
+def test_a_stale_frame_or_another_cpus_trace_never_matches_syzbots_function():
+    """A "? " frame is a stale word a stack scan found, and the lines after
+    a trace's </TASK> are other output: neither is the hung task's stack."""
+    excerpt = ["[  50.1] INFO: task syz:91 blocked for more than 30 seconds.", "[  50.1] Call Trace:",
+               "[  50.1]  <TASK>", "[  50.1]  __schedule+0x2f0/0x8d0", "[  50.1]  ? lock_sock_nested+0x10/0x20",
+               "[  50.1]  schedule+0x5e/0xd0", "[  50.1]  vsock_connect+0x1a2/0x3c0", "[  50.1]  </TASK>",
+               "[  50.1] NMI backtrace for cpu 1", "[  50.1]  lock_sock_nested+0x2c/0x90"]
+    report = {"kind": "stall", "name": "hung-task", "title": "INFO: task hung in vsock_connect", "excerpt": excerpt}
+    h = syzbot.report_hang(report)
+    assert h.frames == ("__schedule", "schedule", "vsock_connect")
+    assert syzbot.match(["INFO: task hung in lock_sock_nested"], [h]) is None
+    assert syzbot.match(["INFO: task hung in vsock_connect"], [h]).how == "title"
+
+
+def test_kstalls_own_frozen_cpu_in_syzbots_function_is_syzbots_stall():
+    """kstall's "hang in X" (every CPU frozen, read before a detector spoke)
+    in syzbot's function is its soft lockup or RCU stall, not a different hang."""
+    assert syzbot.match(["BUG: soft lockup in umount_tree"], [hang("hang in umount_tree")]).how == "kind"
+    assert syzbot.match(["INFO: rcu detected stall in tx"], [hang("hang in sys_mount", "tx", "sys_mount")]).how \
+        == "kind"
+    assert syzbot.match(["INFO: task hung in umount_tree"], [hang("hang in umount_tree")]) is None
+
+
 def test_a_syzkaller_reproducers_hang_is_said_against_syzbots_title():
     repro = reproducers.resolve(str(PROGRAMS / "pipe_hang.c"))
     report = {"kind": "stall", "title": "INFO: task hung in pipe_write",
