@@ -16,7 +16,8 @@ request of a gating kind (guest_env AliasNeed: a socket family, a
 filesystem, a device) no module of the kernel answers, or one whose module
 did not load while the calls that need it failed with the error that
 says so, where the program makes such calls itself (one only syzkaller's
-setup code makes, its sandbox mounting binderfs, is listed, not a need); (2) a call the kernel does not have (ENOSYS); (3) a device path it
+setup code makes, its sandbox mounting binderfs, is listed, not a need);
+(2) a call the kernel does not have (ENOSYS); (3) a device path it
 names that is not there.
 """
 from __future__ import annotations
