@@ -161,7 +161,7 @@ def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
     waits += [w for task in everyone.values() if asleep(task, t) and task.pid not in waiting
               and (w := group_exit(task, everyone, named))]
     waits += [w for task in everyone.values() if (w := gone(task, t)) and task.addr in named]
-    named |= {int(w["owner"], 16) for w in waits if w.get("owner")}
+    named |= {int(c["owner"], 16) for w in waits for c in [w, *w.get("candidates", ())] if c.get("owner")}
     running = kernel_waits.read(mem, lay, ncpus).get("running") or {}
     return {"tasks": [everyone[a].to_json() for a in sorted(named, key=lambda a: everyone[a].pid)],
             "waits": waits, "walked": len(everyone),
@@ -179,17 +179,50 @@ def lock_of(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task
                        "rw_semaphore" if kind.startswith("rwsem") else "mutex", lk, everyone, queued=False)
         if found:
             return found | {"pid": task.pid, "how": "the task's blocker field"}
-    # a mutex's and an rwsem's owner words lie at the same distance before their
-    # wait lists: the flags a queued waiter sets tell the two apart
+    # the lock each kind would be, by its wait list's place in it: which kind it is,
+    # the waiting task's stack decides (settle_wait), once the agent has sent it
     listed = [kind for kind in ("rw_semaphore", "mutex", "semaphore") if "wait_list" in lk[kind]]
     head = _wait_list_head(mem, task, t, lk, everyone) if listed else None
     if head is None:
         return None
-    for kind in listed:
-        found = _owned(mem, head - lk[kind]["wait_list"], kind, lk, everyone, queued=True)
-        if found:
-            return found | {"pid": task.pid, "how": "its waiter on its stack"}
-    return None
+    cands = [found for kind in listed if (found := _owned(mem, head - lk[kind]["wait_list"], kind, lk, everyone,
+                                                          queued=True, tasks=len(everyone)))]
+    return {"pid": task.pid, "how": "its waiter on its stack", "wait_list": f"{head:#x}", "candidates": cands} \
+        if cands else None
+
+
+def primitive(kstack: list[str]) -> str | None:
+    """The kind of lock whose slow path a task's stack sleeps in, innermost first ([primitives])."""
+    kinds = _names()["primitives"]
+    return next((kind for f in kstack for kind, names in kinds.items() if f in names), None)
+
+
+def settle_wait(w: dict, kstack: list[str] | None) -> dict | None:
+    """A waiter found on a task's stack, as the lock it is queued on: the
+    kind the task's own stack sleeps in (a mutex's, an rwsem's or a
+    semaphore's slow path), read as that kind; without the stack, the one
+    kind whose words vouch for it (a mutex's or an rwsem's flags: a
+    semaphore's words prove nothing); "unknown" where neither decides; None
+    when the stack sleeps in no lock's slow path (another wait's list_head)."""
+    cands = w.get("candidates", [])
+    keep = {k: w[k] for k in ("pid", "how", "wait_list", "candidates") if k in w}
+    if kstack and (kind := primitive(kstack)):
+        pick = next((c for c in cands if c["kind"] == kind), None)
+        return keep | (pick or {"kind": kind, "lock": w.get("wait_list", "?"), "unread": True})
+    if kstack:
+        return None
+    sure = [c for c in cands if c["kind"] != "semaphore"]
+    if len(sure) == 1:
+        return keep | sure[0]
+    return keep | {"kind": "unknown", "lock": w.get("wait_list", "?"), "kinds": [c["kind"] for c in cands]}
+
+
+def settle(doc: dict) -> None:
+    """Each waiter on a stack settled with its task's stack (settle_wait), where the agent sent one."""
+    stacks = {t["pid"]: t.get("kstack") for t in doc.get("tasks", [])}
+    settled = [settle_wait(w, stacks.get(w["pid"])) if "candidates" in w else w for w in doc.get("waits", [])]
+    if "waits" in doc:
+        doc["waits"] = [w for w in settled if w is not None]
 
 
 def _wait_list_head(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> int | None:
@@ -219,11 +252,13 @@ def _wait_list_head(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[i
     return None
 
 
-def _owned(mem: Memory, lock: int, kind: str, lk: dict, everyone: dict[int, Task], queued: bool) -> dict | None:
+def _owned(mem: Memory, lock: int, kind: str, lk: dict, everyone: dict[int, Task], queued: bool,
+           tasks: int = MAX_TASKS) -> dict | None:
     """A lock of this kind at lock, as its owner word says: who holds it
     (a task the walk found), or that readers do, or, for a semaphore, which
     records no owner, its count; None when the memory is no such lock (or,
-    queued: no such lock with waiters, which says so in its flags)."""
+    queued: no such lock with waiters, which says so in its flags; or a
+    count no kernel has: more readers than the tasks walked)."""
     spec, flags = lk[kind], lk["owner_flags"]
     out: dict = {"lock": f"{lock:#x}", "kind": kind}
     if kind == "semaphore":
@@ -242,7 +277,7 @@ def _owned(mem: Memory, lock: int, kind: str, lk: dict, everyone: dict[int, Task
         if count is None or queued and not count & lk["rwsem_waiters"]:
             return None
         if not count & lk["rwsem_writer_locked"]:
-            if count >> 8 == 0:  # neither a writer nor a reader holds it
+            if count >> 8 == 0 or count >> 8 > tasks:  # no writer and no reader holds it, or an impossible count
                 return None
             return out | {"readers": count >> 8} | ({"owner": f"{owner:#x}", "last_reader": True}
                                                      if owner in everyone else {})
@@ -268,15 +303,18 @@ def _names() -> dict:
         with open(SPEC_FILE, "rb") as f:
             doc = tomllib.load(f)
         _NAMES = {"locks": doc.get("lock_names", {}), "waits": doc.get("waits_in", {}),
-                  "conditions": doc.get("waits_for", {}), "follows": doc.get("follows", {})}
+                  "conditions": doc.get("waits_for", {}), "follows": doc.get("follows", {}),
+                  "primitives": doc.get("primitives", {})}
     return _NAMES
 
 
 def with_stacks(doc: dict, told: dict) -> None:
     """read()'s tasks with what the agent told of each (by pid): its kernel
-    stack, wait channel and idle time; pid and comm stay the memory's."""
+    stack, wait channel and idle time; pid and comm stay the memory's. The
+    stacks settle which kind of lock each waiter is queued on."""
     for t in doc.get("tasks", []):
         t.update({k: v for k, v in (told.get(t["pid"]) or {}).items() if k in ("kstack", "wchan", "secs")})
+    settle(doc)
 
 
 def asleep_in(t: dict) -> str:
@@ -294,6 +332,9 @@ def asleep_in(t: dict) -> str:
 @dataclass
 class Graph:
     doc: dict  # read()'s result, each task with the agent's kstack, wchan and secs where it sent them
+
+    def __post_init__(self) -> None:
+        settle(self.doc)
 
     def task(self, addr: str) -> dict:
         return next((t for t in self.doc.get("tasks", []) if t["task"] == addr), {"task": addr, "pid": "?",
@@ -325,6 +366,9 @@ class Graph:
         where = self.where(w["pid"])
         named = _names()["locks"].get(where)
         kind = {"rw_semaphore": "rwsem"}.get(w["kind"], w["kind"])
+        if w["kind"] == "unknown":
+            return f"a lock whose kind kstall cannot tell ({' or '.join(w.get('kinds', []))}; wait list " \
+                   f"{w['lock']})" + (f" taken in {where}" if where else "")
         if named:
             return named
         return f"a {kind} ({w['lock']})" + (f" taken in {where}" if where else "")
@@ -372,6 +416,9 @@ class Graph:
         lead = "waits for" if first else "which waits for"
         if w.get("readers"):
             return f"{lead} {self.lock_name(w)} held by {w['readers']} reader(s)", False
+        if w.get("unread") or w["kind"] == "unknown":
+            why = "" if w["kind"] == "unknown" else ", whose words are no such lock kstall can read"
+            return f"{lead} {self.lock_name(w)}{why}", False
         if w.get("unknown_owner"):
             return f"{lead} {self.lock_name(w)} held by a task on no list of the kernel's " \
                    f"({w['unknown_owner']}: exited, or freed)", False

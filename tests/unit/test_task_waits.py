@@ -5,8 +5,10 @@ with tasks on init_task's list, mutexes, and waiters on the tasks' stacks as
 the kernel's slow paths queue them. The e2e tests read real kernels."""
 from __future__ import annotations
 
+import json
 import shutil
 import struct
+from pathlib import Path
 
 import pytest
 from recorded import clang_btf
@@ -105,12 +107,13 @@ def test_a_chain_names_the_lock_its_holder_and_what_the_holder_waits_for(lay):
     m = g.mutex(holder)
     g.wait_on(waiter, m)
     doc = task_waits.read(g.read, lay, 1)
-    assert doc["waits"] == [{"lock": f"{m:#x}", "kind": "mutex", "owner": f"{holder:#x}", "pid": 91,
-                             "how": "its waiter on its stack"}]
+    mutex = {"lock": f"{m:#x}", "kind": "mutex", "owner": f"{holder:#x}"}
+    assert doc["waits"][0]["candidates"][0] == mutex and doc["waits"][0]["pid"] == 91
     assert [t["pid"] for t in doc["tasks"]] == [90, 91]
-    for t in doc["tasks"]:  # what the agent tells of them
-        t["kstack"] = {90: ["handle_userfault", "__handle_mm_fault", "copy_page_from_iter", "anon_pipe_write"],
-                       91: ["__mutex_lock", "anon_pipe_write", "vfs_write"]}[t["pid"]]
+    task_waits.with_stacks(doc, {  # what the agent tells of them
+        90: {"kstack": ["handle_userfault", "__handle_mm_fault", "copy_page_from_iter", "anon_pipe_write"]},
+        91: {"kstack": ["__mutex_lock", "anon_pipe_write", "vfs_write"]}})
+    assert {k: v for k, v in doc["waits"][0].items() if k in mutex} == mutex
     graph = task_waits.Graph(doc)
     assert graph.finding(91) == ("waits for pipe->mutex held by pid 90 (uffd-writer), blocked in handle_userfault "
                                  "(userfaultfd) [read from the stacks]")
@@ -151,3 +154,91 @@ def test_a_lock_held_by_no_task_found_and_memory_that_is_no_lock_and_a_kernel_wi
     # a build: kernel without BTF (its capture's BTF blob is empty): omitted, with why
     assert task_waits.read(g.read, kernel_waits.layout(b"", SYMBOLS), 1)["error"].startswith(
         "the kernel's tasks and locks cannot be laid out (no BTF: ")
+
+
+# The kernel's own layout: 6.1.170's, worked out from its real BTF
+# (kernel_waits.layout() of the BTF a run captured, recorded). There a
+# mutex's wait list is 16 bytes in, an rwsem's 24 and a semaphore's 8: the
+# same waiter read as another kind finds other words.
+REAL_6_1 = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "layout" /
+                       "6.1.170-amd64.layout.json").read_text())
+
+
+class Guest61(Guest):
+    """Locks as 6.1's slow paths leave them, each waiter on its task's stack."""
+
+    def queue(self, task: int, wait_list: int, slot: int = 0x3F00) -> None:
+        stack = self.mem[task + self.t["stack"]]
+        w, prev = stack + slot, self.mem[wait_list + 8]
+        self.put(w, wait_list), self.put(w + 8, prev), self.put(w + self.lk["waiter_task"], task)
+        self.put(prev, w), self.put(wait_list + 8, w)
+
+    def lock(self, kind: str, words: dict[str, int]) -> tuple[int, int]:
+        base = self.alloc(128) + 32  # inside a bigger structure, with words before it
+        for member, value in words.items():
+            self.put(base + self.lk[kind][member] if member in self.lk[kind] else base + int(member), value)
+        wl = base + self.lk[kind]["wait_list"]
+        self.put(wl, wl), self.put(wl + 8, wl)
+        return base, wl
+
+
+def waits_61(g: Guest61, stacks: dict[int, list[str]]) -> task_waits.Graph:
+    doc = task_waits.read(g.read, REAL_6_1, 1)
+    task_waits.with_stacks(doc, {pid: {"kstack": k} for pid, k in stacks.items()})
+    return task_waits.Graph(doc)
+
+
+def test_a_mutex_whose_neighbour_word_reads_as_an_rwsem_is_a_mutex_on_6_1():
+    """The issue's program on 6.1.170: a writer stalled in a userfaultfd
+    fault holds its file's f_pos_lock; a second writer sleeps in fdget_pos.
+    The word before the mutex (the file's) passes an rwsem's flag checks,
+    and the mutex's owner word read as its count made 34635136368768 readers."""
+    g = Guest61(REAL_6_1)
+    holder, waiter = g.task(104, "dstate_inode", S), g.task(105, "dstate_inode", D)
+    m, wl = g.lock("mutex", {"owner": holder | 0x1, "-8": 0x1F80000000002})
+    g.queue(waiter, wl)
+    graph = waits_61(g, {104: ["handle_userfault", "__handle_mm_fault", "fault_in_readable", "ext4_file_write_iter"],
+                         105: ["__mutex_lock", "__fdget_pos", "ksys_write"]})
+    assert graph.finding(105) == (f"waits for a mutex ({m:#x}) taken in __fdget_pos held by pid 104 (dstate_inode), "
+                                  "blocked in handle_userfault (userfaultfd) [read from the stacks]")
+    # with no stack to say (a vmcore), the count no kernel has rules the rwsem out
+    doc = task_waits.read(g.read, REAL_6_1, 1)
+    assert task_waits.Graph(doc).wait_of(105)["kind"] == "mutex"
+    assert "reader" not in json.dumps(doc["waits"])
+
+
+def test_an_rwsem_held_by_readers_or_a_writer_and_a_semaphore_on_6_1():
+    g = Guest61(REAL_6_1)
+    reader, writer, holder = g.task(40, "reader", S), g.task(41, "writer", D), g.task(42, "holder", S)
+    w2, sem_waiter = g.task(43, "writer2", D), g.task(44, "downer", D)
+    _, wl = g.lock("rw_semaphore", {"count": 2 << 8 | 0x2, "owner": reader | 0x1})  # two readers, waiters
+    g.queue(writer, wl)
+    rw, wl2 = g.lock("rw_semaphore", {"count": 0x1 | 0x2, "owner": holder})  # a writer holds it
+    g.queue(w2, wl2)
+    sem, wl3 = g.lock("semaphore", {"count": 0})
+    g.queue(sem_waiter, wl3)
+    graph = waits_61(g, {40: [], 41: ["rwsem_down_write_slowpath", "down_write", "do_mprotect_pkey"],
+                         42: ["do_nanosleep"], 43: ["rwsem_down_write_slowpath", "down_write", "vm_mmap_pgoff"],
+                         44: ["___down_common", "__down", "down", "xfs_buf_get_map"]})
+    assert graph.finding(41).startswith("waits for a rwsem (") and graph.finding(41).endswith(
+        "taken in do_mprotect_pkey held by 2 reader(s) [read from the stacks]")
+    assert graph.finding(43) == (f"waits for a rwsem ({rw:#x}) taken in vm_mmap_pgoff held by pid 42 (holder), "
+                                 "blocked in do_nanosleep [read from the stacks]")
+    assert graph.finding(44) == (f"waits for a semaphore ({sem:#x}) taken in xfs_buf_get_map, which records no owner "
+                                 "(count 0) [read from the stacks]")
+
+
+def test_a_wait_on_no_lock_that_queues_like_one_is_no_lock_and_no_count_is_impossible():
+    """A futex waiter also puts a list_head and its task's address on the
+    stack: its stack sleeps in no lock's slow path, so it waits on no lock
+    (6.1.170 named it "a semaphore taken in do_futex")."""
+    g = Guest61(REAL_6_1)
+    sleeper = g.task(159, "syz-executor", S)
+    _, wl = g.lock("semaphore", {"count": 0})  # any list whose head has words that read as a count
+    g.queue(sleeper, wl)
+    graph = waits_61(g, {159: ["futex_wait_queue", "futex_wait", "do_futex", "__x64_sys_futex"]})
+    assert graph.wait_of(159) is None and graph.roots() == []
+    # the lock's kind stays unknown where no stack decides and the words vouch for no one kind
+    doc = task_waits.read(g.read, REAL_6_1, 1)
+    assert task_waits.Graph(doc).wait_of(159)["kind"] == "unknown"
+    assert "cannot tell" in task_waits.Graph(doc).finding(159)
