@@ -57,6 +57,7 @@ class Signature:
     # shape_min of them; a CPU alone in it proves no fault
     shape: frozenset[str] = frozenset()
     shape_min: int = 1
+    shape_alone: bool = False  # this CPU proves the fault alone (a panic: the guest's end)
     # a culprit's samples ([match] samples): "every" for a hang that never
     # leaves its loop (a self-deadlock), "most" or "any" for one that passes
     # through other code while it lasts (a livelock, a lock wait that times
@@ -79,6 +80,7 @@ class Signature:
                    states=frozenset(m.get("states", ())),
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""),
                    shape=frozenset(shape.get("others", ())), shape_min=int(shape.get("min", 1)),
+                   shape_alone=bool(shape.get("alone", False)),
                    samples=_samples_rule(doc.get("name", ""), m.get("samples", "every")))
 
 
@@ -273,7 +275,8 @@ def emulator_fault(classes: list[CpuClass]) -> CpuClass | None:
             continue
         trapped_at = {f["text"] for f in c.frames if f.get("interrupted") and f.get("text")}
         others = [o for o in classes if o.cpu != c.cpu and o.signature.role != Role.BENIGN]
-        if len(others) >= sig.shape_min and all(completes(o, sig.shape, trapped_at) for o in others):
+        if sig.shape_alone or len(others) >= sig.shape_min and all(completes(o, sig.shape, trapped_at)
+                                                                   for o in others):
             return c
     return None
 

@@ -148,6 +148,21 @@ def test_cpus_that_oopsed_on_the_int3_in_schedule_and_panicked_are_an_error_trie
     assert classify.classify_samples([{"cpus": other}], sigs)[0].signature.role != "infra"
 
 
+def test_a_cpu_that_panicked_on_an_int3_anywhere_in_the_kernel_is_an_emulator_fault(sigs):
+    """6.12.118 under TCG, a syzkaller reproducer writing hist triggers (a
+    static key flipped): CPU1 oopsed on the int3 planted in try_to_wake_up
+    and waited in native_stop_other_cpus for CPU0, spinning with interrupts
+    off on the lock CPU1 held. It was "VULNERABLE: a different hang: hang in
+    try_to_wake_up", CPU1 called idle; the panic alone proves the fault."""
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import Outcome
+    classes = classify.classify_samples(load_samples("syzkaller-6.12.118-int3-panic"), sigs)
+    assert classes[1].signature.name == "int3_oops_panic" and classes[0].signature.role == "unknown"
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.33s", 0.0), REPRO, classes=classes))
+    assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
+
+
 @pytest.mark.parametrize("fixture", ["bpf-ringbuf-6.16.12-held-locks", "bpf-ringbuf-6.16.12-rq-lock",
                                      "bpf-ringbuf-6.16.12-rqspinlock"])
 def test_a_cpu_no_signature_names_is_described_by_its_state_never_as_unknown(fixture):
