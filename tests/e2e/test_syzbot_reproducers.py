@@ -4,7 +4,9 @@ kstall's own programs in syzkaller's format (tests/fixtures/syzkaller-programs/)
 as one matrix over debian:6.1.170. A hung task the kernel's own detector
 reports is syzbot's title reproduced; a busy program that forks for ever
 runs for its time and is not reproduced, never "stuck"; a socket family the
-kernel lacks is a need; the machine is the one a reproducer expects."""
+kernel lacks is a need; the machine is the one a reproducer expects; a
+program the OOM killer starves is no evidence; a task that cannot die when
+the time is up, a worker whose process's leader exited, is a hang."""
 from __future__ import annotations
 
 import json
@@ -28,6 +30,8 @@ def matrix(tmp_path_factory) -> dict:
     # so that on two host cores the three short ones run beside the long one
     m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa"]\nduration = 90\ncpus = 1\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["bbbb", "cccc", "dddd"]\nduration = 20\ncpus = 1\n'
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["eeee"]\nduration = 30\ncpus = 1\n'
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["ffff"]\nduration = 10\ncpus = 1\n'
                  f'[[kernel]]\nspec = "{KERNEL}"\n')
     p = kstall("matrix", str(m), "--results", str(d), "--json", timeout=900)
     assert p.stdout.strip().startswith("{"), p.stderr[-3000:]
@@ -79,13 +83,35 @@ def test_the_guest_is_the_machine_a_reproducer_expects(matrix):
     assert c["verdict"] == "NOT_REPRODUCED", c["line"]
     run = run_json(matrix, c)
     assert "exited non-zero" not in run["reason"], run["reason"]
-    assert run["evidence"]["count"] > 5 and run["evidence"]["reach"]["reached"] == ["socket", "openat", "unshare"]
+    assert run["evidence"]["count"] > 5
+    assert run["evidence"]["reach"]["reached"] == ["pivot_root", "socket", "openat", "unshare"]
+    assert run["vm"]["memory_mb"] == 2048  # syzbot's smallest machine
+
+
+def test_a_run_the_oom_killer_starved_is_inconclusive_never_not_reproduced(matrix):
+    c = cell(matrix, "eeee")
+    assert c["verdict"] == "INCONCLUSIVE", c["line"]
+    assert c["line"].startswith("INCONCLUSIVE: starved for "), c["line"]
+    health = run_json(matrix, c)["evidence"]["health"]
+    assert health["mostly"] and int(health["agent"]["oom_kills"]) >= 1, health
+    assert any(e.startswith("the OOM killer killed") for e in health["events"]), health
+
+
+def test_a_task_that_cannot_die_behind_its_exited_leader_is_a_hang(matrix):
+    """Killed when its time was up, its leader exited (a zombie) and its
+    worker sleeps in D state for good: it used to be NOT_REPRODUCED, the
+    leader's state hiding the worker's."""
+    c = cell(matrix, "ffff")
+    assert c["verdict"] == "VULNERABLE", c["line"]
+    run = run_json(matrix, c)
+    assert run["timings"]["repro_s"] > 10  # after its time: what it left behind
 
 
 def test_the_reports_give_one_row_per_bug(matrix):
     summary = (Path(matrix["_dir"]) / "summary.md").read_text()
     rows = [l for l in summary.splitlines() if l.startswith("| [")]
-    assert len(rows) == 4, summary
-    assert any("INFO: task hung in pipe_write | reproduced |" in r for r in rows)
+    assert len(rows) == 6, summary
+    assert any("INFO: task hung in pipe_write | reproduced: INFO: task hung in pipe_write" in r for r in rows)
+    assert f"- {KERNEL}: reproduced 1, " in summary and "starved 1" in summary
     assert any("needs socket family 12 (AF_DECnet)" in r for r in rows)
     assert kstall_processes() == []

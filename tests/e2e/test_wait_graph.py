@@ -32,3 +32,17 @@ def test_an_exec_and_its_tracer_waiting_on_each_other_are_named_a_deadlock(tmp_p
     kinds = {w["kind"] for w in doc["waits"]["waits"]}
     assert kinds == {"mutex", "threads", "reap"}, doc["waits"]["waits"]
     assert kstall_processes() == []
+
+
+@pytest.mark.parametrize("version", ["6.1.170", "7.3.4"])
+def test_a_mutex_inside_a_file_is_named_a_mutex_held_by_the_stalled_writer(tmp_path, version):
+    """f_pos_lock, a mutex inside struct file: 6.1.170 named it an rwsem
+    held by 34635136368768 readers, from words that pass an rwsem's checks."""
+    rc, doc, err = verify_json(tmp_path, f"debian:{version}", str(REPO / "tests" / "programs" / "fpos_writers.c"))
+    assert rc == 1 and doc["verdict"] == "VULNERABLE" and doc["outcome"]["kind"] == "sleeping", err[-2000:]
+    waits = doc["waits"]
+    writer = next(t["pid"] for t in waits["tasks"] if "handle_userfault" in t.get("kstack", []))
+    finding = next(f for f in waits["findings"] if "fdget_pos" in f)
+    assert "waits for a mutex (" in finding and f"held by pid {writer} (fpos_writers), blocked in " \
+        "handle_userfault (userfaultfd)" in finding, waits["findings"]
+    assert "reader" not in " ".join(waits["findings"]) and {w["kind"] for w in waits["waits"]} == {"mutex"}

@@ -250,13 +250,14 @@ def test_a_directory_of_syzkaller_reproducers_is_a_matrix_of_bugs(tmp_path):
     with pytest.raises(matrix.MatrixError, match="--kernel"):
         matrix_file.load(progs)
     m = matrix_file.load(progs, kernels=["debian:6.1.170", "debian:7.3.4"], duration=30)
-    assert m.reproducers == ["syz-bbbb00000000", "syz-dddd00000000", "syz-cccc00000000", "syz-aaaa00000000"]
-    assert len(m.cells) == 8 and all(c.duration == 30 and c.spec.endswith(".c") for c in m.cells)
+    assert m.reproducers == ["syz-bbbb00000000", "syz-ffff00000000", "syz-dddd00000000", "syz-cccc00000000",
+                             "syz-aaaa00000000", "syz-eeee00000000"]
+    assert len(m.cells) == 12 and all(c.duration == 30 and c.spec.endswith(".c") for c in m.cells)
     f = tmp_path / "m.toml"
     f.write_text(f'[[reproducer]]\ndir = "{progs}"\nstatus = ["open"]\nbugs = ["aaaa", "dddd"]\n'
                  '[[kernel]]\nspec = "debian:6.1.170"\n')
     assert matrix_file.load(f).reproducers == ["syz-dddd00000000", "syz-aaaa00000000"]
-    f.write_text(f'[[reproducer]]\ndir = "{progs}"\nbugs = ["ffff"]\n[[kernel]]\nspec = "debian:6.1.170"\n')
+    f.write_text(f'[[reproducer]]\ndir = "{progs}"\nbugs = ["9999"]\n[[kernel]]\nspec = "debian:6.1.170"\n')
     with pytest.raises(matrix.MatrixError, match="no syzkaller reproducer"):
         matrix_file.load(f)
     # one row per bug in the reports, each kernel's answer as a maintainer asks it
