@@ -7,6 +7,7 @@ every sample is stuck (a spin), not passing through.
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 import tomllib
 from collections import Counter
@@ -144,6 +145,23 @@ def positions(frames: list[dict], depth: int = 1) -> list[int]:
     return out
 
 
+def mark_interrupts(frames: list[dict], a: arch.Arch) -> list[dict]:
+    """The frames with the one after each run of interrupt-entry frames (the
+    architecture's `interrupt_entries`) marked as where the interrupt cut
+    in, as kstall's own unwinders mark it: GDB's unwinder (DWARF) and a back
+    chain that missed the frame's marker leave it unmarked, and a CPU caught
+    once in a timer interrupt on top of its wait looked out of the wait."""
+    entries = a.table.get("interrupt_entries", ())
+    out = [dict(f) for f in frames]
+    for i in range(1, len(out)):
+        prev = base_name(out[i - 1].get("function", ""))
+        here = base_name(out[i].get("function", ""))
+        entry = any(fnmatch.fnmatchcase(prev, e) for e in entries)
+        if entry and not any(fnmatch.fnmatchcase(here, e) for e in entries) and not out[i].get("inlined"):
+            out[i]["interrupted"] = True
+    return out
+
+
 def matches(sig: Signature, cpu: dict) -> bool:
     if cpu.get("state") in sig.states:
         return True
@@ -236,6 +254,7 @@ def classify_samples(samples: list[dict], sigs: list[Signature]) -> list[CpuClas
     per_cpu: dict[int, list[tuple[Signature, dict]]] = {}
     for s in samples:
         for cpu in s.get("cpus", []):
+            cpu = cpu | {"frames": mark_interrupts(cpu.get("frames", []), arch.of_dump(cpu))}
             per_cpu.setdefault(cpu["cpu"], []).append((classify_cpu(cpu, sigs), cpu))
     out = []
     for n, seq in sorted(per_cpu.items()):

@@ -3,6 +3,7 @@
 hang read from a recorded real freeze (Debian's 6.1.170 under bpf-timer), the
 back chain and riscv's frame records walked on stacks laid out as their ABIs
 lay them, big-endian words read so, and what each row's guests cannot do."""
+import copy
 import dataclasses
 import struct
 from pathlib import Path
@@ -49,6 +50,24 @@ def test_the_ppc64le_freeze_is_both_cpus_in_the_hrtimer_cancel_wait():
     classes = classify.classify_samples(samples, classify.load_signatures())
     assert {c.cpu for c in classes if c.signature and c.signature.role == Role.CULPRIT} == {0, 1}
     assert {c.signature.name for c in classes if c.signature} == {"bpf_timer_cancel_each_other"}
+
+
+def test_a_cpu_a_timer_interrupt_caught_on_top_of_the_wait_is_still_in_it():
+    """make test, 2026-11-28: one of three samples caught ppc64el's CPU1 in a
+    decrementer interrupt over its hrtimer_cancel wait, and the frame the
+    interrupt cut into bore no mark, so the CPU was not the culprit
+    (the signature wants the wait in every sample). Made from the recorded
+    samples: CPU1's second sample with those frames on top."""
+    samples = copy.deepcopy(load_samples(FIXTURE))
+    cpu1 = next(c for c in samples[1]["cpus"] if c["cpu"] == 1)
+    cpu1["frames"] = [{"function": f, "text": f"{f}+0x10/0x40"} for f in
+                      ("decrementer_set_next_event", "timer_interrupt", "decrementer_common_virt")] + cpu1["frames"]
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    assert {c.cpu for c in classes if c.signature.role == Role.CULPRIT} == {0, 1}
+    x86 = classify.mark_interrupts([{"function": "sysvec_apic_timer_interrupt"},
+                                    {"function": "asm_sysvec_apic_timer_interrupt"}, {"function": "hrtimer_cancel"},
+                                    {"function": "bpf_timer_cancel"}], arch.get("x86_64"))
+    assert [bool(f.get("interrupted")) for f in x86] == [False, False, True, False]
 
 
 def _ppc_stack(base: int, frames: list[tuple[int, int]], order: str) -> bytes:
