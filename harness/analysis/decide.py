@@ -61,8 +61,9 @@ def _crash(f: Findings) -> Verdict:
     kind, detail = f.outcome.kind, f.outcome.detail
     if detail.startswith("Attempted to kill init"):
         return Verdict(VerdictKind.ERROR, f"the guest agent died: {detail}")
-    return Verdict(VerdictKind.CRASHED, f"kernel {kind}: {detail}", summary=f"kernel {kind}: {detail}",
-                   confidence="high", title=detail)
+    # a panic's title names its kind already, as syzbot's do ("kernel panic: ...")
+    said = detail if detail.startswith(f"kernel {kind}") else f"kernel {kind}: {detail}"
+    return Verdict(VerdictKind.CRASHED, said, summary=said, confidence="high", title=detail)
 
 
 def _error(prefix: str = "", suffix: str = "") -> Callable[[Findings], Verdict]:

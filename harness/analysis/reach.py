@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 
 from harness.base.guest_env import GuestEnv
+from harness.base.untrusted import num
 
 _HIST = re.compile(r"^KSTALL hist sys_exit \{ id: (?:sys_)?(?P<name>\w+)\s*\[\s*(?P<nr>\d+)\]"
                    r"(?:, ret:\s*(?P<ret>\d+))? \} hitcount:\s*(?P<count>\d+)")
@@ -144,21 +145,23 @@ def parse(lines: list[str], numbers: dict[int, str] | None = None
     calls: dict[str, Call] = {}
     requests: dict[str, tuple[int, int]] = {}
     checks: dict[str, bool] = {}
-    for line in lines:
+    for line in lines:  # guest text: a number of more than 20 digits is no number, and its line is passed over
         if (m := _HIST.match(line)) is not None:
-            name = m.group("name") if numbers is None else numbers.get(int(m.group("nr")), f"syscall_{m['nr']}")
+            nr, n = num(m.group("nr")), num(m.group("count"))
+            ret = num(m.group("ret")) if m.group("ret") is not None else 0
+            if nr is None or n is None or ret is None:
+                continue
+            name = m.group("name") if numbers is None else numbers.get(nr, f"syscall_{nr}")
             c = calls.setdefault(name, Call(name))
-            n = int(m.group("count"))
             if m.group("ret") is None:
                 c.count += n
             else:
-                ret = int(m.group("ret"))
                 ret = ret - (1 << 64) if ret >= 1 << 63 else ret
                 if ret < 0:
                     c.errors[errno_name(ret)] = c.errors.get(errno_name(ret), 0) + n
-        elif (m := _MODPROBE.match(line)) is not None:
+        elif (m := _MODPROBE.match(line)) is not None and (status := num(m.group("status"))) is not None:
             asked, _ = requests.get(m.group("name"), (0, 0))
-            requests[m.group("name")] = (asked + 1, int(m.group("status")))
+            requests[m.group("name")] = (asked + 1, status)
         elif (m := _CHECK.match(line)) is not None:
             checks[m.group("path")] = m.group("exists") == "1"
     return calls, requests, checks

@@ -30,6 +30,7 @@ import tomllib
 from dataclasses import dataclass
 
 from harness.analysis import console, kernel_waits, report_title
+from harness.base import arch
 from harness.analysis.kernel_waits import SPEC_FILE, Memory, Reader
 
 MAX_TASKS = 8192      # a guest kstall boots runs a few hundred
@@ -346,7 +347,10 @@ class Graph:
                      (w["kind"] != "threads" or self.follows(w))), None)
 
     def where(self, pid) -> str:
-        return asleep_in(self.task_by_pid(pid))
+        """The function a task sleeps in; a system call's entry by its plain
+        name whatever the architecture's wrapper (s390x inlines ptrace_attach
+        into __s390x_sys_ptrace, where x86 keeps it)."""
+        return arch.syscall_name(asleep_in(self.task_by_pid(pid)))
 
     def follows(self, w: dict) -> bool:
         """A wait on the task's own thread group is followed only where the

@@ -165,6 +165,16 @@ def host() -> Arch:
     return get(platform.machine())
 
 
+def syscall_name(function: str) -> str:
+    """A system call's entry point by its plain name, whichever architecture's
+    wrapper it is (the rows' `syscall_prefix`): __s390x_sys_ptrace is sys_ptrace."""
+    for a in names():
+        prefix = get(a).table.get("syscall_prefix", "sys_")
+        if prefix != "sys_" and function.startswith(prefix):
+            return "sys_" + function[len(prefix):]
+    return function
+
+
 def of_dump(cpu: dict) -> Arch:
     """The architecture a CPU dump (or a sample holding CPUs) was taken on."""
     return get(cpu.get("arch") or DEFAULT)

@@ -47,9 +47,12 @@ def test_a_kvm_whose_guests_never_run_is_decided_tcg_once_within_seconds(tmp_pat
     took = time.monotonic() - t0
     print(f"decided in {took:.2f}s: {said}")
     assert chosen == ["tcg", "tcg"]
-    assert took <= 5.0, f"deciding took {took:.1f}s: {said}"
+    # within seconds: the probe's own bound ended it, whatever else the host runs (a busy host starts
+    # QEMU slower, and 3.9 s became over 5 beside another kstall's guests); the wall time is a guard
+    # against waiting for a whole boot's timeout (120 s), not a speed goal
     assert sum(s.startswith("probing") for s in said) == 1, said  # once per host boot, not per kernel
-    assert any("did not reach its agent" in s for s in said), said
+    assert any(f"did not reach its agent within {accel.PROBE_BOUND_S:g}s" in s for s in said), said
+    assert took < 60, f"deciding took {took:.1f}s: {said}"
     assert not kvm_decisions.guest_ran_under_kvm()
     with pytest.raises(Exception, match="KVM did not run a guest"):
         accel.choose("kvm", kernels[0], initrd, said.append)

@@ -198,3 +198,18 @@ def test_an_oops_showing_a_cpu_state_no_cpu_can_be_in_is_an_emulator_fault():
         assert v.verdict == verdict and v.retryable == (verdict == "ERROR"), v.line()
         if verdict == "ERROR":
             assert "EFLAGS has reserved bits set, a state no x86 CPU can be in (EFLAGS: 06968242)" in v.reason
+
+
+def test_a_panic_is_said_once_in_its_crashed_line():
+    """A panic's title names its kind already ("kernel panic: ..."): the
+    CRASHED line said it twice ("kernel panic: kernel panic: ...")."""
+    from harness.analysis.decide import decide
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import Outcome, OutcomeKind
+    from harness.base import reproducers
+    repro = reproducers.load("perf-refresh")
+    v = decide(Findings(Outcome(OutcomeKind.PANIC, "kernel panic: corrupted stack end in do_sys_poll", 0.0), repro))
+    assert v.line() == "CRASHED: kernel panic: corrupted stack end in do_sys_poll"
+    assert v.reason == v.summary == "kernel panic: corrupted stack end in do_sys_poll"
+    v = decide(Findings(Outcome(OutcomeKind.OOPS, "general protection fault in pipe_write", 0.0), repro))
+    assert v.line() == "CRASHED: kernel oops: general protection fault in pipe_write"

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import pytest
 from recorded import FIXTURES, clang_btf
 
-from harness.analysis import console, kernel_waits, latency, threads
+from harness.analysis import console, kernel_waits, latency, reach, starvation, threads
 from harness.analysis.kallsyms import Kallsyms
-from harness.analysis.ktap import Ktap
+from harness.analysis.ktap import KV, Ktap
 from harness.base import reproducers, untrusted
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.watch import Limits, Watch
@@ -42,7 +42,8 @@ TOKENS = ["KSTALL thread ", "KSTALL hello ", "HB ", "# progress count=", "# resu
           "kstack=", "RIP: 0010:", "Call Trace:", "</TASK>", " ? ", "+0x1f/0x40", "[<ffffffff81000000>] ",
           "[    1.000000] ", "INFO: task ", " blocked for more than ", "BUG: soft lockup - CPU#", "rcu: INFO: ",
           "csd: Detected non-responsive CSD lock (#", "{func}", "%s", "\x00", "\x1b[0m", "\ufffd", "9" * 5000,
-          "-" + "1" * 4400, "f" * 300, "=" * 50, ",",
+          "-" + "1" * 4400, "f" * 300, "=" * 50, ",", "KSTALL hist sys_exit { id: sys_", "} hitcount: ",
+          "KSTALL modprobe status=", " name=", "KSTALL health ", "secs=", "starved_s=", "killed=9:", "oom_kills=",
           # what a hostile package or image names: paths that climb, absolute ones, releases that are paths
           "../", "..", "/", "./", "/etc/shadow", "lib/modules/", "kernel/", ".ko:", ".ko.xz", "vmlinuz-",
           "menuentry '", "' {\n", "\n}\n", "submenu '", "linux /boot/vmlinuz-../../../etc ", "set default=",
@@ -121,6 +122,10 @@ PARSERS = {
                                                            reproducers.load("bpf-ringbuf").stall,
                                                            {"nmi_max_ns": l[:20]})),
     "threads.from_agent_line": lambda pats: (lambda l: threads.from_agent_line("KSTALL thread " + l)),
+    # the agent's account of a syzkaller program: a count of 5,000 digits once raised ValueError in int()
+    "reach.parse": lambda pats: (lambda l: reach.parse([l, f"KSTALL hist sys_exit {{ id: sys_x [ {l[-9:]}], ret: "
+                                                           f"{l[:40]} }} hitcount: {l}", "KSTALL modprobe status=" + l])),
+    "starvation.judge": lambda pats: (lambda l: starvation.judge(dict(KV.findall("KSTALL health " + l)))),
     "threads.parse_syscall": lambda pats: threads.parse_syscall,
     "threads.parse_kstack": lambda pats: threads.parse_kstack,
     "symbols.Kallsyms": lambda pats: (lambda l: Kallsyms.parse(l + "\n" + l).lookup(0xffffffff81000000)),

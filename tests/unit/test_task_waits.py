@@ -242,3 +242,17 @@ def test_a_wait_on_no_lock_that_queues_like_one_is_no_lock_and_no_count_is_impos
     doc = task_waits.read(g.read, REAL_6_1, 1)
     assert task_waits.Graph(doc).wait_of(159)["kind"] == "unknown"
     assert "cannot tell" in task_waits.Graph(doc).finding(159)
+
+
+def test_a_lock_taken_in_a_system_call_is_named_alike_on_every_architecture():
+    """s390x's build inlines ptrace_attach into __s390x_sys_ptrace, where
+    x86's keeps it: the lock was "a mutex taken in __s390x_sys_ptrace", a
+    wrapper's name, there and the tracee's cred_guard_mutex on x86."""
+    doc = {"tasks": [{"task": "0x10", "pid": 105, "comm": "tracer", "state": 1,
+                      "kstack": ["__mutex_lock", "__s390x_sys_ptrace", "__do_syscall", "system_call"]},
+                     {"task": "0x20", "pid": 106, "comm": "exec", "state": 2, "kstack": ["begin_new_exec"]}],
+           "waits": [{"pid": 105, "kind": "mutex", "lock": "0x1234", "owner": "0x20", "how": "the task's blocker field"}]}
+    assert task_waits.Graph(doc).finding(105).startswith(
+        "waits for the tracee's signal->cred_guard_mutex held by pid 106 (exec)")
+    doc["tasks"][0]["kstack"][1] = "__s390x_sys_nanosleep"  # a wrapper kstall has no name for the lock of
+    assert "a mutex (0x1234) taken in sys_nanosleep held by" in task_waits.Graph(doc).finding(105)
