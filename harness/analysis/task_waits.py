@@ -26,6 +26,7 @@ deadlock among sleeping tasks.
 """
 from __future__ import annotations
 
+import time
 import tomllib
 from dataclasses import dataclass
 
@@ -35,6 +36,10 @@ from harness.analysis.kernel_waits import SPEC_FILE, Memory, Reader
 
 MAX_TASKS = 8192      # a guest kstall boots runs a few hundred
 MAX_WAITERS = 256     # a wait list is followed this far, no further
+# the walk's whole time while the guest is stopped: ~0.5 s for a few hundred
+# tasks over QEMU's monitor; a list the guest corrupted into a loop is left at
+# its first repeated node, and whatever else stops there
+WALK_S = 30.0
 
 
 @dataclass
@@ -61,22 +66,48 @@ def _span(t: dict) -> int:
                                    "flags", "exit_state", "ptrace", "parent", "blocker") if k in t) + t["comm_bytes"]
 
 
-def tasks(mem: Memory, t: dict) -> dict[int, Task]:
-    """Every task, by its address: each leader on init_task's list, and each leader's threads."""
+@dataclass
+class Bound:
+    """What a walk of guest memory may cost: every node it visits counts, a
+    node met twice ends its list, and time runs out at WALK_S."""
+    deadline: float
+    nodes: int = 0
+    stopped: str = ""
+
+    def step(self, node: int, seen: set[int]) -> bool:
+        if node in seen:
+            self.stopped = self.stopped or f"a list of tasks loops back at {node:#x}"
+            return False
+        if self.nodes >= 2 * MAX_TASKS:
+            self.stopped = self.stopped or f"more than {2 * MAX_TASKS} list nodes"
+            return False
+        if self.nodes % 64 == 0 and time.monotonic() > self.deadline:
+            self.stopped = self.stopped or f"more than {WALK_S:g}s"
+            return False
+        seen.add(node)
+        self.nodes += 1
+        return True
+
+
+def tasks(mem: Memory, t: dict, bound: Bound | None = None) -> dict[int, Task]:
+    """Every task, by its address: each leader on init_task's list, and each
+    leader's threads, within the bound (a list the guest corrupted into a loop
+    once cost up to MAX_TASKS^2 monitor reads)."""
+    bound = bound or Bound(time.monotonic() + WALK_S)
     out: dict[int, Task] = {}
     head = t["variable"] + t["tasks"]
     node = mem.word(head, 8)
-    leaders, span = 0, _span(t)
-    while mem.pointer(node) and node != head and leaders < MAX_TASKS:
+    span, seen_leaders = _span(t), set[int]()
+    while mem.pointer(node) and node != head and bound.step(node, seen_leaders):
         leader = node - t["tasks"]
-        leaders += 1
         seen = mem.window(leader, span)
         signal = seen.word(leader + t["signal"], 8)
         threads: list[int] = []
         if mem.pointer(signal):
             thead = signal + t["thread_head"]
             tnode = mem.word(thead, 8)
-            while mem.pointer(tnode) and tnode != thead and len(threads) < MAX_TASKS:
+            seen_threads = set[int]()
+            while mem.pointer(tnode) and tnode != thead and bound.step(tnode, seen_threads):
                 threads.append(tnode - t["thread_node"])
                 tnode = mem.word(tnode, 8)
         for addr in threads or [leader]:
@@ -152,7 +183,8 @@ def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
             missing.get("tasks") or missing.get("locks") or "no layout of this kernel"
         return {"error": f"the kernel's tasks and locks cannot be laid out ({why})"}
     mem = Memory.of(mem, lay)
-    everyone = tasks(mem, t)
+    bound = Bound(time.monotonic() + WALK_S)
+    everyone = tasks(mem, t, bound)
     if not everyone:
         return {"error": "no task could be read from init_task's list"}
     waits = [w for task in everyone.values() if may_wait(task, t) and (w := lock_of(mem, task, t, lk, everyone))]
@@ -166,6 +198,7 @@ def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
     running = kernel_waits.read(mem, lay, ncpus).get("running") or {}
     return {"tasks": [everyone[a].to_json() for a in sorted(named, key=lambda a: everyone[a].pid)],
             "waits": waits, "walked": len(everyone),
+            **({"walk_stopped": f"the walk stopped at its bound: {bound.stopped}"} if bound.stopped else {}),
             "cpus": {cpu: {"pid": r["pid"], "comm": "idle" if r["pid"] == 0 else everyone[int(r["task"], 16)].comm
                            if int(r["task"], 16) in everyone else "?"} for cpu, r in running.items()}}
 

@@ -325,7 +325,7 @@ class _Run:
         doc["read_s"], doc["total_s"] = read_s, round(time.monotonic() - t, 2)
         self.timings["wait_graph_s"] = doc["total_s"]
         graph = task_waits.Graph(doc)
-        findings = graph.roots() + [graph.cpus_text()] if "error" not in doc else []
+        findings = graph.roots() + [graph.cpus_text(), doc.get("walk_stopped", "")] if "error" not in doc else []
         doc["findings"] = [f for f in findings if f]
         self.wait_graph = doc
         self.echo(f"who holds what the sleeping tasks wait for ({doc['total_s']}s): "

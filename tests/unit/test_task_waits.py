@@ -256,3 +256,20 @@ def test_a_lock_taken_in_a_system_call_is_named_alike_on_every_architecture():
         "waits for the tracee's signal->cred_guard_mutex held by pid 106 (exec)")
     doc["tasks"][0]["kstack"][1] = "__s390x_sys_nanosleep"  # a wrapper kstall has no name for the lock of
     assert "a mutex (0x1234) taken in sys_nanosleep held by" in task_waits.Graph(doc).finding(105)
+
+
+def test_a_task_list_the_guest_looped_costs_a_bounded_walk_and_says_so(lay):
+    """A thread list corrupted into a loop that never returns to its head
+    was followed MAX_TASKS steps for each leader (MAX_TASKS^2 monitor reads
+    at worst, hours while the guest is stopped): a node met twice ends it."""
+    g = Guest(lay)
+    g.task(0, "swapper/0", 0)
+    looped = g.task(91, "looped", D)
+    g.task(92, "after", D)
+    node = looped + lay["tasks"]["thread_node"]
+    other = g.alloc(64)
+    g.put(node, other), g.put(other, node)  # node -> other -> node, never back to the head
+    reads = []
+    doc = task_waits.read(lambda a, n: reads.append(a) or g.read(a, n), lay, 1)
+    assert "loops back" in doc["walk_stopped"], doc
+    assert len(reads) < 200, len(reads)
