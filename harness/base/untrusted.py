@@ -69,6 +69,18 @@ def path_under(text: object, root: Path) -> Path | None:
     return p if p == r or r in p.parents else None
 
 
+def plain_file(text: object) -> Path | None:
+    """A record's file a tool is given (a vmlinux for gdb's `symbol-file` or
+    crash's command line): a plain absolute path to an existing regular
+    file, nothing gdb or a command line would read as more, else None."""
+    if not isinstance(text, str) or not _PLAIN_PATH.fullmatch(text):
+        return None
+    try:
+        return Path(text) if stat.S_ISREG(os.stat(text).st_mode) else None
+    except OSError:
+        return None
+
+
 def socket_path(text: object) -> Path | None:
     """A record's unix socket: a plain absolute path to an existing socket
     (it goes into gdb's `target remote`, where a leading '|' runs a command)."""

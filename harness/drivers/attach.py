@@ -29,8 +29,7 @@ def gdb_command(doc: dict, commands: list[str], batch: bool) -> list[str]:
     and architecture). Its symbols and layout are taken only from kstall's
     own cache, since a symbol file is written beside them."""
     cache = paths.cache_dir()
-    vmlinux = Path(doc["vmlinux"]) if isinstance(doc.get("vmlinux"), str) and Path(doc["vmlinux"]).is_file() \
-        else None
+    vmlinux = untrusted.plain_file(doc.get("vmlinux"))
     return developer_gdb(arches.get(doc["arch"]), vmlinux, untrusted.path_under(doc.get("symbols"), cache),
                          untrusted.path_under(doc.get("layout"), cache), f"target remote {doc['gdb_socket']}",
                          commands, batch)

@@ -72,7 +72,7 @@ def load(run: Path) -> Run:
     if sha is None or arch not in arches.names():  # they name files in kstall's cache
         raise InspectError(f"{run}/run.json names no kernel kstall can look up (sha256 "
                            f"{str(k.get('sha256'))[:70]!r}, arch {str(arch)[:20]!r}): refused")
-    own = Path(k["vmlinux"]) if isinstance(k.get("vmlinux"), str) else None
+    own = untrusted.plain_file(k.get("vmlinux"))
     vmlinux = debuginfo.for_image(KernelKey(sha, arch), Path(str(k.get("vmlinuz"))), own)
     recorded = (doc.get("symbols") or {}).get("cached") or (doc.get("symbols") or {}).get("path")
     syms = untrusted.path_under(recorded, paths.cache_dir())  # a symbol file is written beside it

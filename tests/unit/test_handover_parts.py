@@ -201,6 +201,12 @@ def test_a_record_from_elsewhere_names_no_command_and_no_file_outside_the_cache(
                               [], True)
     assert f"target remote {sock}" in argv and not any(str(elsewhere) in a for a in argv)
     assert not list(elsewhere.parent.glob("*.elf"))  # nothing written beside a path from a record
+    # a record's vmlinux goes to gdb's symbol-file: a gdb command hidden in it, or no file, is no vmlinux
+    odd = tmp_path / "vmlinux\nshell touch pwned"
+    odd.write_bytes(b"elf")
+    for bad in (str(odd), str(tmp_path), "/nonexistent/vmlinux", 42):
+        argv = attach.gdb_command(held | {"gdb_socket": str(sock), "vmlinux": bad}, [], True)
+        assert not any("pwned" in a or a.startswith(("symbol-file", "file ")) for a in argv), argv
     server.close()
     run = tmp_path / "run"
     run.mkdir()
