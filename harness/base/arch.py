@@ -211,6 +211,12 @@ def compat_of(abi: str) -> dict:
     return runs_it.table["compat"] if runs_it else {}
 
 
+def by_syzkaller(name: str) -> Arch | None:
+    """The architecture syzkaller names so (the rows' `syzkaller`: ppc64le is
+    Debian's ppc64el), or the one that runs that ABI's programs (386: x86_64)."""
+    return next((get(n) for n in names() if get(n).table.get("syzkaller") == name), None) or with_compat(name)
+
+
 def named(name: str) -> Arch:
     """An architecture by kstall's name (uname -m) or Debian's: aarch64 or arm64."""
     return get(name) if name in names() else by_debian(name)

@@ -276,9 +276,9 @@ def program_reproducer(path: Path, source: bool, doc: dict | None = None) -> Rep
 def syzkaller_reproducer(path: Path, header: syzkaller.Header) -> Reproducer:
     """A syzkaller C reproducer, run as syzbot runs one: in syzkaller's guest
     environment, for its time, watched by the kernel's own detectors."""
-    known = {arch.get(n).debian for n in arch.names()}
+    known = {arch.get(n).table.get("syzkaller", n) for n in arch.names()}
     abi = syzkaller.abi_of(path, header)
-    if header.arch and header.arch not in known and arch.with_compat(header.arch) is None:
+    if header.arch and arch.by_syzkaller(header.arch) is None:
         raise ReproducerError(f"{path.name} is syzkaller's reproducer for {header.arch}: kstall builds programs "
                               f"for its guests, {', '.join(sorted(known))}")
     env = guest_env.get(syzkaller.ENV)

@@ -204,7 +204,11 @@ def fetch(ident: str, into: Path) -> Path:
     ref = str(crashes[0]["c-reproducer"])
     program = _get(ref if ref.startswith(("http://", "https://")) else dashboard() + "/" + ref.lstrip("/"))
     status = "fixed" if record.get("fix-commits") else "open"
-    head = f"// {record.get('title', '')}\n// {DASHBOARD}/bug?{key}={ident}\n// status:{status}\n"
+    where = str(crashes[0].get("architecture") or "amd64")
+    status += f" arch:{where}" if where != "amd64" and re.fullmatch(r"[a-z0-9_]{1,16}", where) else ""
+    # the title goes into a // line of a program the host compiles: one line, no control character
+    title = re.sub(r"[\x00-\x1f\x7f\u2028\u2029]+", " ", str(record.get("title", "")))[:300]
+    head = f"// {title}\n// {DASHBOARD}/bug?{key}={ident}\n// status:{status}\n"
     into.mkdir(parents=True, exist_ok=True)
     paths.write_atomic(rec, json.dumps(record, indent=1) + "\n")
     paths.write_atomic(src, head.encode() + program)

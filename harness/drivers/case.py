@@ -127,6 +127,17 @@ def build(repro: Reproducer, arch: str = arches.DEFAULT) -> Path:
     return programs.build_c(Path(repro.source), arch, flags)
 
 
+def check_syzkaller_arch(repro: Reproducer, kernel: Kernel) -> None:
+    """A syzkaller reproducer whose header names an architecture runs on that
+    architecture's kernels only (a 386 one on x86_64's, which run it)."""
+    want = (repro.syzbot or {}).get("arch")
+    row = arches.by_syzkaller(want) if want else None
+    if row is not None and row.name != kernel.arch:
+        raise reproducers.ReproducerError(f"{repro.name} is syzkaller's reproducer for {want}, and {kernel.canonical} "
+                                          f"is {arches.get(kernel.arch).debian}'s: run it on {row.debian}'s kernels "
+                                          f"(--arch {row.debian})")
+
+
 def guest_files(repro: Reproducer, arch: str) -> dict[str, bytes]:
     """What a user's program adds to arch's initramfs (nothing for a built-in,
     or a host command, which runs from the host's root)."""
@@ -187,6 +198,7 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
                                   f"which are {arches.host().name}'s; an {kernel.arch} guest cannot run them: give "
                                   f"kstall a {kernel.arch} program instead (a C file, which it cross-builds, or a "
                                   "static executable)")
+    check_syzkaller_arch(repro.spec, kernel)
     if repro.spec.source and kernel.arch != arches.DEFAULT:  # load() built the C file for the default architecture
         program = str(build(repro.spec, kernel.arch))
         repro = dataclasses.replace(repro, spec=dataclasses.replace(repro.spec, program=program))

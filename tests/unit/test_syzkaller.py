@@ -5,6 +5,7 @@ on recorded agent output and kstall's own programs in syzkaller's format
 (tests/fixtures/syzkaller-programs/)."""
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import threading
@@ -55,6 +56,26 @@ def test_its_file_resolves_to_a_timeboxed_run_in_syzkallers_environment(tmp_path
     mips.write_text((PROGRAMS / "pipe_hang.c").read_text().replace("// status:open", "// status:open arch:mips64le"))
     with pytest.raises(reproducers.ReproducerError, match="mips64le"):
         reproducers.resolve(str(mips))
+
+
+def test_a_reproducers_architecture_is_syzkallers_name_and_the_kernels_must_be_it(tmp_path):
+    """syzbot says ppc64le where Debian says ppc64el (it was refused), and
+    an arm64 reproducer ran on an amd64 kernel, its header unread."""
+    from harness.drivers import case
+    from images.kernels.kernel import Kernel
+    made = {}
+    for name in ("ppc64le", "arm64", "386"):
+        made[name] = tmp_path / f"{name}.c"
+        made[name].write_text((PROGRAMS / "pipe_hang.c").read_text().replace("// status:open",
+                                                                             f"// status:open arch:{name}"))
+    ppc = reproducers.resolve(str(made["ppc64le"]))
+    amd64 = Kernel("debian:7.3.4", "debian:7.3.4+deb13-amd64", tmp_path / "v", "0" * 64, arch="x86_64")
+    with pytest.raises(reproducers.ReproducerError, match="for ppc64le.*--arch ppc64el"):
+        case.check_syzkaller_arch(ppc, amd64)
+    with pytest.raises(reproducers.ReproducerError, match="for arm64"):
+        case.check_syzkaller_arch(reproducers.resolve(str(made["arm64"])), amd64)
+    case.check_syzkaller_arch(reproducers.resolve(str(made["386"])), amd64)  # x86_64's kernels run 386's programs
+    case.check_syzkaller_arch(ppc, dataclasses.replace(amd64, arch="ppc64le"))
 
 
 def test_the_time_box_is_syzbots_scaled_for_tcg():
@@ -367,6 +388,34 @@ def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypa
     monkeypatch.setenv("KSTALL_SYZBOT_URL", "http://127.0.0.1:9")
     with pytest.raises(reproducers.ReproducerError, match="cannot fetch"):
         reproducers.resolve("syzbot:bbbb0000000000000002")
+
+
+def test_a_dashboards_title_goes_into_the_program_as_one_comment_line(tmp_path, monkeypatch):
+    """syzbot:ID writes the record's title into a // line of a program the
+    host compiles: a newline in it once put code into the program."""
+    hostile = BUG | {"title": "INFO: task hung in x\nint evil(void) { return 1; }\r\u2028#include </etc/shadow>",
+                     "crashes": [BUG["crashes"][0] | {"architecture": "arm64"}]}
+    program = (PROGRAMS / "pipe_hang.c").read_text().split("\n", 3)[3]
+
+    class Dashboard(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = json.dumps(hostile).encode() if "json=1" in self.path else program.encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("KSTALL_SYZBOT_URL", f"http://127.0.0.1:{server.server_port}")
+        src = syzkaller.fetch("cccc0000000000000003", tmp_path)
+    finally:
+        server.shutdown()
+    head = src.read_text().splitlines()[:3]
+    assert head[0].startswith("// INFO: task hung in x int evil(void)") and "#include </etc/shadow>" in head[0]
+    assert head[2] == "// status:fixed arch:arm64" and src.read_text().count("int evil") == 1
 
 
 def test_a_32_bit_reproducer_is_built_for_its_abi_and_runs_only_where_a_kernel_can(tmp_path):
