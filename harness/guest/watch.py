@@ -12,6 +12,7 @@ after a false alarm to continue with the same state.
 """
 from __future__ import annotations
 
+import math
 import select
 import time
 from dataclasses import dataclass
@@ -227,12 +228,13 @@ class Watch:
         freeze_after = self.freeze_after(now)
         if a.last_hb_at is not None and now - a.last_hb_at >= freeze_after:
             return Outcome(OutcomeKind.FREEZE, f"no heartbeat for {now - a.last_hb_at:.2f}s", now)
+        stuck_after = self.stuck_after(now)
         if self.calls.on_suspect and not self.suspected and a.running and (
                 now - (a.last_hb_at or now) >= freeze_after * SUSPECT_AT or
-                now - (a.count_changed_at or now) >= L.stuck_after * SUSPECT_AT):
+                now - (a.count_changed_at or now) >= stuck_after * SUSPECT_AT):
             self.suspected = True
             self.calls.on_suspect()
-        if a.running and a.count_changed_at is not None and now - a.count_changed_at >= L.stuck_after:
+        if a.running and a.count_changed_at is not None and now - a.count_changed_at >= stuck_after:
             return Outcome(OutcomeKind.STUCK, f"progress count stuck at {a.count} for "
                            f"{now - a.count_changed_at:.2f}s while heartbeats continue", now)
         return None
@@ -248,6 +250,17 @@ class Watch:
             return L.freeze_floor
         held = self.calls.host_delay(last, now)
         return L.freeze_after if held is None else min(L.freeze_after, L.freeze_floor + held / 1e3)
+
+    def stuck_after(self, now: float) -> float:
+        """The stillness of the progress count that is stuck now: its limit,
+        plus what the host held the guest back by since the count last moved
+        (beside another kstall's guests, a kselftest runner's start took
+        more than perf-refresh's 3 s and was called stuck)."""
+        L, since = self.limits, self.agent.count_changed_at
+        if self.calls.host_delay is None or since is None or math.isinf(L.stuck_after):
+            return L.stuck_after
+        held = self.calls.host_delay(since, now)
+        return L.stuck_after + (held or 0.0) / 1e3
 
     # -- talking to the agent ---------------------------------------------
     def _send(self, command: bytes) -> None:

@@ -177,6 +177,23 @@ def test_a_freeze_is_a_silence_past_its_floor_plus_what_the_host_held_the_guest_
     assert after(10.5) == 0.8
 
 
+def test_a_still_count_is_stuck_past_its_limit_plus_what_the_host_held_the_guest_back_by():
+    """Beside another kstall's guests, a kselftest runner's start took more
+    than perf-refresh's 3 s: INCONCLUSIVE "stuck" on a kernel that is fine."""
+    from types import SimpleNamespace
+    held: list[float | None] = [0.0]
+    w = SimpleNamespace(limits=Limits(stuck_after=3.0), agent=SimpleNamespace(count_changed_at=10.0),
+                        calls=Calls(host_delay=lambda t0, t1: held[0]))
+    after = lambda now: Watch.stuck_after(w, now)  # noqa: E731
+    assert after(13.2) == 3.0
+    held[0] = 1500.0  # a vCPU waited 1.5 s for a host CPU while the count was still
+    assert after(13.2) == 4.5
+    held[0] = None
+    assert after(13.2) == 3.0
+    w.calls = Calls()  # no gauge of the host
+    assert after(13.2) == 3.0
+
+
 def test_an_oops_showing_a_cpu_state_no_cpu_can_be_in_is_an_emulator_fault():
     """A restored 6.16.12 guest double-faulted in kmem_cache_alloc_node with
     EFLAGS 06968242 (bits 22-31 are reserved, always 0): QEMU's fault, an

@@ -123,8 +123,9 @@ PARSERS = {
                                                            {"nmi_max_ns": l[:20]})),
     "threads.from_agent_line": lambda pats: (lambda l: threads.from_agent_line("KSTALL thread " + l)),
     # the agent's account of a syzkaller program: a count of 5,000 digits once raised ValueError in int()
-    "reach.parse": lambda pats: (lambda l: reach.parse([l, f"KSTALL hist sys_exit {{ id: sys_x [ {l[-9:]}], ret: "
-                                                           f"{l[:40]} }} hitcount: {l}", "KSTALL modprobe status=" + l])),
+    "reach.parse": lambda pats: (lambda l: reach.parse([
+        l, f"KSTALL hist sys_exit {{ id: sys_x [ {l[-9:]}], ret: {l[:40]} }} hitcount: {l}",
+        "KSTALL modprobe status=" + l])),
     "starvation.judge": lambda pats: (lambda l: starvation.judge(dict(KV.findall("KSTALL health " + l)))),
     "threads.parse_syscall": lambda pats: threads.parse_syscall,
     "threads.parse_kstack": lambda pats: threads.parse_kstack,

@@ -251,7 +251,8 @@ def test_a_lock_taken_in_a_system_call_is_named_alike_on_every_architecture():
     doc = {"tasks": [{"task": "0x10", "pid": 105, "comm": "tracer", "state": 1,
                       "kstack": ["__mutex_lock", "__s390x_sys_ptrace", "__do_syscall", "system_call"]},
                      {"task": "0x20", "pid": 106, "comm": "exec", "state": 2, "kstack": ["begin_new_exec"]}],
-           "waits": [{"pid": 105, "kind": "mutex", "lock": "0x1234", "owner": "0x20", "how": "the task's blocker field"}]}
+           "waits": [{"pid": 105, "kind": "mutex", "lock": "0x1234", "owner": "0x20",
+                      "how": "the task's blocker field"}]}
     assert task_waits.Graph(doc).finding(105).startswith(
         "waits for the tracee's signal->cred_guard_mutex held by pid 106 (exec)")
     doc["tasks"][0]["kstack"][1] = "__s390x_sys_nanosleep"  # a wrapper kstall has no name for the lock of
