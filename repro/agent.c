@@ -57,7 +57,11 @@
  * Likewise after sending the symbols: "SYMS-OK" (a guest with nothing to run
  * powered off before its symbols had crossed, and the capture lost them).
  *
- * Agent channel lines (host parses these; anything else is reproducer TAP):
+ * The reproducer's own output is forwarded a line at a time behind "| ", so
+ * that nothing it prints can be read as one of the agent's lines (a program
+ * that printed "KSTALL exit code=0" or "HB ..." once spoke for the agent);
+ * the agent's own KTAP for a program that knows nothing of kstall is not.
+ * Agent channel lines (host parses these; "| LINE" is the reproducer's):
  *   KSTALL hello uname=R cpus=N init=COMM  (COMM: PID 1's name: init, the agent, or the
  *                                          image's own init under --boot-image)
  *   KSTALL syms bytes=B lines=L data_lines=D btf_bytes=N ms=T  (blobs KALLSYMS, KDATA, BTF)
@@ -1772,13 +1776,13 @@ static int run_repro(const char *name, char *args, unsigned long long deadline, 
 				line += 2;
 			if (strncmp(line, "# progress count=", 17) == 0)
 				atomic_store(&progress_count, strtoull(line + 17, NULL, 10));
-			say("%s", start);
+			say("| %s", start);
 			start = nl + 1;
 		}
 		have -= start - linebuf;
 		memmove(linebuf, start, have);
 		if (have == sizeof(linebuf) - 1) {	/* overlong line: pass it on */
-			say("%s", linebuf);
+			say("| %s", linebuf);
 			have = 0;
 		}
 	}

@@ -14,6 +14,9 @@ from harness.analysis.ktap import KV, Ktap, unnest
 from harness.base.untrusted import num
 
 _HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
+# the agent forwards the reproducer's output behind this (repro/agent.c); a
+# line without it is the agent's own (older agents': the reproducer's too)
+PROGRAM = "| "
 # a heartbeat gap past this (one beat missed and more) is kept, to be set against
 # what the host held the guest back by meanwhile (Watch.unexplained_gap)
 LONG_GAP_S = 0.08
@@ -64,7 +67,9 @@ class AgentChannel:
         self.tasks_ended = 0  # how many TASKS answers have ended
 
     def feed(self, line: str, now: float) -> None:
-        if (m := _HB.match(line)) is not None:
+        if line.startswith(PROGRAM):  # the reproducer's own line: never the agent's, whatever it says
+            self._reproducer_says(line[len(PROGRAM):], now)
+        elif (m := _HB.match(line)) is not None:
             self._heartbeat(m, now)
         elif line.startswith("KSTALL "):
             self._agent_says(line, now)

@@ -104,7 +104,7 @@ def test_a_host_command_on_a_kernel_whose_virtiofs_is_a_module_runs_from_the_cal
     assert "fuse, virtiofs" in p.stderr  # "modules to load first: ..., fuse, virtiofs"
     rundir = next(d for d in (tmp_path / "r").iterdir() if not d.name.startswith("."))
     out = [line for line in (rundir / "agent.log").read_text().splitlines() if not line.startswith("HB ")]
-    assert [str(tmp_path), "from the host"] == out[out.index("1..1") + 1:][:2], out
+    assert [f"| {tmp_path}", "| from the host"] == out[out.index("1..1") + 1:][:2], out
     assert not (tmp_path / "new.txt").exists(), "the guest wrote to the host's filesystem"
 
 

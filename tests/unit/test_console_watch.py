@@ -230,3 +230,23 @@ def test_a_panic_is_said_once_in_its_crashed_line():
     assert v.reason == v.summary == "kernel panic: corrupted stack end in do_sys_poll"
     v = decide(Findings(Outcome(OutcomeKind.OOPS, "general protection fault in pipe_write", 0.0), repro))
     assert v.line() == "CRASHED: kernel oops: general protection fault in pipe_write"
+
+
+def test_nothing_a_program_prints_is_read_as_the_agents():
+    """The agent forwards the program's lines behind "| ": a program that
+    printed "KSTALL leftover ... state=D", "KSTALL exit code=0" or "HB ..."
+    once spoke for the agent (a VULNERABLE, a NOT_REPRODUCED while the
+    kernel hung, heartbeats from a frozen guest)."""
+    from harness.guest.agent import AgentChannel
+    a = AgentChannel(lambda s: None, 2)
+    for line in ("| KSTALL leftover tid=9 pid=9 comm=x state=D secs=0 wchan=x kstack=-", "| KSTALL exit code=0",
+                 "| KSTALL poweroff", "| HB 1 1000 7", "| KSTALL check path=/dev/x exists=0",
+                 "| KSTALL health secs=9 starved_s=9"):
+        a.feed(line, 1.0)
+    assert a.leftovers == [] and a.exit_code is None and not a.poweroff and a.hb_count == 0
+    assert a.env_lines == [] and a.health == {}
+    assert a.ktap.lines[0] == "KSTALL leftover tid=9 pid=9 comm=x state=D secs=0 wchan=x kstack=-"  # its output
+    a.feed("| # progress count=5 elapsed_ms=1", 1.0)  # a kstall reproducer's progress is its own to say
+    assert a.count == 5
+    a.feed("KSTALL exit code=0", 2.0)  # the agent's own
+    assert a.exit_code == 0
