@@ -225,8 +225,22 @@ def copy_sparse(src: int, dest: Path, chunk: int = 1 << 20) -> tuple[int, int]:
 
 
 def for_vm(vm: VM, kernel: KernelKey) -> Snapshot:
-    doc = [FORMAT, kernel.name, vm.shape(), _qemu_identity(vm.cfg.arch)]
+    doc = [FORMAT, kernel.name, vm.shape(), _qemu_identity(vm.cfg.arch), _disk_identities(vm.cfg.disks)]
     return Snapshot(hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:32])
+
+
+def _disk_identities(disks: tuple) -> list:
+    """Each disk image's file as it is now: a snapshot's guest has the image
+    it was saved with mounted, and an image made again at the same path (a
+    module tree read afresh) must not be restored under it."""
+    out = []
+    for d in disks:
+        try:
+            st = os.stat(d.path)
+            out.append([str(d.path), st.st_ino, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([str(d.path), None])
+    return out
 
 
 def _wait_migration(vm: VM, timeout: float, what: str) -> dict:

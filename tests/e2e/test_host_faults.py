@@ -154,3 +154,27 @@ def test_a_full_results_disk_is_an_error_naming_it_and_leaves_no_half_run(tmp_pa
         (results / "filler").unlink()
         rc, doc, err = verify(paths.cache_dir(), results)
         assert rc == 0 and (results / Path(doc["results_dir"]).name / "run.json").exists(), err[-2000:]
+
+
+def test_a_killed_qemu_leaves_no_overlay_of_a_throwaway_disk(tmp_path):
+    """A work disk's snapshot=on overlay (up to 2 GiB) lives in TMPDIR while
+    its guest writes: QEMU unlinks it as soon as it has it open (measured:
+    within 0.5 s of its start, the guest not yet running), so a QEMU killed
+    outright leaves nothing there for the leftover sweep to find."""
+    from harness.guest import machine
+    from images.guest.disks import Disk, qemu_args
+    image, tmp = tmp_path / "work.ext4", tmp_path / "tmp"
+    image.write_bytes(bytes(1 << 20))
+    tmp.mkdir()
+    p = subprocess.Popen([machine.qemu("x86_64"), "-S", "-display", "none", "-nodefaults", "-machine", "q35",
+                          *qemu_args((Disk(image, "kstall-work", throwaway=True),))],
+                         env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def open_and_unlinked() -> bool:
+            links = [os.readlink(f) for f in Path(f"/proc/{p.pid}/fd").iterdir() if f.is_symlink()]
+            return any(link.startswith(str(tmp)) for link in links) and not list(tmp.iterdir())
+        assert wait_for(open_and_unlinked, 30), list(tmp.iterdir())
+    finally:
+        p.kill()
+        p.wait(30)
+    assert list(tmp.iterdir()) == []
