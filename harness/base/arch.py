@@ -132,10 +132,16 @@ def _bit(doc: dict) -> RegisterBit:
     return RegisterBit(doc["register"], int(doc["mask"]), doc.get("equals"))
 
 
+DEFAULTS = "defaults"  # the table's [defaults]: what every row has unless it says otherwise
+
+
 @cache
 def _table() -> dict:
+    """Each row, over the table's [defaults] (a row's own key wins)."""
     with open(TABLE_FILE, "rb") as f:
-        return tomllib.load(f)
+        doc = tomllib.load(f)
+    base = doc.pop(DEFAULTS, {})
+    return {name: base | row for name, row in doc.items()}
 
 
 def names() -> list[str]:

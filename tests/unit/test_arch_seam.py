@@ -91,3 +91,22 @@ def test_a_dump_says_its_architecture_and_an_old_one_is_the_first_rows():
     assert classify.in_user_mode(cpu) and classify.in_user_mode(cpu | {"arch": "x86_64"})
     rules = cpu_state.Rules.load()
     assert cpu_state.state_of(cpu, rules).state == "user"
+
+
+def test_what_every_row_shares_is_written_once_and_a_row_overrides_it():
+    """arches.toml's [defaults]: the detectors were one list copied into all
+    five rows; a row says its own value where it differs (x86_64's own gdb
+    and QEMU's NMIs)."""
+    import tomllib
+    with open(arch.TABLE_FILE, "rb") as f:
+        doc = tomllib.load(f)
+    defaults = doc.pop(arch.DEFAULTS)
+    assert arch.DEFAULTS not in arch.names() and set(arch.names()) == set(doc)
+    for key, value in defaults.items():
+        written = [row for row in doc.values() if key in row]
+        assert [row[key] for row in written if row[key] == value] == [], f"{key}: a row repeats its default"
+        assert all(arch.get(n).table[key] == doc[n].get(key, value) for n in arch.names())
+    assert arch.get("aarch64").gdb == defaults["gdb"] and arch.get("x86_64").gdb == doc["x86_64"]["gdb"] != \
+        defaults["gdb"]
+    assert arch.get("x86_64").nmi == "qmp" and arch.get("s390x").nmi == defaults["nmi"]
+    assert all(arch.get(n).table["detectors"] == defaults["detectors"] for n in arch.names())
