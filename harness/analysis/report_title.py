@@ -47,12 +47,21 @@ class Rules:
     questionable: re.Pattern
     corrupting: re.Pattern  # a line that means another report's lines are mixed in
     volatile: tuple[tuple[re.Pattern, str], ...] = ()  # what differs between runs, and its stand-in
+    title_max: int = 120  # how much of a title is read (console-patterns.toml)
 
     def steady(self, title: str) -> str:
-        """The title without what differs between runs of one bug."""
+        """The title without what differs between runs of one bug, each
+        replacement applied until nothing changes, then sanitized: at most
+        title_max characters read, control characters dropped, one space
+        for many (syzkaller's dynamicTitleReplacement and sanitizeTitle)."""
         for r, stand_in in self.volatile:
-            title = r.sub(stand_in, title)
-        return title
+            for _ in range(len(title) + 1):  # each pass replaces one more of overlapping matches
+                new = r.sub(stand_in, title)
+                if new == title:
+                    break
+                title = new
+        title = "".join(" " if c == "\t" else c for c in title[:self.title_max] if c == "\t" or " " <= c < "\x7f")
+        return re.sub(" {2,}", " ", title).strip()
 
     @staticmethod
     def from_doc(doc: dict) -> "Rules":
@@ -62,7 +71,8 @@ class Rules:
                      dict(doc["hung_buckets"]),
                      tuple(doc["hung_skip"]), tuple(doc["hung_switch"]), re.compile(doc["questionable"]),
                      compile_step("|".join(doc["corrupting"])),
-                     tuple((re.compile(r), stand_in) for r, stand_in in doc.get("volatile", ())))
+                     tuple((re.compile(r), stand_in) for r, stand_in in doc.get("volatile", ())),
+                     int(doc.get("title_max", 120)))
 
 
 @dataclass(frozen=True)
