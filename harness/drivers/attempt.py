@@ -53,6 +53,9 @@ PROGRESS_SLACK_S = 0.05
 # work done on a thread meanwhile (a compile of kstall's console patterns, a
 # read of a kernel's variables) takes a fraction of a second: this bounds a stuck one
 BACKGROUND_BOUND_S = 60.0
+# a kernel's first run sends its symbols and BTF (~13 MB) as it starts: a
+# reading that needs them waits this long for the rest (they took 1-5 s here)
+SYMBOLS_BOUND_S = 60.0
 
 
 def kernel_cmdline(m: machine.Machine, extra: str) -> str:
@@ -300,6 +303,11 @@ class _Run:
         the agent's stacks of the tasks that graph names."""
         if self.wait_graph is not None:
             return self.wait_graph
+        if self.syms_path is None and w.want_syms:  # a kernel's first run: its symbols may be on their way
+            self.echo(f"waiting up to {SYMBOLS_BOUND_S:g}s for the kernel's symbols and BTF (its first run here), "
+                      "to read who holds what the sleeping tasks wait for")
+            w.wait_for_blob(symcache.LAST_BLOB, SYMBOLS_BOUND_S)
+            self.keep_symbols(w)
         lay = self.layout()
         if lay is None:
             self.wait_graph = {"error": "the kernel's symbols and BTF were not captured"}

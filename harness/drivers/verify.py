@@ -203,7 +203,8 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
         cpus=[c.to_json() for c in final.classes], hang=final.hang.to_json() if final.hang else None,
         waits=final.wait_graph,
         process=_process_doc(final), guest=w.get("hello", {}),
-        symbols=w.get("syms") or {"cached": str(symcache.cached(kernel.key) or "")}, timings=final.timings,
+        # where the symbols are kept, also on the run that captured them (analyze reads its vmcore with them)
+        symbols=(w.get("syms") or {}) | {"cached": str(symcache.cached(kernel.key) or "")}, timings=final.timings,
         attempts=[_attempt_doc(a, n) for n, a in attempts], files=sorted(p.name for p in run.work.iterdir()),
         command=sys.argv,
         started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),

@@ -97,6 +97,7 @@ class Watch:
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
+        self.want_syms = want_syms
         # blob tag -> the acknowledgement the agent waits for, bounded, before it powers off:
         # a port write returns once queued, and QEMU gone takes the queue's tail with it
         self._acks: dict[str, bytes] = {}
@@ -303,6 +304,14 @@ class Watch:
         while self.agent.tasks_ended == ended and self.vm.alive() and time.monotonic() < deadline:
             self._pump(0.05)
         return {t: self.agent.tasks[t] for t in tids if t in self.agent.tasks}
+
+    def wait_for_blob(self, tag: str, timeout: float) -> bool:
+        """Read on until the guest's blob has all come (its symbols, on a
+        kernel's first run), bounded; whether it did."""
+        deadline = time.monotonic() + timeout
+        while not self.syms.complete(tag) and self.vm.alive() and time.monotonic() < deadline:
+            self._pump(0.05)
+        return self.syms.complete(tag)
 
     def take_core(self, timeout: float = 60.0) -> bytes | None:
         """Have the agent dump the stuck reproducer (its threads from /proc,
