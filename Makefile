@@ -42,7 +42,7 @@ BPF_CFLAGS := -O2 -g $(NO_BUILD_PATH) -target $(BPF_ENDIAN) -D__TARGET_ARCH_$(BP
 # a compiler or linker that dies leaves no half-written binary for the next make to take as built
 .DELETE_ON_ERROR:
 
-.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest clean help man deb check-install check-autopkgtest check-ci
+.PHONY: all deps guest run test unit e2e bench check-bisect check-selftest check-cold clean help man deb check-install check-autopkgtest check-ci
 
 all: guest
 
@@ -59,6 +59,7 @@ help:
 	@echo "make check-ci  the GitHub, GitLab and LAVA templates' jobs rehearsed in a clean root, against make run (root)"
 	@echo "make check-bisect  git-bisect real kernel builds to a planted perf deadlock (6-12 min cold)"
 	@echo "make check-selftest  build perf-refresh as a selftest in Debian's 6.17.8 tree, run it under the kselftest runner"
+	@echo "make check-cold  the whole suite on an empty cache, as a new machine meets it (long; not in make test)"
 
 # supermin (libguestfs's appliance builder) copies the host's /lib/modules,
 # which a host without an installed kernel lacks: an empty one will do
@@ -192,6 +193,12 @@ man: deps
 deb: deps
 	@$(MAKE) --no-print-directory guest
 	$(PYTHON) ci/build_deb.py
+
+# Not part of `make test`: every kernel, symbol capture and snapshot made afresh
+check-cold: deps
+	@ci/install-npm-tools
+	@$(MAKE) --no-print-directory guest
+	$(PYTHON) tests/check_cold.py $(PYTEST_ARGS)
 
 # Not part of `make test`: a clean root and its packages take minutes
 check-install: deps
