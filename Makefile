@@ -83,8 +83,10 @@ $(KSELFTEST_H): repro/selftest/kselftest.toml images/guest/kselftest.py
 	$(PYTHON) -m images.guest.kselftest headers $(KSELFTEST)
 REPRO_H := repro/repro.h $(KSELFTEST_H) repro/cflags.mk
 
-$(GUEST)/init: repro/agent.c repro/cflags.mk | $(GUEST)
-	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread
+# the guest agent: a folder of small files, one per job (repro/agent/agent.h says what each offers)
+AGENT_SRC := $(wildcard repro/agent/*.c)
+$(GUEST)/init: $(AGENT_SRC) repro/agent/agent.h repro/cflags.mk | $(GUEST)
+	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $(AGENT_SRC) -lpthread
 
 $(GUEST)/perf-refresh: repro/perf_refresh.c $(REPRO_H) | $(GUEST)
 	$(GUEST_CC) $(GUEST_CFLAGS) -o $@ $< -lpthread

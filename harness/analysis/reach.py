@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Did a program's calls reach the kernel, and what did it ask for that the
 kernel lacks? The account a guest environment's agent gives after the
-program (repro/agent.c, report_env), as evidence for a run that hung nothing:
+program (repro/agent/account.c, report_env), as evidence for a run that hung nothing:
 
 - the kernel's own count of the program's system calls as they returned
   (tracefs hist triggers on raw_syscalls:sys_exit, restricted to the

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """A sleeping hang: a task of the reproducer's that stayed in D state, in
 the same kernel wait, past its threshold while the kernel went on (the
-agent's "KSTALL dstate" lines, repro/agent.c sleep_watch). Titled from its
+agent's "KSTALL dstate" lines, repro/agent/tasks.c sleep_watch). Titled from its
 kernel stack as syzbot titles the kernel's own hung-task report, by the
 same rules as that report on the console (console-patterns.toml's hung-task
 pattern: the first frame past the scheduler, sleep and lock primitives),

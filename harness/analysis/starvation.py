@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Did the program run as intended? A run that hung nothing is evidence
 that the kernel is fixed only if the kernel let the program do its work.
-The guest agent's account (repro/agent.c, health_watch: "KSTALL health")
+The guest agent's account (repro/agent/health.c, health_watch: "KSTALL health")
 counts the seconds the kernel starved it, the OOM killer's kills and the
 program's processes a signal ended; the kernel's count of its calls
 (reach.py) says whether its forks failed for want of pids or memory.
@@ -36,7 +36,7 @@ class Rules:
     own_share: float
 
     def go_param(self) -> str:
-        """The GO line's health=L,P,M (repro/agent.c, health_start)."""
+        """The GO line's health=L,P,M (repro/agent/health.c, health_start)."""
         return f"health={self.lowmem_pct},{self.pids_pct},{self.memstall_pct}"
 
 

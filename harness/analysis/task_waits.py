@@ -31,6 +31,8 @@ import tomllib
 from dataclasses import dataclass
 
 from harness.analysis import console, kernel_waits, report_title
+from harness.analysis.classify import base_name
+from harness.analysis.kallsyms import Kallsyms
 from harness.base import arch
 from harness.analysis.kernel_waits import SPEC_FILE, Memory, Reader
 
@@ -171,11 +173,13 @@ def group_exit(task: Task, everyone: dict[int, Task], named: set[int]) -> dict |
     return {"pid": task.pid, "kind": "threads", "others": [f"{a:#x}" for a in others], "how": "its thread group"}
 
 
-def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
+def read(mem: "Reader | Memory", lay: dict, ncpus: int, syms: Kallsyms | None = None) -> dict:
     """{"tasks": [...], "waits": [...], "cpus": {cpu: pid}} of a guest whose
     kernel lives on: every task in D state and what it sleeps on, every task
     that holds such a lock, and the task each CPU runs (pid 0: idle);
-    {"error": why} when the kernel's layout lacks a part."""
+    {"error": why} when the kernel's layout lacks a part. syms (the kernel's
+    text symbols) name the function whose frame holds a waiter: the lock's
+    slow path, which says the lock's kind."""
     t, lk = lay.get("tasks"), lay.get("locks")
     if not t or not lk:  # the graph is omitted: without the kernel's own layout nothing is guessed
         missing = lay.get("missing", {})
@@ -187,7 +191,7 @@ def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
     everyone = tasks(mem, t, bound)
     if not everyone:
         return {"error": "no task could be read from init_task's list"}
-    waits = [w for task in everyone.values() if may_wait(task, t) and (w := lock_of(mem, task, t, lk, everyone))]
+    waits = [w for task in everyone.values() if may_wait(task, t) and (w := lock_of(mem, task, t, lk, everyone, syms))]
     named = {a for a, task in everyone.items() if asleep(task, t)} | \
         {everyone[a].addr for a in everyone if any(w["pid"] == everyone[a].pid for w in waits)}
     waiting = {w["pid"] for w in waits}
@@ -203,7 +207,8 @@ def read(mem: "Reader | Memory", lay: dict, ncpus: int) -> dict:
                            if int(r["task"], 16) in everyone else "?"} for cpu, r in running.items()}}
 
 
-def lock_of(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> dict | None:
+def lock_of(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task],
+            syms: Kallsyms | None = None) -> dict | None:
     """What a task in D state sleeps on: the lock its blocker field names, or
     the lock whose wait list holds a waiter on its stack; None for a wait on
     no lock of these kinds (a completion, a page, a wait queue)."""
@@ -216,34 +221,61 @@ def lock_of(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task
     # the lock each kind would be, by its wait list's place in it: which kind it is,
     # the waiting task's stack decides (settle_wait), once the agent has sent it
     listed = [kind for kind in ("rw_semaphore", "mutex", "semaphore") if "wait_list" in lk[kind]]
-    head = _wait_list_head(mem, task, t, lk, everyone) if listed else None
-    if head is None:
+    found_on = _wait_list_head(mem, task, t, lk, everyone) if listed else None
+    if found_on is None:
         return None
+    head, words, slot = found_on
     cands = [found for kind in listed if (found := _owned(mem, head - lk[kind]["wait_list"], kind, lk, everyone,
                                                           queued=True, tasks=len(everyone)))]
-    return {"pid": task.pid, "how": "its waiter on its stack", "wait_list": f"{head:#x}", "candidates": cands} \
-        if cands else None
+    if not cands:
+        return None
+    wait = {"pid": task.pid, "how": "its waiter on its stack", "wait_list": f"{head:#x}", "candidates": cands}
+    if syms is not None and (frame := frame_of(words, slot, syms)):
+        wait |= {"in": frame, "primitive": _primitive_of(frame) or ""}
+    return wait
+
+
+# how far below a waiter its frame's return address may lie (the slow path's
+# locals and saved registers between them), in words
+FRAME_WORDS = 48
+
+
+def frame_of(words: tuple[int, ...], slot: int, syms: Kallsyms) -> str:
+    """The function whose frame holds the stack word at slot: the first text
+    address below it is where that function called the next one down (the
+    scheduler, for a waiter), a return address into it. "" if none is near."""
+    for j in range(slot - 1, max(slot - FRAME_WORDS, 0) - 1, -1):
+        if (sym := syms.lookup(words[j])) is not None:
+            return base_name(sym.name)
+    return ""
+
+
+def _primitive_of(function: str) -> str | None:
+    return next((kind for kind, names in _names()["primitives"].items() if function in names), None)
 
 
 def primitive(kstack: list[str]) -> str | None:
-    """The kind of lock whose slow path a task's stack sleeps in, innermost first ([primitives])."""
-    kinds = _names()["primitives"]
-    return next((kind for f in kstack for kind, names in kinds.items() if f in names), None)
+    """The kind of lock whose slow path a stack shows, innermost first
+    ([primitives]); /proc's stacks of a sleeping task leave the scheduler's
+    text out, the lock slow paths with it (6.1: "__fdget_pos < ksys_write"),
+    so it is the memory's frame_of that mostly says it."""
+    return next((kind for f in kstack if (kind := _primitive_of(f))), None)
 
 
 def settle_wait(w: dict, kstack: list[str] | None) -> dict | None:
     """A waiter found on a task's stack, as the lock it is queued on: the
-    kind the task's own stack sleeps in (a mutex's, an rwsem's or a
-    semaphore's slow path), read as that kind; without the stack, the one
-    kind whose words vouch for it (a mutex's or an rwsem's flags: a
-    semaphore's words prove nothing); "unknown" where neither decides; None
-    when the stack sleeps in no lock's slow path (another wait's list_head)."""
+    kind of the slow path whose frame holds the waiter (frame_of: a mutex's,
+    an rwsem's or a semaphore's), or that the task's stack shows, read as
+    that kind; with neither, the one kind whose words vouch for it (a mutex's
+    or an rwsem's flags: a semaphore's words prove nothing); "unknown" where
+    nothing decides; None when the waiter's frame is no lock's slow path
+    (another wait's list_head and task: a futex's)."""
     cands = w.get("candidates", [])
-    keep = {k: w[k] for k in ("pid", "how", "wait_list", "candidates") if k in w}
-    if kstack and (kind := primitive(kstack)):
+    keep = {k: w[k] for k in ("pid", "how", "wait_list", "candidates", "in", "primitive") if k in w}
+    if kind := w.get("primitive") or (primitive(kstack) if kstack else None):
         pick = next((c for c in cands if c["kind"] == kind), None)
         return keep | (pick or {"kind": kind, "lock": w.get("wait_list", "?"), "unread": True})
-    if kstack:
+    if w.get("in"):  # a function the symbols name, and no lock's slow path
         return None
     sure = [c for c in cands if c["kind"] != "semaphore"]
     if len(sure) == 1:
@@ -259,10 +291,12 @@ def settle(doc: dict) -> None:
         doc["waits"] = [w for w in settled if w is not None]
 
 
-def _wait_list_head(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task]) -> int | None:
+def _wait_list_head(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[int, Task]
+                    ) -> tuple[int, tuple[int, ...], int] | None:
     """The wait list a waiter on the task's stack is queued on: a list_head
     followed (at waiter_task) by the task's own address, whose neighbours
-    point back at it; the list's one node that is no task's waiter is its head."""
+    point back at it; the list's one node that is no task's waiter is its
+    head. (head, the stack's words, the waiter's word)."""
     base = mem.word(task.addr + t["stack"], 8)
     if not mem.pointer(base) or (data := mem.raw(base, t["stack_bytes"])) is None:
         return None
@@ -282,7 +316,7 @@ def _wait_list_head(mem: Memory, task: Task, t: dict, lk: dict, everyone: dict[i
                 heads.append(n)
             n = mem.word(n, 8)
         if n == node and len(heads) == 1:
-            return heads[0]
+            return heads[0], words, i
     return None
 
 

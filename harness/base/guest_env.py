@@ -44,7 +44,7 @@ class GuestEnv:
     options: tuple[str, ...]           # the kernel's config must have them
     mount_modules: tuple[str, ...]     # loaded from the initramfs to mount the disks
     disks: tuple[DiskSpec, ...]
-    boot_steps: tuple[str, ...]        # the agent's environment steps as it boots (repro/agent.c)
+    boot_steps: tuple[str, ...]        # the agent's environment steps as it boots (repro/agent/env.c)
     steps: tuple[str, ...]             # and at the GO
     host_tools: tuple[str, ...]        # host programs a guest of the host's architecture gets
     report_ends: tuple[str, ...]       # console-patterns.toml names that end a run

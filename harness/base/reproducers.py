@@ -246,7 +246,7 @@ def guest_name(stem: str) -> str:
 def host_command(command: str) -> Reproducer:
     """run:CMD: the command, run by the host's /bin/sh in the guest, over the
     host's root, from this directory. Both travel hex-encoded on the agent's
-    GO line (repro/agent.c: 2 KB of command, 1 KB of directory)."""
+    GO line (repro/agent/hostcmd.c: 2 KB of command, 1 KB of directory)."""
     cwd = os.getcwd()
     if not command:
         raise ReproducerError("run: needs a command, e.g. 'run:perf record -a -- sleep 5'")

@@ -43,7 +43,7 @@ def sample(path: Path, a: Arch, syms: Kallsyms | None, layout: dict | None) -> d
             cpus.append(cpu | unwind.walk_cpu(core.read_virtual, regs, a, syms, STACK_BYTES))
         waits = kernel_waits.read(core.read_virtual, layout, len(cpus)) if layout else {}
         # who holds what the sleeping tasks wait for, from the core as from the live guest
-        tasks = task_waits.read(core.read_virtual, layout, len(cpus)) if layout else {}
+        tasks = task_waits.read(core.read_virtual, layout, len(cpus), syms) if layout else {}
         return {"cpus": cpus, "waits": waits, "task_waits": tasks, "source": "vmcore"}
     finally:
         core.close()

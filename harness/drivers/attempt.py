@@ -65,7 +65,7 @@ def kernel_cmdline(m: machine.Machine, extra: str) -> str:
 
 
 def go_params(repro: reproducers.Reproducer, args: list[str], want_syms: bool) -> str:
-    """The GO line's parameters (repro/agent.c): what to run, and a fresh RNG
+    """The GO line's parameters (repro/agent/agent.h): what to run, and a fresh RNG
     seed, since every guest restored from one snapshot has the same one."""
     if any("," in a or " " in a for a in args):
         raise SpecError("reproducer arguments may not contain commas or spaces")
@@ -318,7 +318,8 @@ class _Run:
             try:
                 order = arches.get(self.kernel.arch).monitor_byteorder
                 doc = task_waits.read(lambda a, k: debug.hmp_bytes(vm.qmp, 0, a, k, order),
-                                      json.loads(lay.read_text()), vm.cfg.cpus)
+                                      json.loads(lay.read_text()), vm.cfg.cpus,
+                                      Kallsyms.load(self.syms_path) if self.syms_path else None)
             finally:
                 vm.qmp.cmd("cont")
         except (QMPError, OSError) as e:

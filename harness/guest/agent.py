@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""What the guest agent (repro/agent.c) says on its channel, as state: its
+"""What the guest agent (repro/agent/) says on its channel, as state: its
 hello and its gate, heartbeats with guest time and the progress count, the
 reproducer's KTAP output and progress lines, its exit and the power-off, and
 for a stuck process its threads and core. Each line is guest text: bounded,
@@ -14,7 +14,7 @@ from harness.analysis.ktap import KV, Ktap, unnest
 from harness.base.untrusted import num
 
 _HB = re.compile(r"^HB (\d{1,20}) (\d{1,20}) (\d{1,20})$")
-# the agent forwards the reproducer's output behind this (repro/agent.c); a
+# the agent forwards the reproducer's output behind this (repro/agent/run.c); a
 # line without it is the agent's own (older agents': the reproducer's too)
 PROGRAM = "| "
 # a heartbeat gap past this (one beat missed and more) is kept, to be set against

@@ -9,7 +9,7 @@ runs start QEMU with `-incoming` on the file: about a second instead of a
 3-5 s boot under TCG. What a restored guest cannot have had on its command
 line, and what must differ between guests restored from one file (the
 reproducer and its arguments, RNG seed, wall clock), comes with the host's GO
-(repro/agent.c).
+(repro/agent/).
 
 Guest RAM is not in the migration stream (x-ignore-shared): a guest that may
 be saved keeps its RAM in a memfd (VMConfig.shared_ram), which is copied to

@@ -84,7 +84,7 @@ class Watch:
         self.calls = calls or Calls()
         self.suspected = False
         self._hung_task_at: float | None = None  # when the kernel's first hung-task report came
-        self.go = go  # the GO line's parameters (repro/agent.c); the wall clock is added when it is sent
+        self.go = go  # the GO line's parameters (repro/agent/agent.h); the wall clock is added when it is sent
         self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
         self.cancel = cancel  # threading.Event: another thread asks this run to end
         self.gate = gate  # harness.guest.cores.Gate: when set, the guest waits at "ready" for our "GO"

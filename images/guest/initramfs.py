@@ -86,7 +86,7 @@ def build(guest: Path, modules: list[Path] | tuple[Path, ...] = (),
           extra: dict[str, bytes] | None = None) -> Path:
     """Path of the initramfs for the guest binaries in guest, built if needed,
     with modules (NAME.ko, uncompressed) for the agent to load first, in order
-    (the agent reads etc/kstall/modules, see repro/agent.c), and extra files
+    (the agent reads etc/kstall/modules, see repro/agent/boot.c), and extra files
     (a user's program and its libraries: images/guest/programs.py)."""
     out_dir = paths.cache_dir() / "initramfs"
     # reading and hashing the inputs was 0.06 s of every verify: inputs whose

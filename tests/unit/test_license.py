@@ -27,7 +27,7 @@ def test_license_is_gpl_2():
 
 def test_every_source_file_has_an_spdx_line():
     files = source_files()
-    assert len(files) > 50 and "repro/agent.c" in files and "harness/cli.py" in files
+    assert len(files) > 50 and "repro/agent/main.c" in files and "harness/cli.py" in files
     missing = []
     for f in files:
         head = (REPO / f).read_text(errors="replace").splitlines()[:2]

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Devices and modules as udev and kmod would give them: request_module()'s
+ * modprobe (logged), a node per module device, links by number. */
+#include "agent.h"
+
+/*
+ * `/sbin/modprobe -q -- NAME`, as the kernel's request_module() runs it:
+ * busybox's modprobe does the work, and each request and how it ended is
+ * appended to MODPROBE_LOG ("STATUS NAME"), which the agent reports at the
+ * end: what the program asked the kernel for that the kernel could not find.
+ */
+int modprobe_main(int argc, char **argv)
+{
+	char busybox[300], line[300];
+	char *args[16];
+	int n = 0, status, fd;
+
+	find_base_dir();
+	snprintf(busybox, sizeof(busybox), "%s/bin/busybox", base_dir);
+	args[n++] = busybox;
+	for (int i = 1; i < argc && n < 15; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	args[0] = busybox;
+	status = fork();
+	if (status == 0) {
+		args[0] = "modprobe";	/* busybox picks its applet by argv[0] */
+		execv(busybox, args);
+		_exit(127);
+	}
+	if (status < 0)
+		return 1;
+	while (waitpid(status, &status, 0) < 0 && errno == EINTR)
+		;
+	status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	/* the module is the first word that is no option: parameters may follow it */
+	for (n = 1; n < argc && argv[n][0] == '-'; n++)
+		;
+	fd = open(MODPROBE_LOG, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0 && n < argc) {
+		snprintf(line, sizeof(line), "%d %s\n", status, argv[n]);
+		say_fd(fd, line, strlen(line));	/* one write: O_APPEND keeps lines whole */
+	}
+	if (fd >= 0)
+		close(fd);
+	return status;
+}
+
+/* modules.devname: "fuse fuse c10:229" -> /dev/fuse, whose open loads fuse */
+void static_nodes(void)
+{
+	char path[300], line[256], name[64], node[128], type;
+	struct utsname u;
+	unsigned maj, min;
+	int made = 0;
+	FILE *f;
+
+	uname(&u);
+	snprintf(path, sizeof(path), "/lib/modules/%s/modules.devname", u.release);
+	f = fopen(path, "r");
+	if (!f) {
+		env_say("nodes: %s: %s", path, strerror(errno));
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%63s %127s %c%u:%u", name, node, &type, &maj, &min) != 5 ||
+		    (type != 'c' && type != 'b') || strstr(node, ".."))
+			continue;
+		snprintf(path, sizeof(path), "/dev/%s", node);
+		if (strrchr(node, '/')) {
+			char dir[300];
+
+			snprintf(dir, sizeof(dir), "%s", path);
+			*strrchr(dir, '/') = 0;
+			make_dirs(dir, 0755);
+		}
+		if (mknod(path, (type == 'c' ? S_IFCHR : S_IFBLK) | 0600, makedev(maj, min)) == 0)
+			made++;
+	}
+	fclose(f);
+	env_say("nodes: %d device nodes load their modules on first open", made);
+}
+
+/* udev's links by number, which syzkaller's syz_open_dev(0xc, MAJ, MIN) opens:
+ * /sys/dev/char/4:1/uevent says DEVNAME=tty1, so /dev/char/4:1 -> ../tty1 */
+void device_links(void)
+{
+	static const char *const kinds[] = { "char", "block" };
+	int made = 0;
+
+	for (size_t k = 0; k < 2; k++) {
+		char dir[64], path[600], uevent[1024], link[600], target[300];
+		struct dirent *e;
+		DIR *d;
+
+		snprintf(dir, sizeof(dir), "/sys/dev/%s", kinds[k]);
+		d = opendir(dir);
+		if (!d) {
+			env_say("devlinks: %s: %s", dir, strerror(errno));
+			continue;
+		}
+		snprintf(link, sizeof(link), "/dev/%s", kinds[k]);
+		mkdir(link, 0755);
+		while ((e = readdir(d))) {
+			char *name;
+
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s/uevent", dir, e->d_name);
+			read_small(path, uevent, sizeof(uevent));
+			name = strstr(uevent, "DEVNAME=");
+			if (!name || strstr(name, ".."))
+				continue;
+			name += strlen("DEVNAME=");
+			name[strcspn(name, "\n")] = 0;
+			snprintf(target, sizeof(target), "../%s", name);
+			snprintf(link, sizeof(link), "/dev/%s/%s", kinds[k], e->d_name);
+			if (symlink(target, link) == 0)
+				made++;
+		}
+		closedir(d);
+	}
+	env_say("devlinks: %d links to devices by number", made);
+}
