@@ -11,7 +11,10 @@ program (repro/agent/account.c, report_env), as evidence for a run that hung not
 
 From that: the program's own calls (those its source makes through
 syscall(__NR_x), as syzkaller writes every call) that succeeded at least
-once reached the kernel; what it needs that this kernel lacks is (1) a
+once reached the kernel, counting only those syzkaller's setup code does
+not make too (its sandbox's open() and the program's openat are one
+count: a run whose setup gave up before the calls counts them all the
+same); what it needs that this kernel lacks is (1) a
 request of a gating kind (guest_env AliasNeed: a socket family, a
 filesystem, a device) no module of the kernel answers, or one whose module
 did not load while the calls that need it failed with the error that
@@ -24,9 +27,12 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import functools
 import re
+import tomllib
 from dataclasses import dataclass, field
 
+from harness.base import paths
 from harness.base.guest_env import GuestEnv
 from harness.base.untrusted import num
 
@@ -83,6 +89,35 @@ def program_calls(source: str) -> list[str]:
     return list(dict.fromkeys(_NR.findall(source)))
 
 
+# where a syzkaller program's calls are, by the shape csource gives it: one
+# call per case (threaded), all in a row (repeated), or main's body (once)
+_SECTIONS = (re.compile(r"^(?:static )?void execute_call\(int call\)\n\{", re.M),
+             re.compile(r"^void execute_one\(void\)\n\{", re.M),
+             re.compile(r"^int main\(void\)\n\{", re.M))
+_CALLED = re.compile(r"\b([a-z_][a-z0-9_]*)\s*\(")
+
+
+@functools.lru_cache(maxsize=None)
+def _libc() -> dict[str, tuple[str, ...]]:
+    with open(paths.data_file("harness", "analysis", "libc-calls.toml"), "rb") as f:
+        return {k: tuple(v) for k, v in tomllib.load(f)["calls"].items()}
+
+
+def setup_calls(source: str) -> set[str]:
+    """The system calls syzkaller's setup code makes through the C library
+    (its sandbox, its devices, its loop: all but the calls' own section).
+    Empty for a source of another shape: nothing is set apart."""
+    m = next((m for r in _SECTIONS if (m := r.search(source)) is not None), None)
+    if m is None:
+        return set()
+    end = source.find("\n}\n", m.end())
+    rest = source[:m.start()] + (source[end:] if end >= 0 else "")
+    out: set[str] = set()
+    for name in set(_CALLED.findall(rest)):
+        out.update(_libc().get(name, (name,)))
+    return out
+
+
 @dataclass
 class Reach:
     calls: dict[str, Call]
@@ -91,13 +126,23 @@ class Reach:
     checks: dict[str, bool]
     needs: list[str]                   # what gates its path and this kernel lacks
     lacks: list[str]                   # asked for, lacking, not gating
+    shared: frozenset[str] = frozenset()  # its calls syzkaller's setup makes too (setup_calls)
+
+    def _own(self) -> list[str]:
+        """Its calls that can say it ran: those its setup does not make too,
+        or, where it makes all of them, every one (told apart() says which)."""
+        calls = [c for c in self.program if c not in SETUP_CALLS]
+        return [c for c in calls if c not in self.shared] or calls
+
+    def told_apart(self) -> bool:
+        return any(c not in self.shared for c in self.program if c not in SETUP_CALLS)
 
     def reached(self) -> list[str]:
         """Its own calls that ran in the kernel (setup calls apart): every one
         that returned, unless each time with an error that says the kernel
         lacks the call or the family (a rejection, EINVAL, ran the kernel's
         checks: a fix may be exactly such a check)."""
-        return [c for c in self.program if c not in SETUP_CALLS and c in self.calls and not self._absent(c)]
+        return [c for c in self._own() if c in self.calls and not self._absent(c)]
 
     def _absent(self, name: str) -> bool:
         c = self.calls[name]
@@ -119,7 +164,8 @@ class Reach:
         """What its calls did: 'its calls ran in the kernel: socket 826 ok, connect 1652 (ENODEV 826, ...)'"""
         parts = []
         if self.reached():
-            parts.append("its calls ran in the kernel: " + ", ".join(self.calls[c].text() for c in self.reached()[:8]))
+            parts.append("its calls ran in the kernel: " + ", ".join(self.calls[c].text() for c in self.reached()[:8])
+                         + ("" if self.told_apart() else " (syzkaller's setup makes each of them too: not told apart)"))
             rejected = [c for c in self.reached() if set(self.calls[c].errors) == {"EINVAL"} and not self.calls[c].ok]
             if rejected:
                 parts.append(f"every {'/'.join(rejected)} was rejected (EINVAL): this kernel refuses its arguments")
@@ -131,7 +177,8 @@ class Reach:
         return "; ".join(parts) or "no call of its own was counted"
 
     def to_json(self) -> dict:
-        return {"program_calls": self.program, "reached": self.reached(), "failed": self.failed(),
+        return {"program_calls": self.program, "setup_too": sorted(self.shared & set(self.program)),
+                "reached": self.reached(), "failed": self.failed(),
                 "never_ran": self.never(), "needs": self.needs, "lacks": self.lacks,
                 "calls": {n: {"count": c.count, "errors": c.errors} for n, c in self.calls.items()},
                 "requests": {n: {"count": k, "status": s} for n, (k, s) in self.requests.items()},
@@ -176,7 +223,7 @@ def _fill(what: str, m: re.Match, env: GuestEnv) -> str:
 
 
 def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None,
-            numbers: dict[int, str] | None = None) -> Reach:
+            numbers: dict[int, str] | None = None, shared: frozenset[str] = frozenset()) -> Reach:
     calls, requests, checks = parse(lines, numbers)
     needs: list[str] = []
     lacks: list[str] = []
@@ -209,4 +256,4 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
     for path, exists in checks.items():
         if not exists:
             needs.append(f"{path} (the program opens it; the device is not there)")
-    return Reach(calls, program, requests, checks, needs, lacks)
+    return Reach(calls, program, requests, checks, needs, lacks, shared)

@@ -125,6 +125,15 @@ def judge(health: dict | None, r: Reach | None = None, rules_: Rules | None = No
         st.events.append(f"its tasks neared the kernel's limit for {n['pids_s']} s "
                          f"({n.get('max_tasks', 0)} of {n.get('task_limit', 0)})")
     total, failed, errors = forks_failed(r)
+    if errors.get("ENOMEM") and not (n.get("oom_kills") or n.get("lowmem_s") or n.get("memstall_s")):
+        # memory to spare: alloc_pid() fails ENOMEM in a pid namespace whose
+        # init has exited (syzkaller's sandbox gave up, and its parent's
+        # fork loop went on forking into the dead namespace), not for want
+        # of memory; the program stopped there, no starvation
+        dead = errors.pop("ENOMEM")
+        failed -= dead
+        st.events.append(f"{dead} of its {total} forks failed ENOMEM with memory to spare: the pid namespace "
+                         "they forked into had lost its first process (its sandbox ended before its time)")
     if failed:
         st.events.append(f"{failed} of its {total} forks failed ("
                          + ", ".join(f"{e} {c}" for e, c in sorted(errors.items(), key=lambda x: -x[1]))

@@ -130,6 +130,9 @@ def base_title(title: str) -> str:
 
 
 _DEV_PATH = re.compile(r'"(/dev/[A-Za-z0-9_./#+:-]+)')
+# a string copied with its length and no NUL (memcpy(p, "/dev/loop", 9)):
+# the prefix of a name the program finishes byte by byte ('0' + procid)
+_COPIED = re.compile(r'"\s*,\s*(\d+)\s*\)')
 # a line of syzkaller's setup code that makes, mounts or changes a path, not
 # one that opens it: its sandbox makes /dev/binderfs and /dev/gadgetfs and
 # mounts them in the program's own mount namespace, where the agent's check
@@ -156,6 +159,9 @@ def device_paths(repro) -> list[str]:
         if _MAKES.search(line):
             continue
         path = m.group(1).rstrip("/")  # syz_open_dev's "#" is a number chosen at run time: the agent globs it
+        copied = _COPIED.match(text, m.end())
+        if copied and "memcpy" in line and int(copied.group(1)) == len(m.group(1)):
+            path += "#"
         if ".." not in path and path not in out:
             out.append(path)
     return out[:32]

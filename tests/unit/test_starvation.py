@@ -83,3 +83,22 @@ def test_guest_text_never_raises_and_the_thresholds_reach_the_agent_as_data():
     st = starvation.judge({"secs": "9" * 500, "starved_s": "x", "killed": "9:" + "9" * 30 + ",0:1,65:2,a:b"})
     assert st is not None and not st.mostly and st.events == []
     assert starvation.rules().go_param() == "health=3,90,50"
+
+
+def test_forks_failing_enomem_with_memory_to_spare_are_a_sandbox_that_ended_not_starvation():
+    """alloc_pid() fails ENOMEM in a pid namespace whose init has exited:
+    syzkaller's sandbox gave up (a 2025 wifi reproducer on a kernel without
+    mac80211_hwsim loaded), and its parent's loop forked 5+4+3+2+1 times
+    into the dead namespace. Measured: 15 of 53 on 6.1.170, read as "no
+    pids or memory left" before."""
+    health, _, result = recorded()
+    calm = health | {"starved_s": "0", "oom_kills": "0", "oom_s": "0", "lowmem_s": "0", "memstall_s": "0",
+                     "killed": "-"}
+    lines = ["KSTALL hist sys_exit { id: sys_clone                     [ 56] } hitcount:         53",
+             f"KSTALL hist sys_exit {{ id: sys_clone                     [ 56], ret: {2**64 - 12} }} hitcount:  15"]
+    st = starvation.judge(calm, reach.analyse(lines, [], ENV, None), cpus=2)
+    assert st is not None and not st.mostly
+    assert st.events[0].startswith("15 of its 53 forks failed ENOMEM with memory to spare: the pid namespace")
+    starved = health | {"oom_kills": "3"}  # with the OOM killer at work, ENOMEM is memory's
+    st = starvation.judge(starved, reach.analyse(lines, [], ENV, None), cpus=2)
+    assert "15 of its 53 forks failed (ENOMEM 15: no pids or memory left)" in st.events

@@ -112,13 +112,17 @@ static void setup_binderfs() { if (mkdir("/dev/binderfs", 0777)) {} mount("binde
 static const char* setup_usb() { if (chmod("/dev/raw-gadget", 0666)) return "failed"; return 0; }
 static int usb_raw_open() { return open("/dev/raw-gadget", O_RDWR); }
 static void call() { memcpy((void*)0x20000000, "/dev/fuse\\000", 10); }
+static void loop() { memcpy((void*)0x20000380, "/dev/loop", 9); *(uint8_t*)0x20000389 = 0x30 + procid; }
+static void old() { memcpy((void*)0x20000380, "/dev/ptmx", 10); }
 ''')
 
     class R:
         syzbot = {"title": "x"}
         env = "syzkaller"
         source = str(prog)
-    assert syzkaller.device_paths(R()) == ["/dev/raw-gadget", "/dev/fuse"]
+    # a name copied without its NUL is finished by the program's own bytes (a 2025
+    # loop reproducer was INCONCLUSIVE "needs /dev/loop"); older ones copy the literal's NUL
+    assert syzkaller.device_paths(R()) == ["/dev/raw-gadget", "/dev/fuse", "/dev/loop#", "/dev/ptmx"]
 
 
 def test_a_filesystem_only_syzkallers_setup_mounts_is_no_need():
@@ -438,3 +442,43 @@ def test_a_32_bit_reproducer_is_built_for_its_abi_and_runs_only_where_a_kernel_c
     from harness.drivers import case
     elf = case.build(r, compat.name).read_bytes()[:20]  # the i686 cross compiler's static PIE
     assert elf[4] == 1 and int.from_bytes(elf[18:20], "little") == 3
+
+
+CSOURCE_SHAPE = '''
+static void initialize_netdevices(void) { int sock = socket(AF_NETLINK, SOCK_RAW, 0); ioctl(sock, 1, 0); }
+static void initialize_wifi_devices(void) { if (open("/dev/rfkill", O_RDWR) == -1) exit(1); }
+void execute_call(int call)
+{
+  switch (call) {
+  case 0: syscall(__NR_socket, 0x10ul, 3ul, 0); break;
+  case 1: syscall(__NR_ioctl, -1, 0x8933, 0); break;
+  case 2: syscall(__NR_sendmsg, -1, 0x20000000ul, 0ul); break;
+  }
+}
+int main(void)
+{
+  syscall(__NR_mmap, 0x20000000ul, 0x1000000ul, 7ul, 0x32ul, -1, 0ul);
+  for (procid = 0; procid < 6; procid++) if (fork() == 0) do_sandbox_none();
+  sleep(1000000);
+  return 0;
+}
+'''
+
+
+def test_calls_syzkallers_setup_makes_too_cannot_say_the_program_ran():
+    """Recorded: a 2025 reproducer on 6.1.170 whose sandbox gave up in its
+    setup (no mac80211_hwsim: exit(1)) before any call of its own. Its
+    setup's sockets and ioctls were counted as the program's, and the run
+    read as a clean NOT_REPRODUCED; sendmsg, which only its calls make,
+    never ran: its calls did not reach the kernel."""
+    lines = (RUNS / "setup-gave-up-6.1.170.agent.log").read_text().splitlines()
+    shared = frozenset(reach.setup_calls(CSOURCE_SHAPE))
+    assert {"socket", "ioctl", "openat", "clone", "clock_nanosleep"} <= shared and "sendmsg" not in shared
+    r = reach.analyse(lines, reach.program_calls(CSOURCE_SHAPE), ENV, None, None, shared)
+    assert r.reached() == [] and not r.reached_kernel and r.never() == ["sendmsg"]
+    assert r.to_json()["setup_too"] == ["ioctl", "socket"]
+    assert reach.analyse(lines, reach.program_calls(CSOURCE_SHAPE), ENV, None).reached_kernel  # as it was read
+    # where setup makes every call of its own, they still count, said so
+    r = reach.analyse(lines, ["mmap", "socket", "ioctl"], ENV, None, None, shared)
+    assert r.reached() == ["socket", "ioctl"] and "not told apart" in r.text()
+    assert reach.setup_calls("int f(void) { return open(0, 0); }") == set()  # not csource's shape: nothing set apart
