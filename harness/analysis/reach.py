@@ -89,12 +89,14 @@ def program_calls(source: str) -> list[str]:
     return list(dict.fromkeys(_NR.findall(source)))
 
 
-# where a syzkaller program's calls are, by the shape csource gives it: one
-# call per case (threaded), all in a row (repeated), or main's body (once)
+# where a syzkaller program's calls are, by the shape csource gives one that
+# repeats them in a sandbox: one call per case (threaded), or all in a row.
+# A program run once has its calls in main, beside little setup: nothing is
+# set apart there, nor in a program of another shape (kstall's own tests')
 _SECTIONS = (re.compile(r"^(?:static )?void execute_call\(int call\)\n\{", re.M),
-             re.compile(r"^void execute_one\(void\)\n\{", re.M),
-             re.compile(r"^int main\(void\)\n\{", re.M))
+             re.compile(r"^void execute_one\(void\)\n\{", re.M))
 _CALLED = re.compile(r"\b([a-z_][a-z0-9_]*)\s*\(")
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,7 +113,7 @@ def setup_calls(source: str) -> set[str]:
     if m is None:
         return set()
     end = source.find("\n}\n", m.end())
-    rest = source[:m.start()] + (source[end:] if end >= 0 else "")
+    rest = _COMMENT.sub("", source[:m.start()] + (source[end:] if end >= 0 else ""))
     out: set[str] = set()
     for name in set(_CALLED.findall(rest)):
         out.update(_libc().get(name, (name,)))

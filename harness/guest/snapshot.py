@@ -232,12 +232,14 @@ def for_vm(vm: VM, kernel: KernelKey) -> Snapshot:
 def _disk_identities(disks: tuple) -> list:
     """Each disk image's file as it is now: a snapshot's guest has the image
     it was saved with mounted, and an image made again at the same path (a
-    module tree read afresh) must not be restored under it."""
+    module tree read afresh) must not be restored under it. An image is
+    made whole and renamed into place, a new file: its inode and size say
+    which; not its times, which a use touches (module_tree: what prune keeps)."""
     out = []
     for d in disks:
         try:
             st = os.stat(d.path)
-            out.append([str(d.path), st.st_ino, st.st_size, st.st_mtime_ns])
+            out.append([str(d.path), st.st_ino, st.st_size])
         except OSError:
             out.append([str(d.path), None])
     return out

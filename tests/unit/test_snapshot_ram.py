@@ -43,6 +43,8 @@ def test_a_disk_image_made_again_at_its_path_is_not_restored_under_an_old_snapsh
     try:
         before = snapshot.for_vm(vm, kernel).key
         assert snapshot.for_vm(vm, kernel).key == before  # the same image: the same snapshot
+        os.utime(image, (1, 1))  # a use touches it (module_tree: what prune keeps): still the same image
+        assert snapshot.for_vm(vm, kernel).key == before
         new = tmp_path / "modules.ext4.part"
         new.write_bytes(b"new tree")
         new.replace(image)  # made again, as module_tree.py does: a new file at the old path
