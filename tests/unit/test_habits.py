@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The house's habits, checked on every run: a linter and a type checker
-whose finding counts (tests/habits.toml) may fall and never grow, and one
-line width."""
+whose finding counts (tests/habits.toml) may fall and never grow, one
+line width, and a front page that shows each figure once."""
 import re
 import subprocess
 import tomllib
@@ -44,3 +44,16 @@ def test_no_line_is_wider_than_the_house_width():
     wide = [f"{f}:{n}" for f in _python_files()
             for n, line in enumerate((REPO / f).read_text().splitlines(), 1) if len(line) > width]
     assert wide == [], f"lines over {width} characters:\n" + "\n".join(wide)
+
+
+def test_the_front_pages_measured_table_has_one_row_per_figure_and_how_to_take_it():
+    """A newcomer wants today's figures: the latest of each, once, with the
+    command that takes it again; the dated history is tests/bench/MEASUREMENTS.md."""
+    text = (REPO / "README.md").read_text()
+    table = text.split("## Measured", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| figure")]
+    figures = [r[0] for r in rows]
+    assert rows and len(figures) == len(set(figures)), figures
+    assert all(len(r) == 3 and r[2] for r in rows), rows
+    assert (REPO / "tests" / "bench" / "MEASUREMENTS.md").is_file()
