@@ -472,7 +472,20 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 
 # -- the parser: one function per command ----------------------------------------
+# A command is its cmd_ function and its parser function marked @command,
+# side by side here: `kstall --help` lists them in the order they are written,
+# and a command whose results directory it writes runs (set_defaults
+# sweeps=True) first clears what killed kstall runs left there. The drivers
+# stay free of argparse: the benchmarks and tests call them with options.
+_COMMANDS: list = []
 
+
+def command(add):
+    _COMMANDS.append(add)
+    return add
+
+
+@command
 def _verify_parser(sub) -> None:
     v = sub.add_parser("verify", help="boot a kernel, run a reproducer, give a verdict",
                        description="Exit status: 0 NOT_REPRODUCED, 1 VULNERABLE or CRASHED, 3 INCONCLUSIVE, "
@@ -494,9 +507,10 @@ def _verify_parser(sub) -> None:
     add_build_options(v)
     add_vm_options(v)
     add_handover_options(v)
-    v.set_defaults(func=cmd_verify)
+    v.set_defaults(func=cmd_verify, sweeps=True)
 
 
+@command
 def _explain_parser(sub) -> None:
     e = sub.add_parser("explain", help="the verdict a kernel's published record predicts (no boot)",
                        description="Predict affected / fixed / not introduced / unknown from the kernel CVE "
@@ -515,6 +529,7 @@ def _explain_parser(sub) -> None:
     e.set_defaults(func=cmd_explain)
 
 
+@command
 def _kernel_parsers(sub) -> None:
     k = sub.add_parser("kernels", help="list cached kernels, or what debian: can fetch")
     k.add_argument("--available", action="store_true", help="every kernel in the Debian suites")
@@ -531,9 +546,10 @@ def _kernel_parsers(sub) -> None:
                    help="fetch the kernel's vmlinux with DWARF instead (for attach and inspect; never needed for "
                    "a verdict): from Debian's -dbg package, streamed, keeping only the vmlinux; or from FILE (a "
                    "vmlinux, a -dbg .deb, a debuginfo .rpm). Checked against the kernel's build ID, cached by it")
-    s.set_defaults(func=cmd_symbols)
+    s.set_defaults(func=cmd_symbols, sweeps=True)
 
 
+@command
 def _matrix_parsers(sub) -> None:
     mx = sub.add_parser("matrix", help="run a kernel x reproducer matrix (CI), write reports",
                         description="Runs every cell of a matrix file (format: ci/README.md) and writes "
@@ -564,7 +580,7 @@ def _matrix_parsers(sub) -> None:
     mx.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
     mx.add_argument("--verbose", action="store_true", help="every cell's progress, not only its verdict")
     mx.add_argument("--json", action="store_true", help="print matrix.json instead of the table")
-    mx.set_defaults(func=cmd_matrix)
+    mx.set_defaults(func=cmd_matrix, sweeps=True)
 
     rp = sub.add_parser("report", help="regenerate matrix reports; merge shards into one",
                         description="With one directory: rewrite its reports from its matrix.json. With several "
@@ -574,6 +590,7 @@ def _matrix_parsers(sub) -> None:
     rp.set_defaults(func=cmd_report)
 
 
+@command
 def _bisect_parsers(sub) -> None:
     bs = sub.add_parser("bisect", help="find the version or commit that introduced or fixed a hang")
     bsub = bs.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -591,7 +608,7 @@ def _bisect_parsers(sub) -> None:
                            "(6.19.14-rt) bisects that flavour")
     bd.add_argument("--no-prefetch", action="store_true", help="download each kernel only when its step starts")
     add_vm_options(bd)
-    bd.set_defaults(func=cmd_bisect_debian)
+    bd.set_defaults(func=cmd_bisect_debian, sweeps=True)
 
     bg = bsub.add_parser("git", help="bisect a kernel git tree (builds every step)",
                          description="Builds and verifies both ends (build:TREE@REV, out of tree, in kstall's cache), "
@@ -606,10 +623,11 @@ def _bisect_parsers(sub) -> None:
     add_bisect_options(bg, "a commit (any rev git understands)")
     add_build_options(bg)
     add_vm_options(bg)
-    bg.set_defaults(func=cmd_bisect_git)
+    bg.set_defaults(func=cmd_bisect_git, sweeps=True)
 
 
 
+@command
 def _bisect_step_parser(sub) -> None:
     st = sub.add_parser("bisect-step", help="one step of `git bisect run`: build, verify, exit 0/1/125",
                         description="Builds the commit under test (BISECT_HEAD, else HEAD) out of tree and verifies "
@@ -627,9 +645,10 @@ def _bisect_step_parser(sub) -> None:
     add_build_options(st)
     add_vm_options(st)
     add_handover_options(st)
-    st.set_defaults(func=cmd_bisect_step)
+    st.set_defaults(func=cmd_bisect_step, sweeps=True)
 
 
+@command
 def _threads_parser(sub) -> None:
     th = sub.add_parser("threads", help="thread dump of a stuck process: futex groups, lock owner, hang class",
                         description="Dump every thread of a live process (through gdb's gcore; the process "
@@ -646,6 +665,7 @@ def _threads_parser(sub) -> None:
 
 
 
+@command
 def _calibrate_parser(sub) -> None:
     c = sub.add_parser("calibrate", help="measure a reproducer on an affected kernel (for P(miss))")
     c.add_argument("kernel")
@@ -658,6 +678,7 @@ def _calibrate_parser(sub) -> None:
     c.set_defaults(func=cmd_calibrate)
 
 
+@command
 def _analyze_parser(sub) -> None:
     an = sub.add_parser("analyze", help="read recorded hangs again with today's signatures (no boot)",
                         description="Classifies each run's kept vCPU samples with today's signature and CPU-state "
@@ -680,6 +701,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
     return 0 if all(r.agrees for r in readings) else 1
 
 
+@command
 def _attach_parser(sub) -> None:
     at = sub.add_parser("attach", help="gdb on a guest verify --hold keeps stopped, with the kernel's symbols",
                         description="Starts gdb (gdb-multiarch for arm64) on the held guest's gdbstub, with the "
@@ -700,6 +722,7 @@ def cmd_attach(a: argparse.Namespace) -> int:
     return attach.attach(a.run, a.ex, a.batch, echo_stderr)
 
 
+@command
 def _inspect_parser(sub) -> None:
     ins = sub.add_parser("inspect", help="open a run's vmcore in crash, drgn or gdb with the right vmlinux",
                          description="Prints what kstall knows of the hang (every CPU's stack, state and waits), "
@@ -721,6 +744,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return inspect.inspect(a.run, a.tool, a.ex, a.print_only, echo_stderr)
 
 
+@command
 def _doctor_parser(sub) -> None:
     d = sub.add_parser("doctor", help="what this host can do for kstall, and the fix for what it lacks",
                        description="Checks QEMU and a debugger per guest architecture, KVM (and what kstall "
@@ -774,9 +798,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "read every vCPU with GDB, classify the hang, give a verdict.")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_verify_parser, _explain_parser, _kernel_parsers, _matrix_parsers, _bisect_parsers, _bisect_step_parser,
-                _threads_parser, _calibrate_parser, _analyze_parser, _attach_parser,
-                _inspect_parser, _doctor_parser):
+    for add in _COMMANDS:
         add(sub)
     return p
 
@@ -840,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.func is cmd_bisect_step:
         from harness.drivers.bisect.git import EXIT_ABORT as failed
     try:
-        if a.func in (cmd_verify, cmd_matrix, cmd_bisect_debian, cmd_bisect_git, cmd_bisect_step, cmd_symbols):
+        if getattr(a, "sweeps", False):
             sweep_leftovers(a)
         return a.func(a)
     except KeyboardInterrupt:
