@@ -31,6 +31,7 @@ import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
+from typing import Callable
 
 from harness.base import paths
 from harness.base.guest_env import GuestEnv
@@ -224,8 +225,21 @@ def _fill(what: str, m: re.Match, env: GuestEnv) -> str:
     return text
 
 
+def _config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | None) -> str:
+    """What this kernel's config says of a need (environment.toml [needs.options]):
+    '; this kernel's config leaves it out (CONFIG_X25 is not set)'; '' where it is
+    built or kstall has no config to read."""
+    option = dict(env.need_options).get(key)
+    if option is None or config is None or config(option) not in (None, "n"):
+        return ""
+    return f"; this kernel's config leaves it out (CONFIG_{option} is not set)"
+
+
 def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None,
-            numbers: dict[int, str] | None = None, shared: frozenset[str] = frozenset()) -> Reach:
+            numbers: dict[int, str] | None = None, shared: frozenset[str] = frozenset(),
+            config: Callable[[str], str | None] | None = None) -> Reach:
+    """config: the kernel's CONFIG_ values by option (None: not set), where
+    kstall has its config."""
     calls, requests, checks = parse(lines, numbers)
     needs: list[str] = []
     lacks: list[str] = []
@@ -247,7 +261,9 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
             lacks.append(f"{name} ({what}, for its setup: {'no module' if modules == [] else 'did not load'})")
             continue
         if modules == []:
-            needs.append(f"{what}: no module of this kernel answers request_module(\"{name}\")")
+            family = env.family(int(m.group("family"))) if "family" in m.groupdict() and m.group("family") else ""
+            needs.append(f"{what}: no module of this kernel answers request_module(\"{name}\")"
+                         + _config_note(family, env, config))
         elif failing:
             needs.append(f"{what}: request_module(\"{name}\") did not load "
                          f"{', '.join(modules) if modules else 'a module'}, and {'/'.join(failing)} failed with "
@@ -257,5 +273,5 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
             needs.append(f"the system call {name} (ENOSYS: this kernel does not have it)")
     for path, exists in checks.items():
         if not exists:
-            needs.append(f"{path} (the program opens it; the device is not there)")
+            needs.append(f"{path}: the program opens it; the device is not there{_config_note(path, env, config)}")
     return Reach(calls, program, requests, checks, needs, lacks, shared)

@@ -51,6 +51,10 @@ class GuestEnv:
     report_linger: float               # seconds the guest lives on after the first of them
     alias_needs: tuple[AliasNeed, ...]
     families: tuple[tuple[int, str], ...]
+    # what a need is in the kernel's config (a device path, a socket family's
+    # name -> CONFIG_ option without its prefix): a need says whether this
+    # kernel's config leaves it out
+    need_options: tuple[tuple[str, str], ...] = ()
 
     def seconds_for(self, accel: str) -> float:
         """Its time box under an accelerator ("tcg", "kvm", ...)."""
@@ -84,4 +88,5 @@ def get(name: str) -> GuestEnv:
         report_linger=float(d.get("report", {}).get("linger_s", 0)),
         alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())))
                           for a in needs.get("alias", ())),
-        families=tuple((int(k), v) for k, v in needs.get("families", {}).items()))
+        families=tuple((int(k), v) for k, v in needs.get("families", {}).items()),
+        need_options=tuple(needs.get("options", {}).items()))

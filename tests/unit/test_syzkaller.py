@@ -482,3 +482,20 @@ def test_calls_syzkallers_setup_makes_too_cannot_say_the_program_ran():
     r = reach.analyse(lines, ["mmap", "socket", "ioctl"], ENV, None, None, shared)
     assert r.reached() == ["socket", "ioctl"] and "not told apart" in r.text()
     assert reach.setup_calls("int f(void) { return open(0, 0); }") == set()  # not csource's shape: nothing set apart
+
+
+def test_a_need_says_when_the_kernels_config_leaves_it_out():
+    """Debian builds neither USB_RAW_GADGET nor X25: a need of either is this
+    kernel's config, read from it (repro/README.md had "checked by hand")."""
+    lines = ["KSTALL check path=/dev/raw-gadget exists=0", "KSTALL check path=/dev/fuse exists=0",
+             "KSTALL modprobe status=1 name=net-pf-9",
+             f"KSTALL hist sys_exit {{ id: sys_socket                    [ 41], ret: {2**64 - 97} }} hitcount:  3"]
+    config = {"FUSE_FS": "m"}.get  # a 6.1.170-like config: FUSE built, the others not set
+    r = reach.analyse(lines, ["socket", "openat"], ENV, reach.Aliases(""), None, frozenset(), config)
+    assert r.needs == [
+        'socket family 9 (AF_X25): no module of this kernel answers request_module("net-pf-9"); '
+        "this kernel's config leaves it out (CONFIG_X25 is not set)",
+        "/dev/raw-gadget: the program opens it; the device is not there; this kernel's config leaves it out "
+        "(CONFIG_USB_RAW_GADGET is not set)",
+        "/dev/fuse: the program opens it; the device is not there"]  # built: something else kept it away
+    assert reach.analyse(lines, ["socket"], ENV, reach.Aliases("")).needs[1].endswith("the device is not there")
