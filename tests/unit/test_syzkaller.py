@@ -5,6 +5,7 @@ on recorded agent output and kstall's own programs in syzkaller's format
 (tests/fixtures/syzkaller-programs/)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.server
 import json
@@ -359,15 +360,14 @@ def test_a_fix_the_kernels_config_leaves_off_predicts_affected(tmp_path):
                            rec).status == bug_record.FIXED
 
 
-def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypatch):
-    """A dashboard served here from a record written from dashboard/api's schema."""
-    program = (PROGRAMS / "pipe_hang.c").read_text().split("\n", 3)[3]  # syzbot's text has no title lines
-    asked = []
-
+@contextlib.contextmanager
+def dashboard(record: dict, program: str, asked: list[str]):
+    """syzbot's dashboard, served here: the record (?json=1) and the program
+    for any other page; yields its address."""
     class Dashboard(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
             asked.append(self.path)
-            body = json.dumps(BUG).encode() if "json=1" in self.path else program.encode()
+            body = json.dumps(record).encode() if "json=1" in self.path else program.encode()
             self.send_response(200)
             self.end_headers()
             self.wfile.write(body)
@@ -377,7 +377,17 @@ def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypa
     server = http.server.HTTPServer(("127.0.0.1", 0), Dashboard)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        monkeypatch.setenv("KSTALL_SYZBOT_URL", f"http://127.0.0.1:{server.server_port}")
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypatch):
+    """A dashboard served here from a record written from dashboard/api's schema."""
+    program = (PROGRAMS / "pipe_hang.c").read_text().split("\n", 3)[3]  # syzbot's text has no title lines
+    asked: list[str] = []
+    with dashboard(BUG, program, asked) as url:
+        monkeypatch.setenv("KSTALL_SYZBOT_URL", url)
         monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
         r = reproducers.resolve("syzbot:aaaa0000000000000001")
         assert r.syzbot["title"] == "INFO: task hung in pipe_write" and r.syzbot["status"] == "fixed"
@@ -387,8 +397,6 @@ def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypa
         assert len(asked) == 2  # kept
         with pytest.raises(reproducers.ReproducerError, match="hex"):
             reproducers.resolve("syzbot:not-an-id")
-    finally:
-        server.shutdown()
     monkeypatch.setenv("KSTALL_SYZBOT_URL", "http://127.0.0.1:9")
     with pytest.raises(reproducers.ReproducerError, match="cannot fetch"):
         reproducers.resolve("syzbot:bbbb0000000000000002")
@@ -400,23 +408,9 @@ def test_a_dashboards_title_goes_into_the_program_as_one_comment_line(tmp_path, 
     hostile = BUG | {"title": "INFO: task hung in x\nint evil(void) { return 1; }\r\u2028#include </etc/shadow>",
                      "crashes": [BUG["crashes"][0] | {"architecture": "arm64"}]}
     program = (PROGRAMS / "pipe_hang.c").read_text().split("\n", 3)[3]
-
-    class Dashboard(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            body = json.dumps(hostile).encode() if "json=1" in self.path else program.encode()
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-    server = http.server.HTTPServer(("127.0.0.1", 0), Dashboard)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        monkeypatch.setenv("KSTALL_SYZBOT_URL", f"http://127.0.0.1:{server.server_port}")
+    with dashboard(hostile, program, []) as url:
+        monkeypatch.setenv("KSTALL_SYZBOT_URL", url)
         src = syzkaller.fetch("cccc0000000000000003", tmp_path)
-    finally:
-        server.shutdown()
     head = src.read_text().splitlines()[:3]
     assert head[0].startswith("// INFO: task hung in x int evil(void)") and "#include </etc/shadow>" in head[0]
     assert head[2] == "// status:fixed arch:arm64" and src.read_text().count("int evil") == 1
