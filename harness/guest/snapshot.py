@@ -51,6 +51,8 @@ SAVE_TIMEOUT = 60.0
 RESTORE_TIMEOUT = 30.0
 # the cache keeps the most recently used snapshots up to this size
 MAX_BYTES = int(float(os.environ.get("KSTALL_SNAPSHOT_MAX_GB", "8")) * (1 << 30))
+# a disk image's identity: its size and this much of its head (ext4's superblock, with its UUID)
+HEAD_BYTES = 4096
 
 
 class SnapshotError(RuntimeError):
@@ -230,16 +232,19 @@ def for_vm(vm: VM, kernel: KernelKey) -> Snapshot:
 
 
 def _disk_identities(disks: tuple) -> list:
-    """Each disk image's file as it is now: a snapshot's guest has the image
-    it was saved with mounted, and an image made again at the same path (a
-    module tree read afresh) must not be restored under it. An image is
-    made whole and renamed into place, a new file: its inode and size say
-    which; not its times, which a use touches (module_tree: what prune keeps)."""
+    """Each disk image as it is now: a snapshot's guest has the image it was
+    saved with mounted, and an image made again at the same path (a module
+    tree read afresh) must not be restored under it. Its size and its first
+    HEAD_BYTES say which: an ext4 image's superblock (at 1024) holds the UUID
+    mkfs draws anew for each image. Not its times, which a use touches
+    (module_tree: what prune keeps), nor its inode, which a cache copied to
+    another runner (a CI's) changes though the image is the same."""
     out = []
     for d in disks:
         try:
-            st = os.stat(d.path)
-            out.append([str(d.path), st.st_ino, st.st_size])
+            with open(d.path, "rb") as f:
+                head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()[:16]
+                out.append([str(d.path), os.fstat(f.fileno()).st_size, head])
         except OSError:
             out.append([str(d.path), None])
     return out

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """A snapshot's RAM copy: what the guest wrote, with its holes and zero pages left out."""
 import os
+import shutil
 
 from harness.guest.snapshot import PAGE, copy_sparse
 
@@ -44,6 +45,10 @@ def test_a_disk_image_made_again_at_its_path_is_not_restored_under_an_old_snapsh
         before = snapshot.for_vm(vm, kernel).key
         assert snapshot.for_vm(vm, kernel).key == before  # the same image: the same snapshot
         os.utime(image, (1, 1))  # a use touches it (module_tree: what prune keeps): still the same image
+        assert snapshot.for_vm(vm, kernel).key == before
+        copy = tmp_path / "copy.part"
+        shutil.copy(image, copy)
+        copy.replace(image)  # a cache copied to another runner: a new inode, the same image
         assert snapshot.for_vm(vm, kernel).key == before
         new = tmp_path / "modules.ext4.part"
         new.write_bytes(b"new tree")
