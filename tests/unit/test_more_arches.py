@@ -5,6 +5,7 @@ back chain and riscv's frame records walked on stacks laid out as their ABIs
 lay them, big-endian words read so, and what each row's guests cannot do."""
 import copy
 import dataclasses
+import json
 import struct
 from pathlib import Path
 
@@ -68,6 +69,23 @@ def test_a_cpu_a_timer_interrupt_caught_on_top_of_the_wait_is_still_in_it():
                                     {"function": "asm_sysvec_apic_timer_interrupt"}, {"function": "hrtimer_cancel"},
                                     {"function": "bpf_timer_cancel"}], arch.get("x86_64"))
     assert [bool(f.get("interrupted")) for f in x86] == [False, False, True, False]
+
+
+def test_a_cpu_caught_at_the_interrupt_vectors_first_instruction_is_still_in_its_wait():
+    """make test, 2026-11-29: a sample caught ppc64el's CPU1 at the first
+    instruction of the decrementer's vector (exc_virt_0x4900_decrementer+0x0,
+    before the interrupt's frame is made): below it the back chain found the
+    interrupted code (lock_hrtimer_base from the link register, the base lock
+    hrtimer_try_to_cancel takes in hrtimer_cancel's loop), unmarked, and the
+    CPU was not the culprit. The vectors are entries too (arches.toml).
+    Its real frames, recorded from that run."""
+    samples = copy.deepcopy(load_samples(FIXTURE))
+    cpu1 = next(c for c in samples[1]["cpus"] if c["cpu"] == 1)
+    cpu1["frames"] = json.loads((FIXTURES / FIXTURE / "cpu1-caught-at-the-vector.frames.json").read_text())
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    assert {c.cpu for c in classes if c.signature.role == Role.CULPRIT} == {0, 1}
+    marked = classify.mark_interrupts(cpu1["frames"], PPC)
+    assert [f["function"] for f in marked if f.get("interrupted")] == ["lock_hrtimer_base"]
 
 
 def _ppc_stack(base: int, frames: list[tuple[int, int]], order: str) -> bytes:
