@@ -205,6 +205,14 @@ def _publish(tmp: Path, booted: list[str], what: str) -> Path:
     return dest
 
 
+def at_version(url: str, version: str) -> bool:
+    """Whether a package's pool URL is of this version. The archive's index
+    percent-encodes the file name (':' as %3a, and a backport's '~' and '+'
+    as %7e and %2b): 7.3.4-1~bpo13+1's own -dbg read as another version."""
+    from urllib.parse import unquote
+    return f"_{version}_" in unquote(url.rsplit("/", 1)[-1])
+
+
 def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
     """Stream kernel's -dbg package from Debian's mirror, keeping its vmlinux."""
     import urllib.request  # here: most runs download nothing (images/kernels/download.py)
@@ -214,11 +222,10 @@ def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
     try:
         url, _, size, sha = archive.uris(package)
     except SpecError:
-        raise SpecError(f"Debian's archive has no {package} (debug info is published for some kernels only: "
-                        "none for the trixie backports): give it as a file, "
-                        "kstall symbols KERNEL --debuginfo FILE") from None
+        raise SpecError(f"Debian's archive has no {package} (debug info is published for some kernels only): "
+                        "give it as a file, kstall symbols KERNEL --debuginfo FILE") from None
     version = kernel.origin.get("version")
-    if version and f"_{version.replace(':', '%3a')}_" not in url:
+    if version and not at_version(url, version):
         raise SpecError(f"Debian's archive has {package} only at another version than {version} "
                         f"({url.rsplit('/')[-1]})")
     booted = booted_build_ids(kernel.key, kernel.vmlinuz)

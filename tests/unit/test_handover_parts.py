@@ -346,3 +346,14 @@ def test_a_debug_info_copy_cut_short_leaves_no_partial_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
     kept = debuginfo._copy_to_partial(io.BytesIO(b"vmlinux"), tmp_path)
     assert kept.read_bytes() == b"vmlinux" and kept.name.startswith(f"{debuginfo.PARTIAL}{os.getpid()}-")
+
+
+def test_a_backports_dbg_package_is_known_at_its_own_version_in_its_percent_encoded_url():
+    """The bench's 7.3.4 run: trixie-backports has linux-image-7.3.4+deb13-amd64-dbg
+    at 7.3.4-1~bpo13+1, and its URL spells '~' and '+' as %7e and %2b (the
+    archive's index, as apt prints it): kstall said 'only at another version'."""
+    url = ("http://deb.debian.org/debian/pool/main/l/linux/"
+           "linux-image-7.3.4%2bdeb13-amd64-dbg_7.3.4-1%7ebpo13%2b1_amd64.deb")
+    assert debuginfo.at_version(url, "7.3.4-1~bpo13+1")
+    assert not debuginfo.at_version(url, "7.3.4-1")
+    assert debuginfo.at_version(".../linux-image-6.1.0-47-amd64-dbg_6.1.170-1_amd64.deb", "6.1.170-1")
