@@ -285,7 +285,7 @@ def main() -> int:
     ap.add_argument("--memory", type=int, help="guest memory in MB (default: syzkaller's environment's)")
     ap.add_argument("--tries", type=int, default=3, help="tries on each kernel where a bug hung")
     ap.add_argument("--limit", type=int, help="the sample's first N bugs only")
-    ap.add_argument("--only", help="bugs whose id starts with this")
+    ap.add_argument("--only", action="append", help="bugs whose id starts with this (repeatable)")
     ap.add_argument("--first", default="", metavar="REGEX",
                     help="open bugs whose title matches go first (the rest follow, in file-name order)")
     ap.add_argument("--shard", default="1/1", help="I/N: this machine's share of the bugs")
@@ -297,7 +297,7 @@ def main() -> int:
     then = [k for k in (args.then or ["debian:7.3.4"]) if k not in first_kernels]
     items = sample(args.dir, args.first)
     if args.only:
-        items = [x for x in items if x[1].bug_id.startswith(args.only)]
+        items = [x for x in items if x[1].bug_id.startswith(tuple(args.only))]
     if args.limit:
         items = items[:args.limit]
     i, n = map(int, args.shard.split("/"))
