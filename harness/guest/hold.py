@@ -96,14 +96,18 @@ def read(run_dir: Path) -> dict:
                       "the hold ended, or the run was not a hang)") from None
     except (OSError, ValueError) as e:
         raise NotHeld(f"{run_dir / HELD}: unreadable ({e})") from None
-    if not isinstance(doc, dict) or untrusted.socket_path(doc.get("gdb_socket")) is None:
-        raise NotHeld(f"{run_dir / HELD}: names no gdbstub socket kstall would have made "
-                      f"({str(doc.get('gdb_socket') if isinstance(doc, dict) else doc)[:100]!r}): refused")
-    if doc.get("arch") not in arches.names():
-        raise NotHeld(f"{run_dir / HELD}: names no architecture kstall knows ({str(doc.get('arch'))[:40]!r}): refused")
+    if not isinstance(doc, dict):
+        raise NotHeld(f"{run_dir / HELD}: not a record of a held guest ({str(doc)[:100]!r}): refused")
+    # the holder first: once it is gone, a later kstall sweeps its run directory, socket and all,
+    # and the guest is gone, not a path to refuse
     fields = procs.stat_fields(f"/proc/{untrusted.num(str(doc.get('holder_pid')), 0)}/stat")
     if len(fields) <= 19 or fields[19] != doc.get("holder_start"):
         raise NotHeld(f"{run_dir}: the kstall that held its guest is gone, and the guest with it")
+    if untrusted.socket_path(doc.get("gdb_socket")) is None:
+        raise NotHeld(f"{run_dir / HELD}: names no gdbstub socket kstall would have made "
+                      f"({str(doc.get('gdb_socket'))[:100]!r}): refused")
+    if doc.get("arch") not in arches.names():
+        raise NotHeld(f"{run_dir / HELD}: names no architecture kstall knows ({str(doc.get('arch'))[:40]!r}): refused")
     return doc
 
 

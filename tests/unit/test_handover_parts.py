@@ -175,6 +175,13 @@ def test_one_debugger_at_a_time_and_a_gone_holder_is_said(tmp_path):
     with pytest.raises(hold.NotHeld, match="gone"):
         hold.read(tmp_path)
     server.close()
+    # make test, 2026-11-29: another kstall swept the killed holder's run directory, socket and
+    # all, and the record was 'refused' as naming no socket kstall would make: its guest is gone
+    sock.unlink()
+    (tmp_path / hold.HELD).write_text('{"gdb_socket": "/tmp/kstall-6mwt968b/gdb.sock", "arch": "x86_64", '
+                                      '"holder_pid": 999999999, "holder_start": "1"}')
+    with pytest.raises(hold.NotHeld, match="gone"):
+        hold.read(tmp_path)
 
 
 def test_a_record_from_elsewhere_names_no_command_and_no_file_outside_the_cache(tmp_path, monkeypatch):
@@ -186,7 +193,7 @@ def test_a_record_from_elsewhere_names_no_command_and_no_file_outside_the_cache(
     from harness.drivers import attach
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
     with open(f"/proc/{os.getpid()}/stat") as f:  # a holder that is alive: this test
-        start = f.read().rsplit(")", 1)[1].split()[17]
+        start = f.read().rsplit(")", 1)[1].split()[19]
     held = {"gdb_socket": "|touch /tmp/kstall-pwned", "arch": "x86_64", "holder_pid": os.getpid(),
             "holder_start": start}
     (tmp_path / hold.HELD).write_text(json.dumps(held))
