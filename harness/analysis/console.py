@@ -99,6 +99,7 @@ class Report:
     end: int | None = None  # where in the excerpt the next report starts
     _func: tuple | None = None  # (excerpt length, end, function): computed once per state
     _own: tuple | None = None   # (excerpt length, end, own_lines()): the same
+    _titled: tuple | None = None  # (excerpt length, end, title): the same (a watch asks it often)
 
     def ends_at(self, report: "Report", index: int) -> None:
         """report starts at this excerpt's line index: this one's lines end
@@ -141,9 +142,13 @@ class Report:
         functions, not where in them (KCSAN prints "race in f+0x6df/0x760"):
         the same bug in another build gets the same title, and another run
         of it too (no addresses, pids or CPU numbers: [titles] volatile)."""
+        if self._titled and self._titled[:2] == (len(self.excerpt), self.end):
+            return self._titled[2]
         title = _OFFSET.sub("", self._title())
         rules = self.patterns.rules if self.patterns else None
-        return rules.steady(title) if rules else title
+        title = rules.steady(title) if rules else title
+        self._titled = (len(self.excerpt), self.end, title)
+        return title
 
     def _title(self) -> str:
         template = self.pattern.title if self.pattern else ""

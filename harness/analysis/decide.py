@@ -14,6 +14,7 @@ from harness.analysis.outcome import OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import paths
+from harness.base.syzkaller import titles_of
 from harness.base.untrusted import num
 
 
@@ -38,7 +39,7 @@ def run_hangs(v: Verdict, f: Findings) -> list[syzbot.Hang]:
 def against_syzbot(v: Verdict, f: Findings) -> Verdict:
     """A syzkaller reproducer's hang or crash, said against syzbot's title:
     reproduced (and how it matched), or a different one."""
-    theirs = [t for t in [f.repro.syzbot.get("title", ""), *f.repro.syzbot.get("alt_titles", ())] if t]
+    theirs = titles_of(f.repro.syzbot)
     if v.verdict not in (VerdictKind.VULNERABLE, VerdictKind.CRASHED) or not theirs:
         return v
     m = syzbot.match(theirs, run_hangs(v, f))

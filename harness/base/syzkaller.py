@@ -128,6 +128,11 @@ def base_title(title: str) -> str:
     return _NTH.sub("", title.strip())
 
 
+def titles_of(bug: dict | None) -> list[str]:
+    """Every title syzbot gave a bug (a reproducer's `syzbot` entry): its header's, then its record's others."""
+    return [t for t in [(bug or {}).get("title", ""), *(bug or {}).get("alt_titles", ())] if t]
+
+
 _DEV_PATH = re.compile(r'"(/dev/[A-Za-z0-9_./#+:-]+)')
 # a string copied with its length and no NUL (memcpy(p, "/dev/loop", 9)):
 # the prefix of a name the program finishes byte by byte ('0' + procid)

@@ -30,6 +30,7 @@ from harness.base import arch as arches
 from harness.base import background, guest_env, paths, reproducers, syscall_numbers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
+from harness.base.syzkaller import base_title, titles_of
 from harness.base.procs import Interrupted
 from harness.analysis.kallsyms import Kallsyms
 from harness.debug import inlines, process, vcpus as debug, vmcore
@@ -142,7 +143,8 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
                     stuck_after=stuck_after, run_timeout=duration + 60 + after,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "",
-                    report_ends=env.report_ends if env else (), report_linger=env.report_linger if env else 0.0)
+                    report_ends=env.report_ends if env else (), report_linger=env.report_linger if env else 0.0,
+                    sought_titles=tuple(base_title(t) for t in titles_of(repro.syzbot)))
     if repro.generic and (opts.run.duration or repro.timebox) and not opts.run.count:
         target = 0  # --duration alone: again and again until the time is up
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)

@@ -20,6 +20,7 @@ from typing import Callable
 
 from harness.analysis import console
 from harness.base import procs
+from harness.base.syzkaller import base_title
 from harness.analysis.outcome import Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
 from harness.guest.streams import BlobReader, LineReader
@@ -57,6 +58,9 @@ class Limits:
     # how long the guest lives on after the first of those, so that the
     # kernel reports the hang's other tasks too (the environment's [report] linger_s)
     report_linger: float = 0.0
+    # syzbot's titles for the program (without "(N)"): a report of one of them
+    # ends the linger, since no later report can match better than that
+    sought_titles: tuple[str, ...] = ()
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Watch:
                                   self.calls.on_line, time.monotonic)
         self.agent.t0 = self.t0
         self.console = console.Tracker(patterns or console.default_patterns(), self._say, limits.report_ends)
+        self._sought_at: float | None = None  # when a report first carried one of syzbot's titles
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
@@ -168,8 +173,10 @@ class Watch:
             return Outcome(OutcomeKind.QEMU_STOPPED, "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
                            "the guest's silence is no freeze", now)
         r = self.console.pending
-        grace = max(L.report_grace, L.report_linger) if r is not None and r.name in L.report_ends else L.report_grace
-        if r is not None and (now - self.console.pending_since >= grace or not self.vm.alive()):
+        over = r is not None and now - self.console.pending_since >= L.report_grace
+        if r is not None and r.name in L.report_ends and L.report_linger > L.report_grace:
+            over = now - self.console.pending_since >= L.report_linger or self._sought_for(now) >= L.report_grace
+        if r is not None and (over or not self.vm.alive()):
             if r.kind in ("oops", "panic") and (why := self.console.patterns.impossible_state(r)):
                 return Outcome(OutcomeKind.INFRA, f"{r.title}: {why}", now)
             if r.name in L.report_ends:
@@ -182,6 +189,15 @@ class Watch:
         if a.hello_at is None and now - self.t0 > L.boot_timeout:
             return Outcome(OutcomeKind.BOOT_FAILURE, f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
         return None
+
+    def _sought_for(self, now: float) -> float:
+        """How long a report that ends the run has carried one of syzbot's
+        titles (its lines their grace to come in, like any report's); 0: none yet."""
+        L = self.limits
+        if self._sought_at is None and L.sought_titles and any(
+                base_title(r.title) in L.sought_titles for r in self.console.reports if r.name in L.report_ends):
+            self._sought_at = now
+        return 0.0 if self._sought_at is None else now - self._sought_at
 
     def _qemu_gone(self, now: float) -> Outcome:
         rc = self.vm.proc.returncode if self.vm.proc else None

@@ -250,3 +250,22 @@ def test_nothing_a_program_prints_is_read_as_the_agents():
     assert a.count == 5
     a.feed("KSTALL exit code=0", 2.0)  # the agent's own
     assert a.exit_code == 0
+
+
+def test_a_report_of_syzbots_title_ends_the_linger_and_any_other_waits_it_out():
+    """A syzkaller environment's guest lives on after a hung task's report, so
+    that the kernel reports the hang's other tasks too: syzbot's title need
+    not be the first. A report that carries syzbot's title already ends it
+    once its lines are in (two test programs each waited 30 s more for nothing)."""
+    text = (FIXTURES / "consoles" / "6.1.192-hung-task.log").read_text()
+    for sought, ends_at in (((), 30.0), (("INFO: task hung in pipe_write",), 1.5),
+                            (("INFO: task hung in fuse_lookup",), 30.0)):
+        vm = SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=2),
+                             alive=lambda: True, stopped=lambda: False)
+        w = Watch(vm, Limits(report_ends=("hung-task",), report_linger=30.0, sought_titles=sought))
+        for line in text.splitlines():
+            w.console.feed(line, 0.0)
+        assert w._ended(0.0) is None  # the report's lines have their grace whatever it says
+        assert w._ended(ends_at - 0.1) is None, sought
+        out = w._ended(ends_at)
+        assert out is not None and out.detail == "INFO: task hung in pipe_write", sought
