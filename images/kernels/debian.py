@@ -54,6 +54,16 @@ _OLD_NAME = re.compile(rf"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?(?:{_ARCHES
 # reach it (it exits 0), an error when a mirror in mid-sync served a list of the
 # wrong size or hash (it exits 100, having fetched the others)
 FETCH_FAILED = re.compile(r"^[WE]: Failed to fetch (\S+)\s+(.*)$", re.M)
+# a failure to reach the mirror at all: apt tried again itself (Acquire::Retries,
+# 1+2+4 s apart), and one more update would only wait as long again for the same
+UNREACHABLE = re.compile(r"Could not connect|Unable to connect|Connection refused|Could not resolve|Temporary failure resolving|"
+                         r"Connection timed out|Network is unreachable|No route to host")
+
+
+def worth_retrying(failed: list[tuple[str, str]]) -> bool:
+    """Whether an update whose suites failed so is worth one more go: not
+    when every one failed to reach the mirror (apt retried those already)."""
+    return any(not UNREACHABLE.search(why) for _, why in failed)
 
 
 def version_key(v: str) -> tuple[int, ...]:
@@ -204,7 +214,7 @@ class Archive:
                 shutil.rmtree(self.lists, ignore_errors=True)
                 self._prepare()
                 failed = self._apt_update()
-            if failed:  # a mirror's passing glitch: one more go (suites already current answer 304)
+            if worth_retrying(failed):  # a mirror's passing glitch: one more go (suites already current answer 304)
                 if progress:
                     progress(f"{len(failed)} Debian suite(s) failed to refresh ({failed[0][0]}): trying once more")
                 failed = self._apt_update()
