@@ -51,6 +51,11 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# a whole perf-refresh run that shows a cache or a host serves again: to its end, 1,000
+# REFRESH cycles (a second) rather than the 10,000 of its P(miss) target (five more)
+QUICK = ("--count", "1000")
+
+
 def kstall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([*KSTALL, *args], capture_output=True, text=True, timeout=timeout)
 
