@@ -19,7 +19,7 @@ import pytest
 
 from harness.base import arch, procs
 from harness.base.kernel_cache import KernelKey
-from helpers import (KSTALL, QUICK, REPO, children_using, gdb_pids, interruptible, kstall_processes, verify_json,
+from helpers import (KSTALL, REPO, SERVES, children_using, gdb_pids, interruptible, kstall_processes, verify_json,
                      verify_with_fault, wait_for)
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +53,7 @@ def test_sigkill_of_kstall_takes_qemu_with_it_and_a_later_run_sweeps_up(tmp_path
     print(f"SIGKILL of kstall to its last child gone: {took:.3f}s")
     assert gone and took < 5
     assert sockets[0].exists() and list(tmp_path.glob(".*.incomplete"))  # what SIGKILL leaves
-    p = subprocess.run([*KSTALL, "verify", "debian:6.17.8", "perf-refresh", *QUICK, "--results", str(tmp_path)],
+    p = subprocess.run([*KSTALL, "verify", "debian:6.17.8", SERVES, "--results", str(tmp_path)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "removed 2 leftover(s) of killed kstall runs" in p.stderr
@@ -342,7 +342,8 @@ def test_signals_at_each_stage_leave_no_orphans_no_half_results_and_a_usable_cac
         p = subprocess.run([*KSTALL, "kernels", "--available"], capture_output=True, text=True, env=env, timeout=600)
         assert p.returncode == 0 and kernel in p.stdout.split(), p.stderr[-2000:]
         return
-    p = subprocess.run([*KSTALL, "verify", kernel, "perf-refresh", *QUICK, "--json", "--results", str(results)],
+    repro = SERVES if whole == "NOT_REPRODUCED" else "perf-refresh"
+    p = subprocess.run([*KSTALL, "verify", kernel, repro, "--json", "--results", str(results)],
                        capture_output=True, text=True, env=env, timeout=600)
     assert json.loads(p.stdout)["verdict"] == whole, p.stderr[-2000:]
     assert not list(results.glob(".*.incomplete"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.base import paths
-from helpers import KSTALL, QUICK, children_using, kstall_processes, verify_with_fault, wait_for
+from helpers import KSTALL, SERVES, children_using, kstall_processes, verify_with_fault, wait_for
 from netfault import CuttingProxy, closed_port
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +27,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
 
 
 def verify(cache: Path, results: Path, **env: str) -> tuple[int, dict, str]:
-    p = subprocess.run([*KSTALL, "verify", KERNEL, "perf-refresh", *QUICK, "--json", "--results", str(results)],
+    p = subprocess.run([*KSTALL, "verify", KERNEL, SERVES, "--json", "--results", str(results)],
                        capture_output=True, text=True, timeout=900,
                        env={**os.environ, "KSTALL_CACHE": str(cache), **env})
     assert not [l for l in p.stderr.splitlines() if l.startswith("Traceback")], p.stderr[-3000:]
