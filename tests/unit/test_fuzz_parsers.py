@@ -30,7 +30,8 @@ from images.kernels.kernel import SpecError
 
 N = int(os.environ.get("FUZZ_INPUTS", "10000"))
 SEED = 20261123
-# each parser's whole run; generous for a loaded 2-core CI runner
+# each parser's whole run, in this process's CPU time (a parser gone quadratic, not a
+# busy host: make test runs the unit tests at a low priority beside the guests)
 TIME_BOUND_S = 60
 MEMORY_BOUND = 64 << 20  # peak Python allocation while 100 MB go through a reader
 
@@ -104,10 +105,10 @@ def watch() -> Watch:
 
 
 def run_bounded(fn, inputs) -> None:
-    t0 = time.monotonic()
+    t0 = time.process_time()
     for x in inputs:
         fn(x)
-    assert time.monotonic() - t0 < TIME_BOUND_S
+    assert time.process_time() - t0 < TIME_BOUND_S
 
 
 PARSERS = {
@@ -186,7 +187,7 @@ def test_100_mb_endless_stream_stays_bounded(reader):
     w = watch()
     r = LineReader(None, 4096) if reader != "blob" else BlobReader(None)
     tracemalloc.start()
-    t0 = time.monotonic()
+    t0 = time.process_time()
     try:
         for i in range(1600):  # 1600 x 64 KiB = 100 MiB
             data = chunk if i % 160 else b"\n" + chunk
@@ -201,7 +202,7 @@ def test_100_mb_endless_stream_stays_bounded(reader):
         tracemalloc.stop()
     print(f"{reader}: peak {peak / (1 << 20):.1f} MiB for 100 MiB in")
     assert peak < MEMORY_BOUND, f"peak {peak >> 20} MiB"
-    assert time.monotonic() - t0 < TIME_BOUND_S
+    assert time.process_time() - t0 < TIME_BOUND_S
 
 
 @pytest.fixture(scope="module")
