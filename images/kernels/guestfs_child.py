@@ -19,6 +19,7 @@ Errors are one JSON object {"error": ...} and exit status 1.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sys
@@ -31,12 +32,16 @@ from images.kernels import modules  # noqa: E402
 from images.kernels.debian import version_key  # noqa: E402
 from images.kernels.kernel import Kernel, SpecError  # noqa: E402
 
+APPLIANCE_CPUS = 4
 INITRDS = ("/boot/initrd.img-{r}", "/boot/initramfs-{r}.img", "/boot/initrd-{r}")
 
 
 def launch(image: str, fmt: str, readonly: bool):
     import guestfs
     g = guestfs.GuestFS(python_return_dict=True)
+    # the appliance's one vCPU by default: under TCG a second one took a launch and
+    # an inspection of an LVM and XFS image from 47 s to 34 s on a 2-core host
+    g.set_smp(min(APPLIANCE_CPUS, os.cpu_count() or 1))
     g.add_drive_opts(image, format=fmt, readonly=readonly)
     g.launch()
     roots = g.inspect_os()
