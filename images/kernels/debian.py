@@ -56,9 +56,8 @@ _OLD_NAME = re.compile(rf"^linux-image-(\d+\.\d+\.\d+-\d+)-((?:\w+-)?(?:{_ARCHES
 FETCH_FAILED = re.compile(r"^[WE]: Failed to fetch (\S+)\s+(.*)$", re.M)
 # a failure to reach the mirror at all: apt tried again itself (Acquire::Retries,
 # 1+2+4 s apart), and one more update would only wait as long again for the same
-UNREACHABLE = re.compile(r"Could not connect|Unable to connect|Connection refused|Could not resolve|"
-                         r"Temporary failure resolving|"
-                         r"Connection timed out|Network is unreachable|No route to host")
+UNREACHABLE = re.compile(r"Could not connect|Unable to connect|Connection refused|Could not resolve|Temporary "
+                         r"failure resolving|Connection timed out|Network is unreachable|No route to host")
 
 
 def worth_retrying(failed: list[tuple[str, str]]) -> bool:

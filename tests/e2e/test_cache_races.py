@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from harness.base import paths
+from images.guest import kselftest
 from helpers import KSTALL, SERVES, kstall_processes, run_dirs_of, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -72,8 +73,8 @@ def test_a_fresh_clones_guest_is_built_once_by_processes_that_start_side_by_side
     cache = tmp_path / "cache"
     # the kernel's kselftest headers, which `make guest` takes from the cache: their fetch and
     # extraction from Debian's orig tarball (half a minute of xz) is not this race's
-    headers = next((paths.cache_dir() / "kselftest").glob("headers-*"))
-    shutil.copytree(headers, cache / "kselftest" / headers.name)
+    headers = kselftest.headers().parents[2]  # where images/guest/kselftest.py keeps them
+    shutil.copytree(headers, cache / headers.relative_to(paths.cache_dir()))
     env = dict(os.environ, KSTALL_CACHE=str(cache))
     procs = [subprocess.Popen([sys.executable, "-c", probe], cwd=clone, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
