@@ -67,6 +67,20 @@ def _crash(f: Findings) -> Verdict:
     return Verdict(VerdictKind.CRASHED, said, summary=said, confidence="high", title=detail)
 
 
+def _timeout(f: Findings) -> Verdict:
+    """The host's bound ended a run the guest never concluded. Where the
+    agent's running account shows the kernel starving the guest, that is why
+    (its program time-boxed, but the agent held up in reclaim or the OOM
+    killer's loop): no evidence either way, INCONCLUSIVE with the events,
+    not kstall's error."""
+    st = f.starvation
+    if st is None or not st.events:
+        return Verdict(VerdictKind.ERROR, f"{f.outcome.detail} without a verdict")
+    st.mostly, st.why = True, "the guest never ended the run"  # the record and its reports say starved
+    return Verdict(VerdictKind.INCONCLUSIVE, f"the run did not end in its time ({f.outcome.detail}), the guest "
+                   f"starved: {st.text()}", summary=f"starved, never ended ({st.events[0]})")
+
+
 def _error(prefix: str = "", suffix: str = "") -> Callable[[Findings], Verdict]:
     return lambda f: Verdict(VerdictKind.ERROR, f"{prefix}{f.outcome.detail}{suffix}")
 
@@ -79,7 +93,7 @@ ENDINGS: dict[OutcomeKind, Callable[[Findings], Verdict]] = {
     OutcomeKind.OOPS: _crash,
     OutcomeKind.QEMU_EXIT: _error(),
     OutcomeKind.QEMU_STOPPED: _error(),
-    OutcomeKind.TIMEOUT: _error(suffix=" without a verdict"),
+    OutcomeKind.TIMEOUT: _timeout,
     OutcomeKind.INTERRUPTED: _error(),
 }
 

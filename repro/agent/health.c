@@ -12,10 +12,13 @@
  * lowmem_pct of its total, every runnable task was stalled on memory for
  * over memstall_pct of it (PSI's "full"), or its tasks reached pids_pct of
  * the kernel's limit (threads-max, pid_max). The GO's health=L,P,M sets the
- * three (the host's data). After the program:
+ * three (the host's data). Every HEALTH_EVERY_S while it runs, and after it:
  *   KSTALL health secs=N starved_s=N oom_kills=N oom_s=N lowmem_s=N memstall_s=N pids_s=N
  *                 min_avail_kb=K total_kb=K max_tasks=T task_limit=L psi=0|1
- *                 killed=SIG:N,.. cpu_ms=C busy_ms=B
+ *                 killed=SIG:N,.. cpu_ms=C busy_ms=B [running=1]
+ * running=1: an account so far. The host keeps the last one: a run the
+ * kernel starved so badly that the agent never ended it still has its
+ * account (the host's bound ends it, INCONCLUSIVE, not an error).
  * killed: the program's processes the agent reaped (its own, and orphans)
  * that a signal ended while the agent had sent none; cpu_ms: the CPU time
  * of the program's reaped processes; busy_ms: the guest's, all CPUs.
@@ -28,6 +31,8 @@ struct health {
 };
 
 static struct health health;
+#define HEALTH_EVERY_S 10
+static void health_line(int running);
 static unsigned health_lowmem_pct = 3, health_pids_pct = 90, health_memstall_pct = 50;
 static atomic_int health_stop;
 
@@ -134,6 +139,8 @@ static void *health_watch(void *arg)
 		health.starved += starved;
 		oom = oom_now;
 		stall = stall_now;
+		if (health.secs % HEALTH_EVERY_S == 0)
+			health_line(1);
 	}
 	return NULL;
 }
@@ -166,13 +173,11 @@ static unsigned long long tv_ms(struct timeval tv)
 	return tv.tv_sec * 1000ULL + tv.tv_usec / 1000;
 }
 
-void health_say(void)
+static void health_line(int running)
 {
 	char killed[256] = "";
 	struct rusage u;
 
-	atomic_store(&health_stop, 1);
-	pthread_join(health_thread, NULL);
 	getrusage(RUSAGE_CHILDREN, &u);
 	for (int s = 1; s < 65; s++) {
 		size_t len = strlen(killed);
@@ -182,10 +187,17 @@ void health_say(void)
 	}
 	say("KSTALL health secs=%llu starved_s=%llu oom_kills=%llu oom_s=%llu lowmem_s=%llu memstall_s=%llu "
 	    "pids_s=%llu min_avail_kb=%llu total_kb=%llu max_tasks=%llu task_limit=%llu psi=%d killed=%s "
-	    "cpu_ms=%llu busy_ms=%llu",
+	    "cpu_ms=%llu busy_ms=%llu%s",
 	    health.secs, health.starved, health.oom_kills, health.oom_s, health.lowmem_s, health.memstall_s,
 	    health.pids_s, health.min_avail_kb == ~0ULL ? 0 : health.min_avail_kb, health.total_kb,
 	    health.max_tasks, health.task_limit, health.psi, killed[0] ? killed : "-",
 	    tv_ms(u.ru_utime) + tv_ms(u.ru_stime) - tv_ms(health_usage0.ru_utime) - tv_ms(health_usage0.ru_stime),
-	    busy_ms() - health_busy0);
+	    busy_ms() - health_busy0, running ? " running=1" : "");
+}
+
+void health_say(void)
+{
+	atomic_store(&health_stop, 1);
+	pthread_join(health_thread, NULL);
+	health_line(0);
 }

@@ -102,3 +102,19 @@ def test_forks_failing_enomem_with_memory_to_spare_are_a_sandbox_that_ended_not_
     starved = health | {"oom_kills": "3"}  # with the OOM killer at work, ENOMEM is memory's
     st = starvation.judge(starved, reach.analyse(lines, [], ENV, None), cpus=2)
     assert "15 of its 53 forks failed (ENOMEM 15: no pids or memory left)" in st.events
+
+
+def test_a_run_the_guest_never_ended_is_inconclusive_with_its_running_account_and_an_error_without():
+    """c52ab183 on 6.12.118: the OOM killer's loop held the agent up, its
+    time box never returned, and the host's bound ended the run. The agent's
+    last running account (every 10 s, running=1) says why."""
+    health, r, _ = recorded()
+    running = health | {"running": "1"}
+    repro = reproducers.resolve(str(PROGRAMS / "busy_forks.c"))
+    ended = Outcome(OutcomeKind.TIMEOUT, "run exceeded 245s", 245.0)
+    v = decide.decide(Findings(ended, repro, Ktap(), reach=r, starvation=(st := starvation.judge(running, r, cpus=2))))
+    assert v.verdict == VerdictKind.INCONCLUSIVE and v.exit_code != 4
+    assert v.reason.startswith("the run did not end in its time (run exceeded 245s), the guest starved: starved for 95")
+    assert st is not None and st.mostly and st.why == "the guest never ended the run"
+    v = decide.decide(Findings(ended, repro, Ktap(), reach=r, starvation=None))
+    assert v.verdict == VerdictKind.ERROR and v.reason == "run exceeded 245s without a verdict"
