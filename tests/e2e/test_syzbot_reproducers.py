@@ -98,6 +98,10 @@ def test_a_run_the_oom_killer_starved_is_inconclusive_never_not_reproduced(matri
     health = run_json(matrix, c)["evidence"]["health"]
     assert health["mostly"] and int(health["agent"]["oom_kills"]) >= 1, health
     assert any(e.startswith("the OOM killer killed") for e in health["events"]), health
+    # its account so far every 10 s as well, what a run the guest never ends is judged on
+    agent_log = (Path(matrix["_dir"]) / c["run_dir"] / "agent.log").read_text().splitlines()
+    running = [l for l in agent_log if l.startswith("KSTALL health ") and l.endswith(" running=1")]
+    assert len(running) >= 3 and "running" not in health["agent"], running
 
 
 def test_a_task_that_cannot_die_behind_its_exited_leader_is_a_hang(matrix):
