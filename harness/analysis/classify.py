@@ -127,7 +127,12 @@ def positions(frames: list[dict], depth: int = 1) -> list[int]:
     hrtimer_try_to_cancel -> _raw_spin_lock_irqsave), frames inlined there
     (DWARF lists the inlined function first, its container next), and for
     every interrupt frame on the stack the pc it returns to (and depth-1
-    frames below that)."""
+    frames below that). Below where a run starts, a frame the unwinder marks
+    unreliable (the kernel's "? " frames: a stale return address found on
+    the stack, no call in progress) or one that names no function (a stack
+    word taken for a frame: ppc64el's pv spinlock slow path leaves one) is
+    no call of the loop's and counts for no depth, as syzkaller's report
+    reader skips "? " frames."""
     if not frames:
         return []
     starts = [0] + [j for j, f in enumerate(frames) if f.get("interrupted") and j]
@@ -137,7 +142,8 @@ def positions(frames: list[dict], depth: int = 1) -> list[int]:
         while i < len(frames) and taken < depth:
             if i not in out:
                 out.append(i)
-            if not frames[i].get("inlined"):
+            f = frames[i]
+            if not f.get("inlined") and (i == start or (f.get("reliable") is not False and f.get("function"))):
                 taken += 1
             i += 1
             if i < len(frames) and frames[i].get("interrupted"):

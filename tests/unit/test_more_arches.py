@@ -306,3 +306,21 @@ def test_qemus_monitor_prints_a_ppc64le_guests_words_big_endian():
     assert RISCV.monitor_byteorder == arch.get("x86_64").monitor_byteorder == "little"
     printed = 0x485E2B04000000C0
     assert int.from_bytes(printed.to_bytes(8, PPC.monitor_byteorder), PPC.byteorder) == 0xC0000000042B5E48
+
+
+def test_a_cpu_in_the_base_locks_slow_path_is_still_in_its_wait():
+    """make test, 2026-11-29 (two e2e parts side by side): a sample caught
+    ppc64el's CPU0 in the pv spinlock slow path of lock_hrtimer_base, which
+    hrtimer_try_to_cancel takes in hrtimer_cancel's loop. Between them the
+    back chain gave a "? _raw_spin_lock_irqsave" and a stack word taken for
+    a frame (0xc00000003ffbfc00): counted as calls, they put the loop four
+    frames down, past the signature's depth, and CPU0 was not the culprit.
+    Its real frames, recorded from that run."""
+    samples = copy.deepcopy(load_samples(FIXTURE))
+    cpu0 = next(c for c in samples[1]["cpus"] if c["cpu"] == 0)
+    cpu0["frames"] = json.loads((FIXTURES / FIXTURE / "cpu0-in-the-base-locks-slow-path.frames.json").read_text())
+    assert [f["function"] for f in cpu0["frames"][:5]] == ["__pv_queued_spin_lock_slowpath", "_raw_spin_lock_irqsave",
+                                                          "", "lock_hrtimer_base", "hrtimer_try_to_cancel"]
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    assert {c.cpu for c in classes if c.signature.role == Role.CULPRIT} == {0, 1}
+    assert classify.positions(cpu0["frames"], 3) == [0, 1, 2, 3, 4]
