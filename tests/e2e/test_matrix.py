@@ -14,7 +14,7 @@ from lxml import etree
 from selenium.webdriver.common.by import By
 
 from browser import chromium
-from helpers import KSTALL, REPO, interruptible, kstall, kstall_processes, met_the_other_arm64_perf_bug
+from helpers import KSTALL, REPO, interruptible, kstall, kstall_processes, met_the_other_arm64_perf_bug, wait_for
 from recorded import kcidb_validator
 
 pytestmark = pytest.mark.e2e
@@ -174,4 +174,6 @@ def test_ctrl_c_mid_matrix_keeps_finished_cells_and_reaps_guests(tmp_path):
     assert doc["interrupted"] is True
     assert {c["status"] for c in doc["cells"]} <= {"error", "not-run"}
     assert all("interrupted" in (c["reason"] or "") for c in doc["cells"] if c["status"] == "error")
-    assert kstall_processes() == []
+    # a GDB killed as kstall ends may still be exiting (its symbols' memory torn down): seen under a
+    # busy host; one that lives on is a leak
+    assert wait_for(lambda: not kstall_processes(), 10) is not None, kstall_processes()
