@@ -74,6 +74,9 @@ class Calls:
     on_suspect: Callable[[], None] | None = None
     # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
     host_delay: Callable[[float, float], float | None] | None = None
+    # (t0, t1) -> ms the guest as a whole can have lost to the host (hostwait.HostWait.lost), or None;
+    # without it the stuck limit takes host_delay
+    host_lost: Callable[[float, float], float | None] | None = None
     # once: the kernel reported a hung task while the guest lives on (who holds what it waits for)
     on_hung_task: Callable[[], object] | None = None
 
@@ -270,13 +273,14 @@ class Watch:
 
     def stuck_after(self, now: float) -> float:
         """The stillness of the progress count that is stuck now: its limit,
-        plus what the host held the guest back by since the count last moved
-        (beside another kstall's guests, a kselftest runner's start took
+        plus what the guest can have lost to the host since the count last
+        moved (beside another kstall's guests, a kselftest runner's start took
         more than perf-refresh's 3 s and was called stuck)."""
         L, since = self.limits, self.agent.count_changed_at
-        if self.calls.host_delay is None or since is None or math.isinf(L.stuck_after):
+        gauge = self.calls.host_lost or self.calls.host_delay
+        if gauge is None or since is None or math.isinf(L.stuck_after):
             return L.stuck_after
-        held = self.calls.host_delay(since, now)
+        held = gauge(since, now)
         return L.stuck_after + (held or 0.0) / 1e3
 
     # -- talking to the agent ---------------------------------------------
