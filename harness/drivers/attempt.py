@@ -451,7 +451,6 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
                 r.host_wait.start()
                 stack.callback(r.host_wait.stop)
                 calls.host_delay = r.host_wait.silence  # a silence the host made is no freeze
-                calls.host_lost = r.host_wait.lost  # nor a still count
                 if early_gdb:  # if not yet: GDB starts with the reproducer, ready when a hang comes
                     r.prepare_debugger()
                 if opts.hooks.on_repro_start:

@@ -11,8 +11,7 @@ runs; between(t0, t1) is the most one thread's delay grew from t0 to t1, and
 worst(window) the most it grew within any window of that length. QEMU's main
 thread, which carries the agent's heartbeats to the host, is sampled too:
 silence(t0, t1) is the most the host held back either, for a heartbeat
-silence that the host rather than the guest may have made; lost(t0, t1)
-their sum, for a progress count that needs every vCPU to move.
+silence that the host rather than the guest may have made.
 """
 from __future__ import annotations
 
@@ -81,28 +80,18 @@ class HostWait:
         from t0 to t1 (ms); None when nothing was sampled then."""
         return self._grew([*self.samples, self.main_samples], t0, t1)
 
-    def lost(self, t0: float, t1: float) -> float | None:
-        """The most the guest as a whole can have lost to the host from t0
-        to t1 (ms): every vCPU thread's and QEMU's main loop's waits summed.
-        A program whose every step needs its CPUs together (an IPI and its
-        answer, TCG's TLB flush that stops every vCPU) goes no faster than
-        its slowest thread at each moment, and the moments any of them waited
-        add up to at most this sum, not to the most one of them waited (a
-        fixed 6.17.8 perf-refresh beside another kstall: its count still for
-        8.9 s, every CPU moving, called stuck); None when nothing was sampled."""
-        return self._grew([*self.samples, self.main_samples], t0, t1, sum)
-
     @staticmethod
-    def _grew(samples: list[list[tuple[float, float]]], t0: float, t1: float, combine=max) -> float | None:
+    def _grew(samples: list[list[tuple[float, float]]], t0: float, t1: float) -> float | None:
         t0, t1 = t0 * 1e3 - PERIOD_S * 1e3, t1 * 1e3 + PERIOD_S * 1e3
-        grown = []
+        most = None
         for series in samples:
             # the series is in time order: the window by bisection, not a scan (the watch asks often)
             lo = bisect.bisect_left(series, (t0, -math.inf))
             hi = bisect.bisect_right(series, (t1, math.inf))
             if hi > lo:
-                grown.append(series[hi - 1][1] - series[max(lo - 1, 0)][1])
-        return round(combine(grown), 1) if grown else None
+                grew = series[hi - 1][1] - series[max(lo - 1, 0)][1]
+                most = grew if most is None else max(most, grew)
+        return None if most is None else round(most, 1)
 
     def worst(self, window_ms: float) -> float | None:
         """The most one vCPU thread waited within any window_ms of the run

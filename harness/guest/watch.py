@@ -74,9 +74,6 @@ class Calls:
     on_suspect: Callable[[], None] | None = None
     # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
     host_delay: Callable[[float, float], float | None] | None = None
-    # (t0, t1) -> ms the guest as a whole can have lost to the host (hostwait.HostWait.lost), or None;
-    # without it the stuck limit takes host_delay
-    host_lost: Callable[[float, float], float | None] | None = None
     # once: the kernel reported a hung task while the guest lives on (who holds what it waits for)
     on_hung_task: Callable[[], object] | None = None
 
@@ -273,14 +270,13 @@ class Watch:
 
     def stuck_after(self, now: float) -> float:
         """The stillness of the progress count that is stuck now: its limit,
-        plus what the guest can have lost to the host since the count last
-        moved (beside another kstall's guests, a kselftest runner's start took
+        plus what the host held the guest back by since the count last moved
+        (beside another kstall's guests, a kselftest runner's start took
         more than perf-refresh's 3 s and was called stuck)."""
         L, since = self.limits, self.agent.count_changed_at
-        gauge = self.calls.host_lost or self.calls.host_delay
-        if gauge is None or since is None or math.isinf(L.stuck_after):
+        if self.calls.host_delay is None or since is None or math.isinf(L.stuck_after):
             return L.stuck_after
-        held = gauge(since, now)
+        held = self.calls.host_delay(since, now)
         return L.stuck_after + (held or 0.0) / 1e3
 
     # -- talking to the agent ---------------------------------------------

@@ -125,20 +125,6 @@ def test_host_wait_is_the_most_one_vcpu_waited_within_a_window():
     assert hw.between(0.05, 0.25) == 40 and hw.between(0.39, 0.5) == 30 and hw.between(0.6, 0.9) == 0
 
 
-
-def test_what_the_guest_as_a_whole_lost_is_every_threads_wait_summed():
-    """A fixed 6.17.8 perf-refresh beside another kstall: its count still
-    for 8.9 s while every CPU moved (each step an IPI that needs both vCPUs
-    running), the most one thread waited short of explaining it: "stuck"."""
-    from harness.guest.hostwait import HostWait
-    hw = HostWait(None)
-    # from t=1 s to t=9 s each vCPU thread waits half the time, in turns; QEMU's main loop 0.5 s
-    hw.samples = [[(t, max(0, min(t - 1000, 8000)) / 2) for t in range(0, 10_000, 10)] for _ in range(2)]
-    hw.main_samples = [(t, max(0, min(t - 1000, 8000)) / 16) for t in range(0, 10_000, 10)]
-    assert hw.between(1.0, 9.0) == 4000 and hw.silence(1.0, 9.0) == 4000
-    assert hw.lost(1.0, 9.0) == 8500
-    assert HostWait(None).lost(1.0, 9.0) is None
-
 def test_one_slow_nmi_reserve_is_not_the_bug_and_its_run_is_tried_again():
     """A fixed 7.3.4 beside three other kstalls measured a single NMI reserve
     of 199.8 ms (a vCPU waited 105.8 ms for a host CPU): it used to be
