@@ -279,6 +279,18 @@ class Watch:
         held = self.calls.host_delay(since, now)
         return L.stuck_after + (held or 0.0) / 1e3
 
+    def host_share(self, outcome: Outcome) -> float | None:
+        """Of a freeze's silence or a stuck count's stillness, the share the
+        host held one of the guest's threads back (0-1); None: not known. The
+        limits already allow for that wait, but a program whose every step
+        needs its vCPUs together is slowed by more than any one's wait."""
+        a = self.agent
+        since = {OutcomeKind.STUCK: a.count_changed_at, OutcomeKind.FREEZE: a.last_hb_at}.get(outcome.kind)
+        if since is None or self.calls.host_delay is None or outcome.at <= since:
+            return None
+        held = self.calls.host_delay(since, outcome.at)
+        return None if held is None else min(1.0, held / 1e3 / (outcome.at - since))
+
     # -- talking to the agent ---------------------------------------------
     def _send(self, command: bytes) -> None:
         assert self.vm.agent is not None
