@@ -324,3 +324,21 @@ def test_a_cpu_in_the_base_locks_slow_path_is_still_in_its_wait():
     classes = classify.classify_samples(samples, classify.load_signatures())
     assert {c.cpu for c in classes if c.signature.role == Role.CULPRIT} == {0, 1}
     assert classify.positions(cpu0["frames"], 3) == [0, 1, 2, 3, 4]
+
+
+def test_a_cpu_in_a_timer_interrupt_replayed_as_its_loop_unlocks_is_still_in_its_wait():
+    """make test, 2026-11-29 (two e2e parts): ppc64 masks interrupts lazily,
+    and one that came while masked is replayed when they are turned back on
+    (arch_local_irq_restore -> __replay_soft_interrupts -> timer_interrupt).
+    A sample caught CPU1 in such a replay, spinning in hrtimer_interrupt,
+    called from the unlock in hrtimer_try_to_cancel inside hrtimer_cancel's
+    loop: no vector on its stack, so no mark where the interrupt cut in, and
+    CPU1 was not the culprit. The replay is ppc64's interrupt entry too."""
+    samples = copy.deepcopy(load_samples(FIXTURE))
+    cpu1 = next(c for c in samples[0]["cpus"] if c["cpu"] == 1)
+    cpu1["frames"] = json.loads((FIXTURES / FIXTURE / "cpu1-in-a-replayed-timer-interrupt.frames.json").read_text())
+    names = [f["function"] for f in cpu1["frames"]]
+    assert names[3:9] == ["hrtimer_interrupt", "timer_interrupt", "__replay_soft_interrupts", "arch_local_irq_restore",
+                          "_raw_spin_unlock_irqrestore", "hrtimer_try_to_cancel"]
+    classes = classify.classify_samples(samples, classify.load_signatures())
+    assert {c.cpu for c in classes if c.signature.role == Role.CULPRIT} == {0, 1}
