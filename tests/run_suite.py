@@ -4,7 +4,7 @@
 The end-to-end tests spend much of their time waiting (on a guest's boot,
 a timeout they provoke, a mirror): one file at a time kept 1.27 of the two
 cores busy (a fresh clone's 29m13s, 37 min of CPU). They run as two pytest
-processes side by side (20m48s, 37.6 min of CPU of 41.6), each a half
+processes side by side (20m48s to 23m09s, about 41 min of CPU), each a half
 of the files by their measured seconds (tests/e2e/seconds.toml): each half
 is "another kstall on the host" to the other, which every e2e test must
 hold beside anyway (helpers.py's KSTALL_TEST_SESSION keeps each half's
