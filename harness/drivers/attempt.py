@@ -57,9 +57,7 @@ BACKGROUND_BOUND_S = 60.0
 # a kernel's first run sends its symbols and BTF (~13 MB) as it starts: a
 # reading that needs them waits this long for the rest (they took 1-5 s here)
 SYMBOLS_BOUND_S = 60.0
-# hangs with no culprit a run resumes from (false_alarms_allowed): twice; on a
-# host that held the guest back this share of the stillness or more, twice more
-# (thresholds doubled each time, so a true hang costs at most two longer looks)
+# false_alarms_allowed's figures (thresholds double at each look: a true hang costs two longer looks at most)
 FALSE_ALARMS, FALSE_ALARMS_BUSY, HOST_BUSY_SHARE = 2, 4, 0.25
 
 
