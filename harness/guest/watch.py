@@ -36,6 +36,9 @@ RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; sile
 SLEEPING_GRACE = 0.5
 # a hung-task report's stack and locks take the kernel this long to print: the tasks are read after
 HUNG_TASK_TOLD_S = 1.0
+# the agent lists the reproducer's threads from /proc at once on CORE, before the
+# kernel writes the core: no line by then means the agent never read the request
+CORE_ANSWER_S = 20.0
 
 
 @dataclass
@@ -87,6 +90,7 @@ class Watch:
         self.echo = echo  # progress output, or None
         self.calls = calls or Calls()
         self.suspected = False
+        self.unanswered = ""  # why a command the host sent went unanswered (take_core)
         self._hung_task_at: float | None = None  # when the kernel's first hung-task report came
         self.go = go  # the GO line's parameters (repro/agent/agent.h); the wall clock is added when it is sent
         self.restored = restored is not None  # the guest was restored at its gate: no hello or ready comes
@@ -344,17 +348,23 @@ class Watch:
     def take_core(self, timeout: float = 60.0) -> bytes | None:
         """Have the agent dump the stuck reproducer (its threads from /proc,
         then the kernel's core of it) and wait, bounded, for the core; None
-        when the agent reported none."""
+        when the agent reported none (unanswered says so when it never
+        answered: its heartbeats came, its command reader was deaf)."""
         self.syms.expect("CORE", self.vm.cfg.memory_mb << 20)  # no process is bigger than the guest
         self._acks["CORE"] = b"CORE-OK\n"
         self._send(b"CORE\n")
-        deadline = time.monotonic() + timeout
+        asked = time.monotonic()
+        deadline = asked + timeout
         info = lambda: self.agent.core_info  # noqa: E731 - filled in as the agent's line arrives
 
         def arrived() -> bool:  # the blob comes before the agent's line about it
             return bool(info()) and ("bytes" not in info() or "CORE" in self.syms.blobs)
         while time.monotonic() < deadline:
             if arrived():
+                break
+            if (time.monotonic() - asked > CORE_ANSWER_S and not self.agent.proc_threads and not info()
+                    and self.agent.exit_code is None):
+                self.unanswered = f"the agent did not answer the core request in {CORE_ANSWER_S:g}s"
                 break
             if not self.vm.alive():  # take what it sent
                 self._drain()

@@ -9,6 +9,7 @@ from recorded import FIXTURES
 from harness.analysis import console
 from harness.analysis.ktap import Ktap
 from harness.guest.watch import SUSPECT_AT, Calls, Limits, Watch
+from harness.guest import watch as watch_module
 
 
 def reports(name):
@@ -290,3 +291,33 @@ def test_a_report_of_syzbots_title_ends_the_linger_and_any_other_waits_it_out():
         assert w._ended(ends_at - 0.1) is None, sought
         out = w._ended(ends_at)
         assert out is not None and out.detail == "INFO: task hung in pipe_write", sought
+
+
+def test_an_agent_deaf_to_the_core_request_is_told_apart_from_a_slow_core(monkeypatch):
+    """A debian:6.1.176 s390x guest restored from one snapshot heartbeat on but
+    never answered CORE, on every restore: kstall waited its full minute and
+    said only "timed out". The agent lists the threads at once, so no answer
+    in CORE_ANSWER_S is a deaf agent (the caller drops that snapshot), while a
+    core that is slow after its threads came is waited for."""
+    monkeypatch.setattr(watch_module, "CORE_ANSWER_S", 0.3)
+    pairs, guest, vm = _socket_vm()
+    try:
+        vm.cfg.memory_mb = 1024
+        w = Watch(vm, Limits(), patterns=[])
+        guest.sendall(b"KSTALL hello uname=6.1.0-50-s390x cpus=2 init=init\nHB 0 1000000 0\n")
+        w._pump(0.1)
+        t0 = time.monotonic()
+        assert w.take_core(timeout=5.0) is None
+        assert w.unanswered == "the agent did not answer the core request in 0.3s", w.unanswered
+        assert time.monotonic() - t0 < 2.0
+        assert guest.recv(64) == b"CORE\n"
+
+        w2 = Watch(vm, Limits(), patterns=[])
+        guest.sendall(b"KSTALL thread tid=85 comm=signal-malloc state=S syscall=262,0x0 kstack=hrtimer_nanosleep+0x8c/0xf0\n")
+        t0 = time.monotonic()
+        assert w2.take_core(timeout=1.0) is None  # the core itself never came
+        assert w2.unanswered == "" and time.monotonic() - t0 >= 0.9
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
