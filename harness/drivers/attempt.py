@@ -477,8 +477,8 @@ def run_attempt(c: Case, opts: Options, out_dir: Path, echo: Echo, number: int =
     a.interrupted, a.snapshot, a.vmcore = raise_later, snapshot_doc(snap, restored, saved), r.vmcore
     if held:
         a.held = hold.Held(vm, r.opts.debug.hold or 0, r.debugger())
-    # the snapshot's fault: the next boots cold. A restored guest whose agent heartbeat
-    # on but never answered the core request is one (a debian:6.1.176 s390x snapshot
+    # the snapshot's fault: the next boots cold. A restored guest whose agent kept its
+    # heartbeat but never answered the core request is one (a debian:6.1.176 s390x snapshot
     # did that on every restore; the same guest booted cold, and its new snapshot, answered)
     if restored is not None and (outcome.kind == OutcomeKind.BOOT_FAILURE or w.unanswered):
         if w.unanswered:
