@@ -80,6 +80,15 @@ class HostWait:
         from t0 to t1 (ms); None when nothing was sampled then."""
         return self._grew([*self.samples, self.main_samples], t0, t1)
 
+    def share(self, t0: float, t1: float) -> float | None:
+        """The share of t0..t1 (host monotonic seconds) the vCPU threads
+        spent waiting for a host CPU, their mean: 0 when each had a core of
+        its own, 0.5 when two shared one; None when nothing was sampled then."""
+        if t1 <= t0:
+            return None
+        grew = [g for series in self.samples if (g := self._grew([series], t0, t1)) is not None]
+        return round(min(sum(grew) / len(grew) / ((t1 - t0) * 1e3 + 2 * PERIOD_S * 1e3), 1.0), 3) if grew else None
+
     @staticmethod
     def _grew(samples: list[list[tuple[float, float]]], t0: float, t1: float) -> float | None:
         t0, t1 = t0 * 1e3 - PERIOD_S * 1e3, t1 * 1e3 + PERIOD_S * 1e3

@@ -123,6 +123,9 @@ def test_host_wait_is_the_most_one_vcpu_waited_within_a_window():
     assert HostWait(None).worst(100) is None
     # from t=0.05 s to t=0.25 s: vCPU 0 waited its 40 ms; from t=0.39 s to 0.5 s the next 30; later none
     assert hw.between(0.05, 0.25) == 40 and hw.between(0.39, 0.5) == 30 and hw.between(0.6, 0.9) == 0
+    # the share of a run both waited, their mean: vCPU 0's 70 ms of the 1 s (with a sample on either side)
+    assert hw.share(0.0, 0.98) == round(70 / 2 / 1000, 3) and hw.share(0.6, 0.9) == 0
+    assert HostWait(None).share(0.0, 1.0) is None and hw.share(0.5, 0.5) is None
 
 
 def test_one_slow_nmi_reserve_is_not_the_bug_and_its_run_is_tried_again():
