@@ -160,11 +160,9 @@ def completed(f: Findings) -> Verdict:
     ran = f"{count} {repro.count_name} without a hang{f' ({f.ended_by})' if f.ended_by else ''}"
     if (starved := starved_run(f, ran)) is not None:
         return starved
-    # a host too busy for the calibration to hold: another attempt may run on a quieter one
     return weakened(Verdict(VerdictKind.NOT_REPRODUCED, f"{ran}; {pmiss.get('text', '')}",
                             summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
-                            confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss,
-                            retry=Retry.HOST_BUSY if pmiss.get("host_busy") else None), f)
+                            confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss), f)
 
 
 def starved_run(f: Findings, ran: str) -> Verdict | None:

@@ -75,11 +75,9 @@ def cpus(f: Findings) -> Verdict:
     if not classes:
         if f.stalled:
             return measured_stall(f)
-        # QEMU answered neither its gdbstub nor QMP: a host that starved QEMU's main loop (two
-        # CPU-bound loops beside a guest on 2 cores: QMP silent for 3 s) does that, not the kernel
-        if any(e.startswith("qmp:") for e in f.debug_errors):
+        if any(e.startswith("qmp:") for e in f.debug_errors):  # QEMU answered neither its gdbstub nor QMP
             return Verdict(VerdictKind.ERROR, f"{_what(f)}; QEMU did not answer QMP or its gdbstub, so no vCPU "
-                           f"could be read ({'; '.join(f.debug_errors)})", retry=Retry.HOST_BUSY)
+                           f"could be read ({'; '.join(f.debug_errors)})")
         return Verdict(VerdictKind.INCONCLUSIVE, f"{_what(f)}; CPU state could not be read "
                        f"({'; '.join(f.debug_errors) or 'no samples'})")
     summary = classify.summarize(classes)

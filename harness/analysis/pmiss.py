@@ -204,7 +204,7 @@ def p_miss(cal: Calibration | None, count: int, count_name: str, unknown: str = 
         unknown = (f"the host kept the vCPUs waiting {host_share:.0%} of the run: a calibrated rate holds "
                    f"up to {MAX_HOST_SHARE:.0%}")
         return {"p_miss": None, "p_miss_log10": None, "text": f"P(miss) unknown ({unknown})", "host_busy": host_share,
-                "method": f"{unknown}; another attempt runs, or a quieter host"}
+                "method": f"{unknown}: run it where the vCPUs have cores of their own"}
     if cal is None or not cal.hangs:
         return {"p_miss": None, "p_miss_log10": None, "text": f"P(miss) unknown ({unknown})",
                 "method": f"{unknown}: `{paths.COMMAND} calibrate` on an affected kernel, with this run's "

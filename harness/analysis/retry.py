@@ -18,7 +18,6 @@ class Retry(StrEnum):
     CUT_SHORT = "cut short"             # a stall run ended before its counters had what a verdict needs
     SILENT = "silent"                   # the reproducer printed nothing: the agent's or the channel's doing
     SNAPSHOT = "snapshot"               # a guest restored from a snapshot did not come up: the snapshot's fault
-    HOST_BUSY = "host busy"             # the host kept the vCPUs (or QEMU) from running too long for the answer to hold
 
 
 # one try more than --attempts for a verdict that the host's delay decides:

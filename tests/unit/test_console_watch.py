@@ -217,27 +217,6 @@ def test_a_hang_with_no_culprit_on_a_host_that_held_the_guest_back_is_looked_at_
     assert share("sleeping") is None  # not a stillness the host can make
 
 
-def test_a_culprit_found_while_the_host_kept_the_guest_waiting_is_looked_at_twice():
-    """debian:6.1.176-rt has the requeue-PI fix; beside two CPU-bound loops it
-    was VULNERABLE "requeue-PI requeuer retrying for ever" 2 times in 3: CPU0
-    spun until CPU1, which the host kept from running, did its part. A
-    culprit seen on a busy host (its silence, or its run) is looked at once more."""
-    from harness.analysis.classify import Role
-    from harness.analysis.outcome import Outcome
-    from harness.drivers.attempt import seen_again
-    culprit = SimpleNamespace(signature=SimpleNamespace(role=Role.CULPRIT))
-    run_share: list[float | None] = [0.14]
-    r = SimpleNamespace(classes=[culprit], host_wait=SimpleNamespace(share=lambda t0, t1: run_share[0]))
-    w = SimpleNamespace(agent=SimpleNamespace(repro_started_at=1.0))
-    out = Outcome("freeze", "no heartbeat for 0.53s", 9.0)
-    assert not seen_again(r, w, out, 0.1, 1)  # a quiet host: the first look is the verdict
-    assert seen_again(r, w, out, 0.48, 1)     # the silence was half the host's
-    run_share[0] = 0.45
-    assert seen_again(r, w, out, 0.1, 1)      # the run was
-    assert not seen_again(r, w, out, 0.48, 2)  # the second look is the verdict
-    r.classes = [SimpleNamespace(signature=SimpleNamespace(role=Role.VICTIM))]
-    assert not seen_again(r, w, out, 0.48, 1)  # no culprit: the false-alarm rule's to judge
-
 def test_an_oops_showing_a_cpu_state_no_cpu_can_be_in_is_an_emulator_fault():
     """A restored 6.16.12 guest double-faulted in kmem_cache_alloc_node with
     EFLAGS 06968242 (bits 22-31 are reserved, always 0): QEMU's fault, an
