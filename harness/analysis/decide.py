@@ -125,6 +125,9 @@ def unmet_requirements(f: Findings) -> list[str]:
     if reached is False:
         out.append(f"{count} {repro.count_name} without a hang, but {pmiss['text']} is above the target "
                    f"{f.pmiss_target:g} (the run ended before it got there: --duration?)")
+    elif reached is None and f.pmiss_given and pmiss.get("host_busy") is not None:
+        out.append(f"{count} {repro.count_name} without a hang, but {pmiss['text']}, so --pmiss "
+                   f"{f.pmiss_target:g} cannot be checked")
     elif reached is None and f.pmiss_given:
         spec = repro.source or repro.program or repro.name  # what calibrate takes: a user's file by its path
         out.append(f"P(miss) unknown: calibrate first ({paths.COMMAND} calibrate KERNEL {spec} --write, on a "

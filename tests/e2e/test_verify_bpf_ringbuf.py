@@ -54,4 +54,6 @@ def test_a_run_cut_short_of_its_p_miss_target_is_inconclusive(tmp_path):
     """--pmiss promises a target: 2 s of NMIs cannot reach 1e-9 on a fixed kernel."""
     rc, doc, err = verify_json(tmp_path, "debian:7.3.4", "bpf-ringbuf", "--pmiss", "1e-9", "--duration", "2")
     assert rc == 3 and doc["verdict"] == "INCONCLUSIVE", err[-2000:]
-    assert "P(miss)" in doc["reason"] and "above the target 1e-09" in doc["reason"], doc["reason"]
+    # or, on a host that kept its vCPUs waiting (make test's other half), a P(miss) it cannot state
+    why = "above the target 1e-09" if calibrated_p_miss(doc) is not None else "so --pmiss 1e-09 cannot be checked"
+    assert "P(miss)" in doc["reason"] and why in doc["reason"], doc["reason"]
