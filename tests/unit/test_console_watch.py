@@ -217,6 +217,34 @@ def test_a_hang_with_no_culprit_on_a_host_that_held_the_guest_back_is_looked_at_
     assert share("sleeping") is None  # not a stillness the host can make
 
 
+def test_a_culprit_found_while_another_cpu_went_on_on_a_busy_host_is_looked_at_twice():
+    """debian:6.18.15 has the bpf_timer fix; beside make test's other half it
+    was "VULNERABLE: bpf_timer callbacks cancelling each other on CPU1;
+    running in __hrtimer_cb_get_time (moving) on CPU0": CPU1 waited for the
+    callback CPU0 ran, which the host kept from running (56 % of the run)."""
+    from harness.analysis.classify import Role
+    from harness.analysis.outcome import Outcome
+    from harness.drivers.attempt import seen_again
+
+    def cpu(role, stuck, name="x"):
+        return SimpleNamespace(signature=SimpleNamespace(role=role, name=name), stuck=stuck)
+    run_share: list[float | None] = [0.14]
+    r = SimpleNamespace(classes=[cpu(Role.CULPRIT, True), cpu(Role.UNKNOWN, False)],
+                        host_wait=SimpleNamespace(share=lambda t0, t1: run_share[0]))
+    w = SimpleNamespace(agent=SimpleNamespace(repro_started_at=1.0))
+    out = Outcome("freeze", "no heartbeat for 0.80s", 9.0)
+    assert not seen_again(r, w, out, 0.1, 1)  # a quiet host: the first look is the verdict
+    assert seen_again(r, w, out, 0.48, 1)     # the silence was half the host's
+    run_share[0] = 0.56
+    assert seen_again(r, w, out, 0.1, 1)      # the run was
+    assert not seen_again(r, w, out, 0.48, 2)  # the second look is the verdict
+    r.classes[1] = cpu(Role.BENIGN, False, "user")
+    assert seen_again(r, w, out, 0.1, 1)      # in user mode, going on
+    for other in (cpu(Role.VICTIM, True), cpu(Role.BENIGN, True, "idle"), cpu(Role.CULPRIT, True)):
+        r.classes[1] = other  # a true hang's other CPUs wait for it, idle, or are in it: one look
+        assert not seen_again(r, w, out, 0.48, 1)
+
+
 def test_an_oops_showing_a_cpu_state_no_cpu_can_be_in_is_an_emulator_fault():
     """A restored 6.16.12 guest double-faulted in kmem_cache_alloc_node with
     EFLAGS 06968242 (bits 22-31 are reserved, always 0): QEMU's fault, an
