@@ -226,6 +226,17 @@ class _Run:
             return self.host_wait.between(end - ms / 1e3 - PROGRESS_SLACK_S, end)
         return wait
 
+    def host_wait_share(self, w: Watch, outcome: Outcome) -> float | None:
+        """The share of the program's run, to the outcome, the host kept its vCPUs waiting (HostWait.share)."""
+        if self.host_wait is None or not w.agent.repro_started_at:
+            return None
+        return self.host_wait.share(w.agent.repro_started_at, outcome.at)
+
+    def set_samples_aside(self, prefix: str) -> None:
+        """A look that did not settle the run: its samples kept under prefix (the next look reuses the names)."""
+        for f in self.out_dir.glob("sample-*.json"):
+            f.rename(self.out_dir / f"{prefix}-{f.name}")
+
     def close_debugger(self) -> None:
         if self.prepared is not None:
             self.prepared.close()
@@ -515,8 +526,7 @@ def seen_again(r: _Run, w: Watch, outcome: Outcome, host_share: float | None, lo
     if not any(c.signature.role in (Role.UNKNOWN, Role.BENIGN) and c.signature.name != "idle" and not c.stuck
                for c in r.classes):
         return False
-    run_share = r.host_wait.share(w.agent.repro_started_at, outcome.at) \
-        if r.host_wait is not None and w.agent.repro_started_at else None
+    run_share = r.host_wait_share(w, outcome)
     return (host_share is not None and host_share >= HOST_BUSY_SHARE) or \
         (run_share is not None and run_share > pmiss.MAX_HOST_SHARE)
 
@@ -547,8 +557,7 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             allowed = false_alarms_allowed(share)
             settled = r.debug_hang(vm, w, outcome)
             if settled and not r.repro.timebox and seen_again(r, w, outcome, share, looks):
-                for f in r.out_dir.glob("sample-*.json"):
-                    f.rename(r.out_dir / f"unconfirmed-{f.name}")
+                r.set_samples_aside("unconfirmed")
                 r.echo(f"{classify.summarize(r.classes)}, on a host that kept the guest waiting: resuming, "
                        "thresholds doubled, to see it again")
                 r.classes, r.hang = [], None
@@ -561,8 +570,7 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
                     outcome = qemu_at_fault(vm, w, outcome)
                 return outcome, None
             false_alarms += 1
-            for f in r.out_dir.glob("sample-*.json"):  # keep them: the next look reuses the names
-                f.rename(r.out_dir / f"false-alarm-{false_alarms}-{f.name}")
+            r.set_samples_aside(f"false-alarm-{false_alarms}")
             widen = false_alarms <= allowed
             busy = f"; the host held the guest back {share:.0%} of it" if share and allowed > FALSE_ALARMS else ""
             r.echo(f"no culprit on any CPU ({classify.summarize(r.classes) or 'all idle/user'}){busy}: "
@@ -630,9 +638,8 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                       "to_outcome_s": round(outcome.at - t0, 2),
                       "repro_s": round(outcome.at - w.agent.repro_started_at, 2) if w.agent.repro_started_at else None,
                       "total_s": round(time.monotonic() - t0, 2)})
-    if r.host_wait is not None and w.agent.repro_started_at:
-        # how much of the program's run the host kept its vCPUs from running (P(miss) reads it)
-        r.timings["vcpu_host_wait_share"] = r.host_wait.share(w.agent.repro_started_at, outcome.at)
+    if (share := r.host_wait_share(w, outcome)) is not None:  # P(miss) reads it
+        r.timings["vcpu_host_wait_share"] = share
     repro = r.repro
     stall = latency.evidence(repro.stall, w.agent.ktap.lines, w.agent.progress, r.host_wait_during(w, outcome)) \
         if repro.stall else None

@@ -76,7 +76,8 @@ def calibrated_p_miss(doc: dict) -> dict | None:
     pm = doc["evidence"]["p_miss"]
     if pm.get("host_busy") is None:
         return pm
-    assert pm["p_miss"] is None and pm["host_busy"] == doc["timings"]["vcpu_host_wait_share"] > 0.3, pm
+    from harness.analysis.pmiss import MAX_HOST_SHARE
+    assert pm["p_miss"] is None and pm["host_busy"] == doc["timings"]["vcpu_host_wait_share"] > MAX_HOST_SHARE, pm
     assert "host kept the vCPUs waiting" in doc["line"], doc["line"]
     return None
 

@@ -230,7 +230,7 @@ def test_a_culprit_found_while_another_cpu_went_on_on_a_busy_host_is_looked_at_t
         return SimpleNamespace(signature=SimpleNamespace(role=role, name=name), stuck=stuck)
     run_share: list[float | None] = [0.14]
     r = SimpleNamespace(classes=[cpu(Role.CULPRIT, True), cpu(Role.UNKNOWN, False)],
-                        host_wait=SimpleNamespace(share=lambda t0, t1: run_share[0]))
+                        host_wait_share=lambda w, outcome: run_share[0])
     w = SimpleNamespace(agent=SimpleNamespace(repro_started_at=1.0))
     out = Outcome("freeze", "no heartbeat for 0.80s", 9.0)
     assert not seen_again(r, w, out, 0.1, 1)  # a quiet host: the first look is the verdict

@@ -54,12 +54,12 @@ def test_shipped_calibration_is_from_an_affected_kernel():
 REPRO = reproducers.load("perf-refresh")
 
 
-def done(lines, count):
+def done(lines, count, pmiss=None, **target):
     k = Ktap()
     for l in lines:
         k.feed(l)
     return decide(Findings(Outcome("done", "reproducer exited with code 0", 0), REPRO, ktap=k, count=count,
-                           pmiss={"text": "P(miss) < 1e-12", "p_miss_log10": -100}))
+                           pmiss=pmiss or {"text": "P(miss) < 1e-12", "p_miss_log10": -100}, **target))
 
 
 def test_verdicts_for_completed_runs():
@@ -251,26 +251,17 @@ def test_a_calibrated_p_miss_does_not_hold_where_the_host_kept_the_vcpus_waiting
     assert busy["text"] == "P(miss) unknown (the host kept the vCPUs waiting 54% of the run: a calibrated rate " \
                            "holds up to 30%)"
     assert pmiss.p_miss(None, 408, "x", host_share=0.9).get("host_busy") is None  # nothing claimed to withdraw
-
-    def verdict(pm):
-        k = Ktap()
-        k.feed("ok 1 perf-refresh")
-        return decide(Findings(Outcome("done", "reproducer exited with code 0", 0), REPRO, ktap=k, count=12000,
-                               pmiss=pm))
-    v = verdict(pmiss.p_miss(c, 12000, "REFRESH cycles", host_share=0.542))
+    v = done(["ok 1 perf-refresh"], 12000, pmiss.p_miss(c, 12000, "REFRESH cycles", host_share=0.542))
     assert v.verdict == "NOT_REPRODUCED" and v.confidence == "low"
     assert v.reason.endswith("P(miss) unknown (the host kept the vCPUs waiting 54% of the run: a calibrated rate "
                              "holds up to 30%)")
-    v = verdict(pmiss.p_miss(c, 12000, "REFRESH cycles", host_share=0.2))
+    v = done(["ok 1 perf-refresh"], 12000, pmiss.p_miss(c, 12000, "REFRESH cycles", host_share=0.2))
     assert v.verdict == "NOT_REPRODUCED" and v.confidence == "high"
 
 
 def test_a_p_miss_target_a_busy_host_kept_from_being_checked_says_so_not_calibrate_first():
     pm = pmiss.p_miss(cal([10, 20, 30]), 962, "NMI-context reserves", host_share=0.53)
-    k = Ktap()
-    k.feed("ok 1 perf-refresh")
-    v = decide(Findings(Outcome("done", "reproducer exited with code 0", 0), REPRO, ktap=k, count=12000, pmiss=pm,
-                        pmiss_target=1e-9, pmiss_given=True))
+    v = done(["ok 1 perf-refresh"], 12000, pm, pmiss_target=1e-9, pmiss_given=True)
     assert v.verdict == "INCONCLUSIVE" and "calibrate first" not in v.reason
     assert v.reason.endswith("the host kept the vCPUs waiting 53% of the run: a calibrated rate holds up to 30%), "
                              "so --pmiss 1e-09 cannot be checked"), v.reason
