@@ -193,14 +193,18 @@ def fmt_p(log10: float) -> str:
     return f"{10 ** log10:.2g}"
 
 
+def too_busy(cal: Calibration | None, host_share: float | None) -> bool:
+    """Whether cal's rate does not hold for a run whose vCPUs waited host_share of it."""
+    return bool(cal is not None and cal.hangs and host_share is not None and host_share > MAX_HOST_SHARE)
+
+
 def p_miss(cal: Calibration | None, count: int, count_name: str, unknown: str = "no calibration",
            host_share: float | None = None) -> dict:
     """The P(miss) record run.json carries for a run that completed count
     passes; unknown: why no calibration gives its rate (holding());
     host_share: how much of the run the host kept the vCPUs waiting (over
     MAX_HOST_SHARE, the calibration does not hold: "host_busy")."""
-    busy = cal is not None and cal.hangs and host_share is not None and host_share > MAX_HOST_SHARE
-    if busy:
+    if too_busy(cal, host_share):
         unknown = (f"the host kept the vCPUs waiting {host_share:.0%} of the run: a calibrated rate holds "
                    f"up to {MAX_HOST_SHARE:.0%}")
         return {"p_miss": None, "p_miss_log10": None, "text": f"P(miss) unknown ({unknown})", "host_busy": host_share,
