@@ -220,7 +220,7 @@ def test_a_bisection_ended_by_a_signal_is_interrupted_and_by_anything_else_an_er
         {"status": "error", "error": "OSError: [Errno 28] No space left on device"}
 
 
-def _step_runs(monkeypatch, shares: list[float | None], count: int = 400):
+def _step_runs(monkeypatch, shares: list[float | None], count: int = 400, **step):
     """run_step over recorded perf-refresh runs made NOT_REPRODUCED, each of
     count passes with its vCPUs waiting shares[i] of the run; calibrated at 10
     hangs in 10 runs of 20 passes (a rate 400 passes reach 1e-3 with)."""
@@ -237,6 +237,8 @@ def _step_runs(monkeypatch, shares: list[float | None], count: int = 400):
     for i, share in enumerate(shares):
         d = copy.deepcopy(base)
         d["id"], d["verdict"], d["line"] = f"run-{i}", "NOT_REPRODUCED", f"run {i}: not reproduced"
+        if share == "hangs":
+            d["verdict"], share = "VULNERABLE", 0.5
         d["evidence"]["count"] = count
         d["timings"]["vcpu_host_wait_share"] = share
         docs.append(d)
@@ -252,7 +254,7 @@ def _step_runs(monkeypatch, shares: list[float | None], count: int = 400):
                             measured="", runs=[{"verdict": "VULNERABLE", "count": 20, "seconds": 1}] * 10)
     said = []
     policy = steps.StepPolicy("perf-refresh", Options(), cal=cal)
-    step, recs = steps.run_step("debian:6.16.12", "step 1", policy, said.append)
+    step, recs = steps.run_step("debian:6.16.12", "step 1", policy, said.append, **step)
     return step, len(recs), said
 
 
@@ -276,3 +278,65 @@ def test_a_step_on_a_host_busy_every_time_is_clean_after_every_run_with_its_p_mi
 def test_a_quiet_step_is_decided_by_its_one_run(monkeypatch):
     step, runs, said = _step_runs(monkeypatch, [0.12])
     assert step.state == CLEAN and runs == 1 and not said and "over 400 passes in 1 run(s)" in step.p_miss
+
+
+def test_a_step_a_search_confirms_later_counts_a_busy_run_and_is_unsure(monkeypatch):
+    step, runs, said = _step_runs(monkeypatch, [0.55], provisional=True)
+    assert step.state == CLEAN and step.unsure and runs == 1 and not said
+    assert step.p_miss.startswith("P(miss) unknown (the host kept the vCPUs waiting 55%")
+    quiet, runs, said = _step_runs(monkeypatch, [0.1], provisional=True)
+    assert quiet.state == CLEAN and not quiet.unsure and quiet.p_miss.startswith("P(miss) ")
+
+
+def test_confirming_an_unsure_step_goes_on_from_its_runs(monkeypatch):
+    """An unsure step of one busy run gets up to 3 more; a hang among them
+    makes it reproduce, and a host busy to the end leaves it clean, sure."""
+    unsure = Step("6.19.14", CLEAN, "NOT_REPRODUCED", p_miss="P(miss) unknown", runs=["r0"], count=400, unsure=True)
+    step, runs, said = _step_runs(monkeypatch, [0.6, "hangs"], after=unsure)
+    assert step.state == REPRODUCES and runs == 2 and len(said) == 1
+    step, runs, said = _step_runs(monkeypatch, [0.6, 0.6, 0.6], after=unsure)
+    assert step.state == CLEAN and not step.unsure and runs == 3 and len(step.runs) == 1
+    assert "over 1600 passes in 4 run(s)" in step.p_miss and "unknown" in step.p_miss
+
+
+def _unsure_table(states: dict[str, str], truly: dict[str, str]):
+    """A table search whose "unsure" steps are clean, and confirmed as truly says."""
+    test, tested = table({c: CLEAN if st == "unsure" else st for c, st in states.items()})
+    confirmed = []
+
+    def first(c: str) -> Step:
+        s = test(c)
+        s.unsure = states[c] == "unsure"
+        return s
+
+    def confirm(s: Step) -> Step:
+        confirmed.append(s.candidate)
+        return Step(s.candidate, truly[s.candidate], "X")
+    return first, confirm, tested, confirmed
+
+
+def test_a_fix_hunt_confirms_the_clean_side_of_its_boundary_and_moves_it_if_that_reproduces():
+    c = versions(9)
+    # the fix is in v6; v4 and v6 came out clean on a busy host, v4 wrongly
+    states = {**{v: REPRODUCES for v in c[:6]}, **{v: CLEAN for v in c[6:]}, "v4": "unsure", "v6": "unsure"}
+    first, confirm, tested, confirmed = _unsure_table(states, {"v4": REPRODUCES, "v6": CLEAN})
+    out = Bisection(c, first, confirm=confirm).run()
+    assert (out.direction, out.last_old, out.first_new) == ("fix", "v5", "v6")
+    assert confirmed == ["v4", "v6"] and tested == ["v0", "v8", "v4", "v2", "v3", "v6", "v5"]
+
+
+def test_clean_ends_one_of_them_unsure_are_confirmed_before_they_agree():
+    c = versions(5)
+    states = {**{v: REPRODUCES for v in c[:3]}, **{v: CLEAN for v in c[3:]}, "v0": "unsure"}
+    first, confirm, tested, confirmed = _unsure_table(states, {"v0": REPRODUCES})
+    out = Bisection(c, first, confirm=confirm).run()
+    assert (out.direction, out.last_old, out.first_new) == ("fix", "v2", "v3") and confirmed == ["v0"]
+    first, confirm, tested, confirmed = _unsure_table({**states, "v0": "unsure"}, {"v0": CLEAN})
+    assert "both ends agree" in Bisection(c, first, confirm=confirm).run().message
+
+
+def test_a_regression_whose_clean_old_end_reproduces_when_confirmed_has_nothing_to_find():
+    c = versions(5)
+    states = {"v0": "unsure", **{v: REPRODUCES for v in c[1:]}}
+    first, confirm, tested, confirmed = _unsure_table(states, {"v0": REPRODUCES})
+    assert "both ends agree" in Bisection(c, first, confirm=confirm).run().message and confirmed == ["v0"]

@@ -171,7 +171,17 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
         procs.check_terminated()
         n = len(b.steps) + 1
         echo(f"step {n}: debian:{version} ...")
-        step, recs = run_step(f"debian:{version}{flavour_suffix}", version, policy, echo)
+        return learned(run_step(f"debian:{version}{flavour_suffix}", version, policy, echo, provisional=True))
+
+    def confirm(unsure: Step) -> Step:
+        procs.check_terminated()
+        echo(f"{unsure.candidate}: clean, but on a host too busy for its P(miss): confirming it before the "
+             "answer rests on it ...")
+        return learned(run_step(f"debian:{unsure.candidate}{flavour_suffix}", unsure.candidate, policy, echo,
+                                after=unsure))
+
+    def learned(done: tuple[Step, list[RunRecord]]) -> Step:
+        step, recs = done
         if step.state == REPRODUCES and not policy.bad_end_runs:
             policy.learn_from_bad_end(recs[-1])
         return step
@@ -186,7 +196,7 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
         save()
 
     fetcher = Prefetcher(echo, prefetch, flavour_suffix)
-    b = Bisection(cands, test, resumed, fetcher, on_step)
+    b = Bisection(cands, test, resumed, fetcher, on_step, confirm=confirm)
     flavour = f" ({flavour_suffix[1:]} flavour)" if flavour_suffix else ""
     echo(f"{len(cands)} Debian versions from {old} to {new}{flavour}: {', '.join(cands)}")
     try:

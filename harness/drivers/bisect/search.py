@@ -7,7 +7,13 @@ the other, and the search finds the first candidate in the new state. A
 regression hunt has old = does not reproduce; a fix hunt has old = reproduces.
 
 Both ends are tested first (ktest's BISECT_CHECK), an end that ends in
-ERROR twice: if they agree there is nothing to find. A step that can not be judged (ERROR, INCONCLUSIVE, a
+ERROR twice: if they agree there is nothing to find. A clean step the host
+starved (Step.unsure) is confirmed before an answer rests on it: the clean
+end when both ends are clean, else the clean side of the boundary. That one
+is enough while the bug is in a range of versions: an affected version
+wrongly clean moves the boundary past itself, and every version on the clean
+side of that wrong boundary up to it is affected too, the one next to the
+boundary with them. A step that can not be judged (ERROR, INCONCLUSIVE, a
 different crash) is skipped and a neighbour tried instead; too many ERRORs
 end the bisection with the reason. Every step is recorded as it completes so
 an interrupted bisection resumes where it stopped.
@@ -33,6 +39,7 @@ class Step:
     runs: list[str] = field(default_factory=list)  # run directories
     count: int = 0
     error: bool = False      # an ERROR verdict (counts toward giving up)
+    unsure: bool = False     # clean by runs the host starved: confirmed before an answer rests on it
     # git bisections: the commit, and how long its build took (0 when cached)
     commit: str | None = None
     subject: str | None = None
@@ -59,7 +66,7 @@ class TooManyErrors(RuntimeError):
 class Bisection:
     def __init__(self, candidates: list[str], test: Callable[[str], Step], done: dict[str, Step] | None = None,
                  prefetch: Callable[[list[str]], None] | None = None, on_step: Callable[[Step], None] | None = None,
-                 max_errors: int = 3) -> None:
+                 max_errors: int = 3, confirm: Callable[[Step], Step] | None = None) -> None:
         if len(candidates) < 2:
             raise ValueError("a bisection needs at least two candidates")
         self.c = candidates
@@ -68,6 +75,7 @@ class Bisection:
         self.prefetch = prefetch
         self.on_step = on_step
         self.max_errors = max_errors
+        self.confirm = confirm
 
     def _state(self, candidate: str) -> Step:
         if candidate not in self.steps:
@@ -89,6 +97,23 @@ class Bisection:
             del self.steps[candidate]
             s = self._state(candidate)
         return s
+
+    def _is(self, i: int, state: str) -> bool:
+        return self.c[i] in self.steps and self.steps[self.c[i]].state == state
+
+    def _confirmed(self, i: int) -> Step:
+        """Candidate i's step, confirmed if it is clean but unsure (a
+        confirmation that can not be judged leaves it as it was)."""
+        s = self.steps[self.c[i]]
+        if s.state != CLEAN or not s.unsure or self.confirm is None:
+            return s
+        again = self.confirm(s)
+        if again.state == SKIP:
+            return s
+        self.steps[self.c[i]] = again
+        if self.on_step:
+            self.on_step(again)
+        return again
 
     def _pick(self, lo: int, hi: int) -> int | None:
         """The untested candidate in (lo, hi) nearest the middle."""
@@ -118,27 +143,42 @@ class Bisection:
         for end, s in (("old", old), ("new", new)):
             if s.state == SKIP:
                 return Outcome("none", message=f"the {end} end {s.candidate} could not be judged: {s.line}")
+        if old.state == new.state == CLEAN:
+            old, new = self._confirmed(0), self._confirmed(len(self.c) - 1)
         if old.state == new.state:
-            what = "reproduces" if old.state == REPRODUCES else "does not reproduce"
-            return Outcome("none", message=f"both ends agree: {self.c[0]} and {self.c[-1]} {what}; "
-                           "nothing to bisect")
+            return self._agree(old.state)
         direction = "regression" if old.state == CLEAN else "fix"
         lo, hi = 0, len(self.c) - 1
-        while hi - lo > 1:
-            i = self._pick(lo, hi)
-            if i is None:
+        while True:
+            while hi - lo > 1:
+                i = self._pick(lo, hi)
+                if i is None:
+                    break
+                if self.prefetch and self.c[i] not in self.steps:
+                    self.prefetch([self.c[i]] + self._next_candidates(lo, i, hi))
+                s = self._state(self.c[i])
+                if s.state == old.state:
+                    lo = i
+                elif s.state == new.state:
+                    hi = i
+            side = lo if direction == "regression" else hi
+            if self._confirmed(side).state != REPRODUCES:
                 break
-            if self.prefetch and self.c[i] not in self.steps:
-                self.prefetch([self.c[i]] + self._next_candidates(lo, i, hi))
-            s = self._state(self.c[i])
-            if s.state == old.state:
-                lo = i
-            elif s.state == new.state:
-                hi = i
+            # the clean side reproduces after all: the boundary is beyond it
+            if side in (0, len(self.c) - 1):
+                return self._agree(REPRODUCES)
+            if direction == "regression":
+                hi, lo = side, max(j for j in range(side) if self._is(j, CLEAN))
+            else:
+                lo, hi = side, min(j for j in range(side + 1, len(self.c)) if self._is(j, CLEAN))
         skipped = [self.c[i] for i in range(lo + 1, hi)]
         msg = "" if not skipped else (f"{len(skipped)} candidate(s) between could not be judged: "
                                       f"{', '.join(skipped)}")
         return Outcome(direction, self.c[lo], self.c[hi], skipped, msg)
+
+    def _agree(self, state: str) -> Outcome:
+        what = "reproduces" if state == REPRODUCES else "does not reproduce"
+        return Outcome("none", message=f"both ends agree: {self.c[0]} and {self.c[-1]} {what}; nothing to bisect")
 
 
 def ending(e: BaseException) -> dict:

@@ -85,17 +85,26 @@ class StepPolicy:
                                  measured=base.measured if base else "", runs=runs, path=base.path if base else None)
 
 
-def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, list[RunRecord]]:
-    """Verify spec until its state is known; the step and every run's record."""
+def run_step(spec: str, label: str, policy: StepPolicy, echo, provisional: bool = False,
+             after: Step | None = None) -> tuple[Step, list[RunRecord]]:
+    """Verify spec until its state is known; the step and every run's record.
+
+    A run whose vCPUs the host kept waiting (pmiss.too_busy) tells no
+    calibrated P(miss). Its passes are not counted and the step runs again,
+    unless provisional: a search that confirms the clean step its answer
+    rests on (Bisection.confirm) counts them and marks the step unsure.
+    after: the unsure step a confirmation goes on from."""
     t0 = time.monotonic()
     recs: list[RunRecord] = []
-    total = uncounted = 0  # passes P(miss) counts; passes on a host too busy for it
+    earlier = list(after.runs) if after else []
+    total, uncounted = 0, after.count if after else 0  # passes P(miss) counts; passes on a busy host
     busiest = 0.0
     # the first run is sized for the accelerator it will most likely get;
     # every run is judged by the calibration for the one its record says it got
     cal = policy.calibration(accel.likely(policy.opts.guest.accel), policy.opts.kernel.arch or arch.DEFAULT)
     assert policy.loaded is not None
-    for n in range(1, policy.max_runs + 1):
+    first = min(len(earlier), policy.max_runs - 1) + 1
+    for n in range(first, policy.max_runs + 1):
         # enough passes for the per-step target, and never fewer than a verdict needs
         count = max(policy.loaded.spec.min_count, policy.opts.run.count or 0,
                     pmiss.count_for(cal, policy.pmiss_target))
@@ -108,8 +117,8 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
         rec = res.record
         recs.append(rec)
         v = rec.verdict.verdict
-        runs = [r.results_dir for r in recs if r.results_dir]
-        seconds = round(time.monotonic() - t0, 1)
+        runs = earlier + [r.results_dir for r in recs if r.results_dir]
+        seconds = round(time.monotonic() - t0 + (after.seconds if after else 0), 1)
         if v == VerdictKind.VULNERABLE and (other := policy.different_hang(rec.verdict)):
             echo(f"{label}: {other}: skipped")
             return Step(label, SKIP, v, other, "", seconds, runs, 0), recs
@@ -121,27 +130,30 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo) -> tuple[Step, lis
         cal = policy.calibration(rec.vm.get("accel") or "", rec.vm.get("arch") or arch.DEFAULT)
         name = rec.evidence.count_name or "passes"
         share = rec.timings.get("vcpu_host_wait_share")
-        if pmiss.too_busy(cal, share):
-            # passes the host starved the vCPUs through say nothing at the
-            # calibrated rate (an affected -rt kernel once ran 407 of them clean
-            # with its vCPUs waiting half the run): not counted, run again
+        busy = pmiss.too_busy(cal, share)
+        if busy:
             busiest = max(busiest, share or 0.0)
+        if busy and not provisional:
             uncounted += rec.evidence.count or 0
         else:
             total += rec.evidence.count or 0
         pm = pmiss.p_miss(cal, total, name)
         reached = pmiss.reaches(pm, policy.pmiss_target)
-        if n == policy.max_runs and not reached and (reached is None or busiest):
-            # unknown (no calibration, or a busy host): as clean as max_runs runs make it
-            pm = pmiss.p_miss(cal, total, name, host_share=busiest or None)
-            reached = True
-        if reached:
-            more = f" (and {uncounted} on a busy host)" if uncounted and pm["p_miss"] is not None else ""
-            text = f"{pm['text']} over {total if more else total + uncounted} passes{more} in {n} run(s)"
-            return Step(label, CLEAN, v, rec.line, text, seconds, runs, total + uncounted), recs
-        why = (pmiss.p_miss(cal, total, name, host_share=share)["text"] if pmiss.too_busy(cal, share)
+        # unknown (no calibration, or a host busy every time): as clean as max_runs runs make it
+        forced = n == policy.max_runs and not reached and (reached is None or busiest > 0)
+        if reached or forced:
+            if busiest and (provisional or forced or pm["p_miss"] is None):
+                pm = pmiss.p_miss(cal, total, name, host_share=busiest)
+                text = f"{pm['text']} over {total + uncounted} passes in {n} run(s)"
+            elif uncounted:
+                text = f"{pm['text']} over {total} passes (and {uncounted} on a busy host) in {n} run(s)"
+            else:
+                text = f"{pm['text']} over {total} passes in {n} run(s)"
+            return Step(label, CLEAN, v, rec.line, text, seconds, runs, total + uncounted,
+                        unsure=provisional and busiest > 0), recs
+        why = (pmiss.p_miss(cal, total, name, host_share=share)["text"] if busy
                else f"{pm['text']} is not below {policy.pmiss_target:g}")
         echo(f"{label}: not reproduced, but {why}: running again")
     return Step(label, SKIP, VerdictKind.NOT_REPRODUCED, f"P(miss) stayed above {policy.pmiss_target:g} after "
                 f"{policy.max_runs} runs ({total} passes)", "", round(time.monotonic() - t0, 1),
-                [r.results_dir for r in recs if r.results_dir], total), recs
+                earlier + [r.results_dir for r in recs if r.results_dir], total), recs
