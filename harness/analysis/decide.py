@@ -64,7 +64,29 @@ def _crash(f: Findings) -> Verdict:
         return Verdict(VerdictKind.ERROR, f"the guest agent died: {detail}")
     # a panic's title names its kind already, as syzbot's do ("kernel panic: ...")
     said = detail if detail.startswith(f"kernel {kind}") else f"kernel {kind}: {detail}"
+    if OOM_PANIC in detail and (starved := _ran_out_of_memory(f, said)) is not None:
+        return starved
     return Verdict(VerdictKind.CRASHED, said, summary=said, confidence="high", title=detail)
+
+
+# out_of_memory() found no task it may kill: the guest's memory ran out, and
+# the program it ran (syzkaller's OOM-protected parent, its children killed
+# one after another) was starved, not crashed by a bug
+OOM_PANIC = "System is deadlocked on memory"
+
+
+def _ran_out_of_memory(f: Findings, said: str) -> Verdict | None:
+    """The OOM killer's panic after the agent's account saw the guest starve:
+    INCONCLUSIVE with the events, like any starved run (the e2e
+    starved_oom.c program ends either way, beside a busy host). Not when
+    syzbot titled the bug with that panic: then it is the bug."""
+    st = f.starvation
+    if st is None or not st.events or any(OOM_PANIC in t for t in titles_of(f.repro.syzbot)):
+        return None
+    st.mostly, st.why = True, f"starved for {st.starved_s} of {st.seconds} s"
+    return Verdict(VerdictKind.INCONCLUSIVE, f"the program did not run as intended: the guest ran out of memory "
+                   f"with no task left that the OOM killer may kill ({said}): {st.text()}",
+                   summary=f"{st.why}, then {said} ({st.events[0]})")
 
 
 def _timeout(f: Findings) -> Verdict:

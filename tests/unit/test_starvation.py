@@ -118,3 +118,30 @@ def test_a_run_the_guest_never_ended_is_inconclusive_with_its_running_account_an
     assert st is not None and st.mostly and st.why == "the guest never ended the run"
     v = decide.decide(Findings(ended, repro, Ktap(), reach=r, starvation=None))
     assert v.verdict == VerdictKind.ERROR and v.reason == "run exceeded 245s without a verdict"
+
+
+def test_the_oom_killers_panic_after_a_starved_run_is_inconclusive_unless_it_is_syzbots_title():
+    """starved_oom.c beside make test's other half (2026-11-29): its agent's
+    last account, then out_of_memory() found no task it may kill and
+    panicked. That is the guest out of memory, not a crash of the bug."""
+    import dataclasses
+    health = {"secs": "50", "starved_s": "34", "oom_kills": "169", "oom_s": "33", "lowmem_s": "34",
+              "memstall_s": "0", "pids_s": "0", "min_avail_kb": "0", "total_kb": "2014388", "max_tasks": "77",
+              "task_limit": "15521", "psi": "1", "killed": "-", "cpu_ms": "0", "busy_ms": "47310", "running": "1"}
+    repro = reproducers.resolve(str(PROGRAMS / "starved_oom.c"))
+    panic = Outcome(OutcomeKind.PANIC, "kernel panic: System is deadlocked on memory", 61.5)
+
+    def judged(rp, account):
+        st = starvation.judge(account, None, cpus=1)
+        return decide.decide(Findings(panic, rp, Ktap(), starvation=st)), st
+    v, st = judged(repro, health)
+    assert v.verdict == VerdictKind.INCONCLUSIVE and st is not None and st.mostly
+    assert v.line().startswith("INCONCLUSIVE: starved for 34 of 50 s, then kernel panic: System is deadlocked on "
+                             "memory (the OOM killer killed 169 tasks (in 33 s))"), v.line()
+    # with no account of the guest starving, the panic is what it says
+    v, _ = judged(repro, None)
+    assert v.verdict == VerdictKind.CRASHED
+    titled = dataclasses.replace(repro, syzbot={**repro.syzbot,
+                                                "title": "kernel panic: System is deadlocked on memory"})
+    v, _ = judged(titled, health)
+    assert v.verdict == VerdictKind.CRASHED and v.matched and v.matched["how"] == "title", v.line()
