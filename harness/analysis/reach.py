@@ -230,7 +230,7 @@ def _config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | 
     '; this kernel's config leaves it out (CONFIG_X25 is not set)'; '' where it is
     built or kstall has no config to read."""
     option = dict(env.need_options).get(key)
-    if option is None or config is None or config(option) not in (None, "n"):
+    if option is None or config is None or config(f"CONFIG_{option}") not in (None, "n"):
         return ""
     return f"; this kernel's config leaves it out (CONFIG_{option} is not set)"
 
@@ -238,8 +238,8 @@ def _config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | 
 def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None,
             numbers: dict[int, str] | None = None, shared: frozenset[str] = frozenset(),
             config: Callable[[str], str | None] | None = None) -> Reach:
-    """config: the kernel's CONFIG_ values by option (None: not set), where
-    kstall has its config."""
+    """config: the kernel's CONFIG_ values by option, CONFIG_ and all
+    (Kernel.config_value; None: not set), where kstall has its config."""
     calls, requests, checks = parse(lines, numbers)
     needs: list[str] = []
     lacks: list[str] = []

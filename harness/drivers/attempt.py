@@ -677,9 +677,23 @@ def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:
     if vmlinux is None or r.syms_path is None:
         return reports
     syms = Kallsyms.load(r.syms_path)
-    for rep in titled:
-        rep["inlined"] = inlines.inlined(inlines.addresses(rep.get("excerpt", []), syms), vmlinux)
+    in_modules = [inlines.module_frames(rep.get("excerpt", [])) for rep in titled]
+    kos = module_debug_files(r, {m for frames in in_modules for m in frames})
+    for rep, frames in zip(titled, in_modules):
+        rep["inlined"] = inlines.inlined(inlines.addresses(rep.get("excerpt", []), syms), vmlinux) + \
+            [f for m, at in frames.items() if m in kos for f in inlines.inlined_in_module(at, kos[m])]
     return reports
+
+
+def module_debug_files(r: _Run, names: set[str]) -> dict[str, Path]:
+    """The debug files of the modules a report's frames are in, fetched the
+    first time (a few seconds each kernel); without them, those frames'
+    inlined functions are unknown, and the run goes on."""
+    try:
+        return debuginfo.module_files(r.kernel, names, progress=r.echo)
+    except SpecError as e:
+        r.echo(f"the functions inlined into the report's module frames are unknown: {e}")
+        return {}
 
 
 def program_reach(r: _Run, w: Watch) -> reach.Reach | None:

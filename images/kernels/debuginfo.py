@@ -3,14 +3,20 @@
 fetched once and cached by its build ID (images/kernels/buildid.py).
 
 Debian's linux-image-<release>-dbg is about 860 MB, 5.6 GB unpacked, most of
-it the modules' debug info. kstall needs only the vmlinux, so the package is
+it the modules' debug info. kstall needs the vmlinux, so the package is
 streamed straight from the mirror (ar, then data.tar.xz, then tar) and that
 one member is kept; the rest of the stream is only hashed, so the .deb's
-SHA-256 is still checked. A debuginfo .rpm (or .deb) the user already has is
-read the same way from the file. Nothing here is needed for a verdict: the
-vmlinux is for the developer's debugger (kstall attach, kstall inspect).
+SHA-256 is still checked. A module's debug file is streamed out the same
+way, the first time a syzbot report has a frame in that module. A debuginfo
+.rpm (or .deb) the user already has is read the same way from the file.
+Nothing here decides a verdict: the vmlinux is for the developer's debugger
+(kstall attach, kstall inspect) and, with the modules', for the functions
+a report's frames inlined, after which syzbot titles hangs
+(harness/debug/inlines.py).
 
     debuginfo/<build-id>.vmlinux       the vmlinux, named by its build ID
+    debuginfo/<build-id>.modules/      debug files of that kernel's modules, fetched when a
+                                       report's frame is in one (<name>.ko; <name>.absent: none)
     debuginfo/<arch>-<sha>.build-id    the build IDs in a booted kernel's image (read once)
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 from harness.base import kernel_cache, paths, procs
 from harness.base.kernel_cache import KernelKey
@@ -37,6 +44,7 @@ from images.kernels.packages import tar_command
 # where distributions put the kernel's vmlinux with DWARF (Debian: boot/;
 # Fedora and SUSE: lib/modules/<release>/)
 _MEMBER = re.compile(r"(?:\./)?usr/lib/debug/(?:boot/vmlinux-[^/]+|lib/modules/[^/]+/vmlinux)")
+_MODULE = re.compile(r"(?:\./)?usr/lib/debug/lib/modules/[^/]+/.+\.ko")
 _AR_MAGIC = b"!<arch>\n"
 _CHUNK = 1 << 20
 PARTIAL = ".vmlinux-"  # a vmlinux being copied in: .vmlinux-<pid>-<random>
@@ -179,7 +187,10 @@ def _drop_orphans(dest_dir: Path) -> None:
             f.unlink(missing_ok=True)
 
 
-def _keep_member(tar: tarfile.TarFile, dest_dir: Path) -> tuple[Path, str] | None:
+Keep = Callable[[tarfile.TarFile, Path], Iterator[tuple[Path, str]]]
+
+
+def _keep_member(tar: tarfile.TarFile, dest_dir: Path) -> Iterator[tuple[Path, str]]:
     """The vmlinux member of a streamed package, written to a partial file in dest_dir."""
     for m in tar:
         if not (m.isfile() and _MEMBER.fullmatch(m.name)):
@@ -187,8 +198,25 @@ def _keep_member(tar: tarfile.TarFile, dest_dir: Path) -> tuple[Path, str] | Non
         src = tar.extractfile(m)
         if src is None:
             continue
-        return _copy_to_partial(src, dest_dir), m.name
-    return None
+        yield _copy_to_partial(src, dest_dir), m.name
+        return
+
+
+def _keep_modules(names: set[str]) -> Keep:
+    """A keep for _stream: the debug files of these modules (as the kernel
+    names them: jfs, nf_tables), each written to a partial file."""
+    def keep(tar: tarfile.TarFile, dest_dir: Path) -> Iterator[tuple[Path, str]]:
+        for m in tar:
+            if m.isfile() and _MODULE.fullmatch(m.name) and module_name(m.name) in names:
+                src = tar.extractfile(m)
+                if src is not None:
+                    yield _copy_to_partial(src, dest_dir), m.name
+    return keep
+
+
+def module_name(member: str) -> str:
+    """The name the kernel gives a module file: net/sched/sch_fq-pie.ko is sch_fq_pie."""
+    return member.rsplit("/", 1)[-1].split(".ko")[0].replace("-", "_")
 
 
 def _publish(tmp: Path, booted: list[str], what: str) -> Path:
@@ -215,6 +243,19 @@ def at_version(url: str, version: str) -> bool:
 
 def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
     """Stream kernel's -dbg package from Debian's mirror, keeping its vmlinux."""
+    package = package_name(kernel)
+    booted = booted_build_ids(kernel.key, kernel.vmlinuz)
+    kept, s, seconds = _stream(kernel, "keeping only its vmlinux", _keep_member, progress)
+    if not kept:
+        raise SpecError(f"{package} holds no vmlinux under usr/lib/debug")
+    path = _publish(kept[0][0], booted, package)
+    return Fetched(path, buildid.of_elf(path) or "", package, round(s.read_bytes / 1e6, 1), seconds)
+
+
+def _stream(kernel: Kernel, what: str, keep: Keep, progress: Progress | None) -> tuple[list[tuple[Path, str]], _Stream, float]:
+    """The members keep takes from kernel's -dbg package, streamed from
+    Debian's mirror into partial files of the cache, the package's SHA-256
+    checked; the partial files and the stream, and the seconds it took."""
     import urllib.request  # here: most runs download nothing (images/kernels/download.py)
     package = package_name(kernel)
     archive = debian.archive_for(package)
@@ -228,36 +269,32 @@ def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
     if version and not at_version(url, version):
         raise SpecError(f"Debian's archive has {package} only at another version than {version} "
                         f"({url.rsplit('/')[-1]})")
-    booted = booted_build_ids(kernel.key, kernel.vmlinuz)
     dest_dir = kernel_cache.directory(kernel_cache.DEBUGINFO)
     dest_dir.mkdir(parents=True, exist_ok=True)
     if progress:
-        progress(f"{package}: streaming {size / 1e6:.0f} MB from {url.split('/')[2]}, keeping only its vmlinux")
+        progress(f"{package}: streaming {size / 1e6:.0f} MB from {url.split('/')[2]}, {what}")
     t0 = time.monotonic()
     try:
         r = urllib.request.urlopen(url, timeout=60)
     except OSError as e:
         raise SpecError(f"cannot download {package}: {why_failed(e)}") from None
-    with r:
-        s = _Stream(r, package, size, progress)
-        try:
-            with tarfile.open(fileobj=s, mode="r|") as tar:  # type: ignore[arg-type]  # read() is all it needs
-                kept = _keep_member(tar, dest_dir)
-        except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
-            raise SpecError(f"{package}: unreadable package ({e})") from None
-        if kept is None:
-            raise SpecError(f"{package} holds no vmlinux under usr/lib/debug")
-        try:
+    kept: list[tuple[Path, str]] = []
+    try:
+        with r:
+            s = _Stream(r, package, size, progress)
+            try:
+                with tarfile.open(fileobj=s, mode="r|") as tar:  # type: ignore[arg-type]  # read() is all it needs
+                    kept += keep(tar, dest_dir)
+            except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
+                raise SpecError(f"{package}: unreadable package ({e})") from None
             s.drain()
-        except BaseException:
-            kept[0].unlink(missing_ok=True)
-            raise
-    if s.read_bytes != size or s.sha.hexdigest() != sha:
-        kept[0].unlink(missing_ok=True)
-        raise SpecError(f"{package} is corrupt ({s.read_bytes} of {size} bytes, sha256 mismatch)")
-    path = _publish(kept[0], booted, package)
-    return Fetched(path, buildid.of_elf(path) or "", package, round(s.read_bytes / 1e6, 1),
-                   round(time.monotonic() - t0, 1))
+        if s.read_bytes != size or s.sha.hexdigest() != sha:
+            raise SpecError(f"{package} is corrupt ({s.read_bytes} of {size} bytes, sha256 mismatch)")
+    except BaseException:
+        for tmp, _ in kept:
+            tmp.unlink(missing_ok=True)
+        raise
+    return kept, s, round(time.monotonic() - t0, 1)
 
 
 def from_file(kernel: Kernel, given: Path, progress: Progress | None = None) -> Fetched:
@@ -275,15 +312,15 @@ def from_file(kernel: Kernel, given: Path, progress: Progress | None = None) -> 
                                 preexec_fn=procs.die_with_parent)
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-                kept = _keep_member(tar, dest_dir)
+                kept = list(_keep_member(tar, dest_dir))
         except tarfile.TarError as e:
             raise SpecError(f"{given.name}: unreadable package ({e})") from None
         finally:
             proc.kill()
             proc.wait(60)
-        if kept is None:
+        if not kept:
             raise SpecError(f"{given.name} holds no vmlinux under usr/lib/debug")
-        tmp = kept[0]
+        tmp = kept[0][0]
     else:
         with open(given, "rb") as src:
             tmp = _copy_to_partial(src, dest_dir)
@@ -298,3 +335,25 @@ def fetch(kernel: Kernel, given: Path | None = None, progress: Progress | None =
     if have is not None and given is None:
         return Fetched(have, buildid.of_elf(have) or "", cached=True)
     return from_file(kernel, given, progress) if given is not None else fetch_debian(kernel, progress)
+
+
+def module_files(kernel: Kernel, names: set[str], progress: Progress | None = None) -> dict[str, Path]:
+    """The debug files of these modules of a kernel whose vmlinux kstall
+    has: cached ones, and the rest streamed from its -dbg package once (a
+    name the package has no file for is remembered as absent). Only
+    Debian's packages are fetched; a module's debug file is a few MB, all
+    of them 5 GB, so only the modules a report's frames are in are kept."""
+    vmlinux = cached_vmlinux(kernel)
+    if vmlinux is None or vmlinux.parent != kernel_cache.directory(kernel_cache.DEBUGINFO) or not names:
+        return {}  # a build's own vmlinux: its modules' debug files are in its tree
+    where = vmlinux.with_suffix(".modules")
+    missing = {n for n in names if not (where / f"{n}.ko").is_file() and not (where / f"{n}.absent").exists()}
+    if missing:
+        kept, _, _ = _stream(kernel, f"keeping the debug files of {', '.join(sorted(missing))}",
+                             _keep_modules(missing), progress)
+        where.mkdir(exist_ok=True)
+        for tmp, member in kept:
+            tmp.rename(where / f"{module_name(member)}.ko")
+        for n in missing - {module_name(m) for _, m in kept}:
+            (where / f"{n}.absent").touch()
+    return {n: where / f"{n}.ko" for n in names if (where / f"{n}.ko").is_file()}

@@ -52,13 +52,14 @@ def test_build_ids_from_an_elf_and_from_raw_bytes():
     assert buildid.of_elf(Path("/usr/bin/true")) in readelf
 
 
-def _deb(member: str, payload: bytes) -> bytes:
-    """A .deb (ar: debian-binary, control.tar.xz, data.tar.xz) holding one file."""
+def _deb(*members: tuple[str, bytes]) -> bytes:
+    """A .deb (ar: debian-binary, control.tar.xz, data.tar.xz) holding these files."""
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as t:
-        info = tarfile.TarInfo(member)
-        info.size = len(payload)
-        t.addfile(info, io.BytesIO(payload))
+        for member, payload in members:
+            info = tarfile.TarInfo(member)
+            info.size = len(payload)
+            t.addfile(info, io.BytesIO(payload))
     parts = [("debian-binary", b"2.0\n"), ("control.tar.xz", lzma.compress(b"")),
              ("data.tar.xz", lzma.compress(data.getvalue()))]
     out = b"!<arch>\n"
@@ -69,10 +70,10 @@ def _deb(member: str, payload: bytes) -> bytes:
 
 def test_the_dbg_package_is_streamed_and_only_its_vmlinux_kept(tmp_path):
     vmlinux = Path("/usr/bin/true").read_bytes()  # any ELF with a build ID stands for one
-    deb = _deb("./usr/lib/debug/boot/vmlinux-6.1.0-47-amd64", vmlinux)
+    deb = _deb(("./usr/lib/debug/boot/vmlinux-6.1.0-47-amd64", vmlinux))
     s = debuginfo._Stream(io.BytesIO(deb), "test-dbg", len(deb), None)
     with tarfile.open(fileobj=s, mode="r|") as tar:  # type: ignore[arg-type]
-        kept, name = debuginfo._keep_member(tar, tmp_path)
+        [(kept, name)] = debuginfo._keep_member(tar, tmp_path)
     s.drain()
     assert name.endswith("vmlinux-6.1.0-47-amd64") and kept.read_bytes() == vmlinux
     assert s.read_bytes == len(deb)  # the whole package hashed
@@ -80,6 +81,22 @@ def test_the_dbg_package_is_streamed_and_only_its_vmlinux_kept(tmp_path):
         debuginfo._publish(kept, ["00" * 20], "test-dbg")
     with pytest.raises(SpecError, match="not a Debian package"):
         debuginfo._Stream(io.BytesIO(b"<html>"), "x", 6, None)
+
+
+def test_only_the_modules_a_report_names_are_kept_from_the_dbg_package(tmp_path):
+    """A module's file name may spell with '-' what the kernel names with
+    '_' (sch_fq-pie.ko is [sch_fq_pie]); the rest of the package, the
+    vmlinux among it, is only hashed."""
+    root = "./usr/lib/debug/lib/modules/6.1.0-47-amd64"
+    deb = _deb((f"{root}/vmlinux", b"vmlinux"), (f"{root}/kernel/fs/jfs/jfs.ko", b"jfs"),
+               (f"{root}/kernel/fs/ext4/ext4.ko", b"ext4"), (f"{root}/kernel/net/sched/sch_fq-pie.ko", b"fq"))
+    s = debuginfo._Stream(io.BytesIO(deb), "test-dbg", len(deb), None)
+    with tarfile.open(fileobj=s, mode="r|") as tar:  # type: ignore[arg-type]
+        kept = list(debuginfo._keep_modules({"jfs", "sch_fq_pie", "nf_tables"})(tar, tmp_path))
+    s.drain()
+    assert sorted((debuginfo.module_name(name), p.read_bytes()) for p, name in kept) == \
+        [("jfs", b"jfs"), ("sch_fq_pie", b"fq")]
+    assert s.read_bytes == len(deb)
 
 
 # a small x86-64 core as QEMU writes it, HEADROOM bytes into the file: two

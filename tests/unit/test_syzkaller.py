@@ -478,14 +478,18 @@ def test_calls_syzkallers_setup_makes_too_cannot_say_the_program_ran():
     assert reach.setup_calls("int f(void) { return open(0, 0); }") == set()  # not csource's shape: nothing set apart
 
 
-def test_a_need_says_when_the_kernels_config_leaves_it_out():
+def test_a_need_says_when_the_kernels_config_leaves_it_out(tmp_path):
+    from images.kernels.kernel import Kernel
     """Debian builds neither USB_RAW_GADGET nor X25: a need of either is this
-    kernel's config, read from it (repro/README.md had "checked by hand")."""
+    kernel's config, read from it (repro/README.md had "checked by hand").
+    One it builds is not: 6.1.170's CHR_DEV_SG=m was once read as "not set"
+    (the options were looked up without their CONFIG_)."""
     lines = ["KSTALL check path=/dev/raw-gadget exists=0", "KSTALL check path=/dev/fuse exists=0",
              "KSTALL modprobe status=1 name=net-pf-9",
              f"KSTALL hist sys_exit {{ id: sys_socket                    [ 41], ret: {2**64 - 97} }} hitcount:  3"]
-    config = {"FUSE_FS": "m"}.get  # a 6.1.170-like config: FUSE built, the others not set
-    r = reach.analyse(lines, ["socket", "openat"], ENV, reach.Aliases(""), None, frozenset(), config)
+    (tmp_path / "config").write_text("CONFIG_FUSE_FS=m\n# CONFIG_X25 is not set\n# CONFIG_USB_RAW_GADGET is not set\n")
+    kernel = Kernel("k", "k", tmp_path / "vmlinuz", "0" * 64, config=tmp_path / "config")  # a 6.1.170-like config
+    r = reach.analyse(lines, ["socket", "openat"], ENV, reach.Aliases(""), None, frozenset(), kernel.config_value)
     assert r.needs == [
         'socket family 9 (AF_X25): no module of this kernel answers request_module("net-pf-9"); '
         "this kernel's config leaves it out (CONFIG_X25 is not set)",
