@@ -106,6 +106,13 @@ def match(titles: list[str], hangs: list[Hang]) -> Match | None:
     return min(found, key=lambda m: order[m.how]) if found else None
 
 
+def unnamed(titles: list[str], reports: list[dict]) -> list[dict]:
+    """The reports none of syzbot's titles names by their title, stack or
+    inlined functions (a hang of the same kind only is not named): those a
+    module's inlined functions may still name."""
+    return [rep for rep in reports if (m := match(titles, [report_hang(rep)])) is None or m.how == "kind"]
+
+
 def report_hang(report: dict) -> Hang:
     """A console report of run.json: its title and the functions of its own
     trace (console.report_frames: not "? " frames, not other CPUs' output),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.analysis import (classify, console, cpu_state, kernel_waits, latency, pmiss, reach, sleeping, starvation,
-                              task_waits, thread_hang)
+                              syzbot, task_waits, thread_hang)
 from harness.analysis.classify import Role
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
@@ -677,11 +677,15 @@ def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:
     if vmlinux is None or r.syms_path is None:
         return reports
     syms = Kallsyms.load(r.syms_path)
-    in_modules = [inlines.module_frames(rep.get("excerpt", [])) for rep in titled]
+    for rep in titled:
+        rep["inlined"] = inlines.inlined(inlines.addresses(rep.get("excerpt", []), syms), vmlinux)
+    # a module's debug file is a stream of the whole -dbg package (a minute): only for
+    # reports that syzbot's title does not already name
+    unnamed = syzbot.unnamed(titles_of(r.repro.syzbot), titled)
+    in_modules = [inlines.module_frames(rep.get("excerpt", [])) for rep in unnamed]
     kos = module_debug_files(r, {m for frames in in_modules for m in frames})
-    for rep, frames in zip(titled, in_modules):
-        rep["inlined"] = inlines.inlined(inlines.addresses(rep.get("excerpt", []), syms), vmlinux) + \
-            [f for m, at in frames.items() if m in kos for f in inlines.inlined_in_module(at, kos[m])]
+    for rep, frames in zip(unnamed, in_modules):
+        rep["inlined"] += [f for m, at in frames.items() if m in kos for f in inlines.inlined_in_module(at, kos[m])]
     return reports
 
 

@@ -80,3 +80,6 @@ def test_syzbots_function_inlined_into_a_frame_of_the_report_reproduces_its_titl
     assert "inlined into a frame" in m.text()
     without = dict(report, inlined=[])  # without the kernel's debug info: a different hang
     assert syzbot.match(["INFO: task hung in lock_rename"], [syzbot.report_hang(without)]) is None
+    # only a report the title does not name yet has its modules' debug files fetched
+    assert syzbot.unnamed(["INFO: task hung in lock_rename"], [report, without]) == [without]
+    assert syzbot.unnamed(["INFO: task hung in do_renameat2"], [without]) == []
