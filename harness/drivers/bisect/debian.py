@@ -187,7 +187,7 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
         return step
 
     def on_step(step: Step) -> None:
-        n = len(b.steps)
+        n = list(b.steps).index(step.candidate) + 1  # a confirmed step keeps the number it first had
         line = (f"step {n}: {step.candidate:<9} {step.state:<10} {step.verdict:<14} {step.seconds:6.1f}s  "
                 f"{step.p_miss or step.line}")
         echo(line)

@@ -155,5 +155,4 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo, provisional: bool 
                else f"{pm['text']} is not below {policy.pmiss_target:g}")
         echo(f"{label}: not reproduced, but {why}: running again")
     return Step(label, SKIP, VerdictKind.NOT_REPRODUCED, f"P(miss) stayed above {policy.pmiss_target:g} after "
-                f"{policy.max_runs} runs ({total} passes)", "", round(time.monotonic() - t0, 1),
-                earlier + [r.results_dir for r in recs if r.results_dir], total), recs
+                f"{policy.max_runs} runs ({total} passes)", "", seconds, runs, total), recs  # the last run's
