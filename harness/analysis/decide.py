@@ -248,9 +248,9 @@ def timeboxed(f: Findings) -> Verdict:
                        summary=f"its setup failed: {said[-1] if said else f'exit {SYZ_FAIL}'}")
     reach = f.reach
     if reach is not None and reach.needs:
-        return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs what this kernel lacks: "
+        return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs what this guest lacks: "
                        f"{'; '.join(reach.needs)}; {ran}; {reach.text()}",
-                       summary=f"the reproducer needs {reach.needs[0].split(':')[0]}, which this kernel lacks")
+                       summary=f"the reproducer needs {reach.needs[0].split(':')[0]}, which this guest lacks")
     if reach is not None and not reach.reached_kernel:
         return Verdict(VerdictKind.INCONCLUSIVE, f"its calls did not reach the kernel: {reach.text()}; {ran}",
                        summary="its calls did not reach the kernel")
