@@ -6,6 +6,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.analysis import retry
+from harness.analysis.outcome import OutcomeKind
+from harness.analysis.retry import Retry
 from harness.base import leftovers
 from harness.drivers import preflight
 from harness.drivers.case import ensure_guest
@@ -18,8 +21,24 @@ from images.kernels.kernel import Kernel
 
 
 def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
+    """The kernel's symbols, from one boot; an emulator fault (TCG's, seen on
+    a busy host) gets one more boot, as a run's attempt does, on the
+    accelerator a run's next attempt would take (retry.NEXT_ACCEL)."""
     initrd = initramfs.build(ensure_guest(echo, kernel.arch), modules=preflight.check(kernel, None).modules)
     kind = accel.choose(accel_mode, kernel, initrd, echo)
+    try:
+        return _capture(kernel, initrd, kind, echo)
+    except EmulatorFault as e:
+        kind = retry.accel_after(Retry.EMULATOR_FAULT, kind)
+        echo(f"{e}: booting once more ({kind})")
+        return _capture(kernel, initrd, kind, echo)
+
+
+class EmulatorFault(RuntimeError):
+    """A capture the emulator, not the kernel, cut short."""
+
+
+def _capture(kernel: Kernel, initrd: Path, kind: str, echo) -> dict:
     m = machine.for_kernel(kernel)
     with tempfile.TemporaryDirectory(prefix="kstall-syms-") as logs:
         leftovers.mark(Path(logs))  # a killed kstall's is swept by the next
@@ -36,7 +55,8 @@ def capture(kernel: Kernel, echo, accel_mode: str = "auto") -> dict:
                 w.syms.read()
                 time.sleep(0.01)
     if not w.syms.complete(symcache.LAST_BLOB):
-        raise RuntimeError(f"no symbols arrived ({out.kind}: {out.detail})")
+        error = EmulatorFault if out.kind == OutcomeKind.INFRA else RuntimeError
+        raise error(f"no symbols arrived ({out.kind}: {out.detail})")
     path = symcache.store(kernel.key, w.syms.blobs)
     info = w.agent.syms_info
     return {"path": path, "lines": int(info.get("lines", 0)), "bytes": len(w.syms.blobs["KALLSYMS"]),

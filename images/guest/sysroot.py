@@ -7,10 +7,12 @@ host's dpkg never learns of the architecture."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable
+from urllib.parse import unquote
 
 from harness.base import arch as arches
 from harness.base import paths
@@ -48,7 +50,7 @@ def ensure(arch: str, progress: Progress | None = None) -> Path:
         work.mkdir(parents=True, exist_ok=True)
         try:
             for pin in pins:
-                url, fname, size, sha = archive.uris(pin)
+                url, fname, size, sha = _uris(archive, pin, progress)
                 fetch_file(url, work / fname, size, sha, pin, progress)
                 p = subprocess.run(["dpkg-deb", "-x", str(work / fname), str(d)], capture_output=True, text=True,
                                    timeout=300)
@@ -59,6 +61,40 @@ def ensure(arch: str, progress: Progress | None = None) -> Path:
         (d / "complete").write_text("\n".join(pins) + "\n")
     cached.make_once(d, make, done="complete")
     return d
+
+
+def _uris(archive: debian.Archive, pin: str, progress: Progress | None) -> tuple[str, str, int, str]:
+    """A pin's package; where its exact version is missing from the package
+    lists (a security update the host has, in a suite whose index the mirror
+    served stale, so that it did not refresh), the host release's own one of
+    the same upstream version: the same headers, the host's compiler's ABI."""
+    try:
+        return archive.uris(pin)
+    except SpecError:
+        name, _, version = pin.partition("=")
+        if not version or not (release := host_release()):
+            raise
+        got = archive.uris(f"{name}/{release}")
+        if upstream(unquote(got[1]).split("_")[1]) != upstream(version):
+            raise
+    if progress:
+        progress(f"{pin}: not in the package lists kstall has; taking {release}'s {got[1]}, the same upstream version")
+    return got
+
+
+def upstream(version: str) -> str:
+    """A Debian version's upstream part: 1:1.2.13.dfsg-1 -> 1.2.13.dfsg."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def host_release() -> str:
+    """The host's Debian codename (os-release), '' where it says none."""
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return ""
+    m = re.search(r"^VERSION_CODENAME=\"?(\w+)", text, re.M)
+    return m.group(1) if m else ""
 
 
 def make_args(arch: str, progress: Progress | None = None) -> list[str]:

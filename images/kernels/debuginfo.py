@@ -252,7 +252,8 @@ def fetch_debian(kernel: Kernel, progress: Progress | None = None) -> Fetched:
     return Fetched(path, buildid.of_elf(path) or "", package, round(s.read_bytes / 1e6, 1), seconds)
 
 
-def _stream(kernel: Kernel, what: str, keep: Keep, progress: Progress | None) -> tuple[list[tuple[Path, str]], _Stream, float]:
+def _stream(kernel: Kernel, what: str, keep: Keep,
+            progress: Progress | None) -> tuple[list[tuple[Path, str]], _Stream, float]:
     """The members keep takes from kernel's -dbg package, streamed from
     Debian's mirror into partial files of the cache, the package's SHA-256
     checked; the partial files and the stream, and the seconds it took."""

@@ -19,7 +19,7 @@ from harness.base import arch, needs, paths, reproducers
 from harness.drivers import preflight
 from images.guest import skeleton
 from images.kernels import debian, schemes
-from images.kernels.kernel import Kernel, image_arch
+from images.kernels.kernel import Kernel, SpecError, image_arch
 
 FIXTURE = "bpf-timer-6.1.170-ppc64le"
 PPC, S390, RISCV = arch.get("ppc64le"), arch.get("s390x"), arch.get("riscv64")
@@ -342,3 +342,30 @@ def test_a_cpu_in_a_timer_interrupt_replayed_as_its_loop_unlocks_is_still_in_its
                           "_raw_spin_unlock_irqrestore", "hrtimer_try_to_cancel"]
     classes = classify.classify_samples(samples, classify.load_signatures())
     assert {c.cpu for c in classes if c.signature.role == Role.CULPRIT} == {0, 1}
+
+
+def test_a_sysroot_package_whose_security_update_the_lists_lack_takes_the_releases_own(monkeypatch):
+    """2026-11-30: the mirror served bookworm-security's ppc64el index stale,
+    so it did not refresh, and the host's libzstd-dev 1.5.4+dfsg2-5+deb12u1
+    was in no list kstall had. bookworm's 1.5.4+dfsg2-5 has the same
+    headers; another upstream version is no stand-in."""
+    from images.guest import sysroot
+
+    class Lists:
+        def __init__(self, have: dict[str, str]) -> None:
+            self.have = have
+
+        def uris(self, pin: str) -> tuple[str, str, int, str]:
+            if pin not in self.have:
+                raise SpecError(f"E: Version for {pin} was not found")
+            return f"http://x/{self.have[pin]}", self.have[pin], 1, "0" * 64
+
+    monkeypatch.setattr(sysroot, "host_release", lambda: "bookworm")
+    lists = Lists({"libzstd-dev:ppc64el/bookworm": "libzstd-dev_1.5.4+dfsg2-5_ppc64el.deb",
+                   "libbpf-dev:ppc64el/bookworm": "libbpf-dev_1%3a1.1.3-1_ppc64el.deb"})
+    said: list[str] = []
+    got = sysroot._uris(lists, "libzstd-dev:ppc64el=1.5.4+dfsg2-5+deb12u1", said.append)  # type: ignore[arg-type]
+    assert got[1] == "libzstd-dev_1.5.4+dfsg2-5_ppc64el.deb" and "the same upstream version" in said[0]
+    with pytest.raises(SpecError):
+        sysroot._uris(lists, "libbpf-dev:ppc64el=1:1.1.2-0+deb12u1", said.append)  # type: ignore[arg-type]
+    assert sysroot.upstream("1:1.2.13.dfsg-1") == "1.2.13.dfsg" and sysroot.upstream("0.188-2.1") == "0.188"
