@@ -691,8 +691,8 @@ def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:
 
 def module_debug_files(r: _Run, names: set[str]) -> dict[str, Path]:
     """The debug files of the modules a report's frames are in, fetched the
-    first time (a few seconds each kernel); without them, those frames'
-    inlined functions are unknown, and the run goes on."""
+    first time (about a minute per kernel and set of modules); without them,
+    those frames' inlined functions are unknown, and the run goes on."""
     try:
         return debuginfo.module_files(r.kernel, names, progress=r.echo)
     except SpecError as e:
