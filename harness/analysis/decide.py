@@ -96,11 +96,25 @@ def _timeout(f: Findings) -> Verdict:
     killer's loop): no evidence either way, INCONCLUSIVE with the events,
     not kstall's error."""
     st = f.starvation
+    if (st is None or not st.events) and f.silences:
+        return Verdict(VerdictKind.INCONCLUSIVE, f"the run did not end in its time ({f.outcome.detail}): "
+                       f"{silences_text(f.silences)}", summary=f"never ended, {silences_text(f.silences, short=True)}")
     if st is None or not st.events:
         return Verdict(VerdictKind.ERROR, f"{f.outcome.detail} without a verdict")
     st.mostly, st.why = True, "the guest never ended the run"  # the record and its reports say starved
     return Verdict(VerdictKind.INCONCLUSIVE, f"the run did not end in its time ({f.outcome.detail}), the guest "
                    f"starved: {st.text()}", summary=f"starved, never ended ({st.events[0]})")
+
+
+def silences_text(silences: list[dict], short: bool = False) -> str:
+    """The looks that found no CPU stuck, the guest going on after each: how
+    many, and what the CPUs did at the last (a timer storm keeps them moving
+    in interrupt context, the heartbeats seconds apart)."""
+    n, last = len(silences), silences[-1]
+    said = f"the guest fell silent {n} time{'s' * (n != 1)} with no CPU stuck"
+    if short:
+        return said
+    return f"{said}, and went on after each look (the last, {last['after_s']:g} s in, {last['what']}: {last['cpus']})"
 
 
 def _error(prefix: str = "", suffix: str = "") -> Callable[[Findings], Verdict]:
@@ -202,7 +216,11 @@ def starved_run(f: Findings, ran: str) -> Verdict | None:
 
 def weakened(v: Verdict, f: Findings) -> Verdict:
     """A NOT_REPRODUCED whose program the kernel starved at times names each
-    event: a weaker piece of evidence, said so."""
+    event: a weaker piece of evidence, said so. A program run for its time
+    names the silences it was looked at in and resumed from, too."""
+    if f.silences and f.repro.timebox:
+        v.reason += f"; {silences_text(f.silences)}"
+        v.summary += f" ({silences_text(f.silences, short=True)})"
     st = f.starvation
     if st is None or not st.events:
         return v

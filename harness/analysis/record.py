@@ -32,6 +32,8 @@ class Evidence:
     reach: dict | None = None          # a guest environment's program: what its calls reached (reach.py)
     # whether the kernel let the program run: the agent's account and its judgement (starvation.py)
     health: dict | None = None
+    # the looks that found no CPU stuck, the guest going on after each (attempt.py _Run.note_silence)
+    silences: list[dict] = field(default_factory=list)
 
     @property
     def latency(self) -> dict | None:
@@ -53,7 +55,8 @@ class Evidence:
                 "max_unexplained_gap_s": self.max_unexplained_gap_s,
                 "console_reports": self.console_reports, "console_titles": self.console_titles,
                 "console_reports_dropped": self.console_reports_dropped, "debug_method": self.debug_method,
-                "debug_errors": self.debug_errors, "reach": self.reach, "health": self.health}
+                "debug_errors": self.debug_errors, "reach": self.reach, "health": self.health,
+                "silences": self.silences}
 
 
 @dataclass
@@ -128,7 +131,8 @@ class RunRecord:
                                      console_reports=ev.get("console_reports", []),
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
                                      debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", []),
-                                     reach=ev.get("reach"), health=ev.get("health")),
+                                     reach=ev.get("reach"), health=ev.get("health"),
+                                     silences=ev.get("silences", [])),
                    cpus=doc.get("cpus", []), hang=doc.get("hang"), waits=doc.get("waits"), process=doc.get("process"),
                    prediction=doc.get("prediction"), guest=doc.get("guest", {}),
                    symbols=doc.get("symbols", {}), timings=doc.get("timings", {}), attempts=doc.get("attempts", []),

@@ -195,6 +195,7 @@ class _Run:
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
         self.vmcore: dict | None = None
         self.wait_graph: dict | None = None  # who holds what the sleeping tasks wait for (task_waits.py)
+        self.silences: list[dict] = []  # each look that found no culprit, and the guest went on after it
         # the kernel's variables, read while a hang is suspected
         self._variables: background.Pending[kernel_waits.Variables | None] | None = None
 
@@ -231,6 +232,16 @@ class _Run:
         if self.host_wait is None or not w.agent.repro_started_at:
             return None
         return self.host_wait.share(w.agent.repro_started_at, outcome.at)
+
+    def note_silence(self, w: Watch, outcome: Outcome, looked_s: float) -> None:
+        """A look that found no culprit, as the verdict tells it: when, what
+        fell silent, what each CPU was doing (a timer storm shows here: CPUs
+        moving in interrupt context, the program's time passing)."""
+        cpus = self.hang.cpus if isinstance(self.hang, cpu_state.Hang) else []
+        busy = [f"CPU{c.cpu} {c.short()}" for c in cpus if not c.benign]
+        self.silences.append({"after_s": round(outcome.at - (w.go_at or w.t0), 1), "what": outcome.detail,
+                              "looked_s": round(looked_s, 1),
+                              "cpus": ", ".join(busy) or ("all idle or in user mode" if cpus else "not read")})
 
     def set_samples_aside(self, prefix: str) -> None:
         """A look that did not settle the run: its samples kept under prefix (the next look reuses the names)."""
@@ -509,6 +520,18 @@ def false_alarms_allowed(host_share: float | None) -> int:
     return FALSE_ALARMS_BUSY if host_share is not None and host_share >= HOST_BUSY_SHARE else FALSE_ALARMS
 
 
+def widens(false_alarms: int, allowed: int, timebox: bool) -> bool:
+    """Whether a false alarm doubles the thresholds: each of the first
+    `allowed` does. A program run for its time resumes from every one, and
+    each doubles them, so that its looks stay few: at most log2(its time /
+    the first threshold) + 1, about 9 in 245 s. With the thresholds fixed
+    after the second, 4c456547958b's taprio timer storm on 6.1.170 (its
+    CPUs moving in hrtimer_interrupt and run_timer_softirq, heartbeats a
+    second or more apart) was looked at 160 times, and the run's bound ran
+    out before the program's time did: ERROR, no verdict."""
+    return timebox or false_alarms <= allowed
+
+
 def seen_again(r: _Run, w: Watch, outcome: Outcome, host_share: float | None, looks: int) -> bool:
     """Whether a culprit found on the first look is to be seen on a second
     before it is the verdict: when another CPU went on meanwhile (not idle,
@@ -570,8 +593,9 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
                     outcome = qemu_at_fault(vm, w, outcome)
                 return outcome, None
             false_alarms += 1
+            r.note_silence(w, outcome, time.monotonic() - outcome.at)
             r.set_samples_aside(f"false-alarm-{false_alarms}")
-            widen = false_alarms <= allowed
+            widen = widens(false_alarms, allowed, r.repro.timebox)
             busy = f"; the host held the guest back {share:.0%} of it" if share and allowed > FALSE_ALARMS else ""
             r.echo(f"no culprit on any CPU ({classify.summarize(r.classes) or 'all idle/user'}){busy}: "
                    f"resuming{', thresholds doubled' if widen else ''}")
@@ -632,7 +656,7 @@ READERS: dict[Reading, Callable[[_Run, VM, Watch, Outcome], None]] = {
 def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
              nmi: dict | None) -> Attempt:
     """The attempt's timings, its stall measurement (and chart), its verdict."""
-    watch_doc = w.summary() | {"nmi": nmi}
+    watch_doc = w.summary() | {"nmi": nmi, "silences": r.silences}
     r.timings.update({"boot_s": round(w.agent.hello_at - t0, 2) if w.agent.hello_at else None,
                       "gate_wait_s": watch_doc["gate_wait_s"],
                       "to_outcome_s": round(outcome.at - t0, 2),
@@ -660,7 +684,7 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
                         ended_by(repro, plan, w.agent.count), reports,
                         reached := program_reach(r, w), w.agent.leftovers,
-                        starved := starvation.judge(w.agent.health, reached, cpus=plan.cpus)))
+                        starved := starvation.judge(w.agent.health, reached, cpus=plan.cpus), r.silences))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
                    accel=plan.vm.accel, reach=reached.to_json() if reached else None, wait_graph=r.wait_graph,

@@ -199,7 +199,7 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
                           console_reports_dropped=w.get("console_reports_dropped", 0),
                           debug_method=final.samples.method if final.samples else None,
                           debug_errors=final.samples.errors if final.samples else [], reach=final.reach,
-                          health=final.health),
+                          health=final.health, silences=w.get("silences", [])),
         cpus=[c.to_json() for c in final.classes], hang=final.hang.to_json() if final.hang else None,
         waits=final.wait_graph,
         process=_process_doc(final), guest=w.get("hello", {}),

@@ -90,6 +90,9 @@ class Watch:
         self.echo = echo  # progress output, or None
         self.calls = calls or Calls()
         self.suspected = False
+        # the guest's clock stands while a look reads it: the run's bound leaves those seconds out
+        self.looked_s = 0.0
+        self._returned_at: float | None = None
         self.unanswered = ""  # why a command the host sent went unanswered (take_core)
         self._hung_task_at: float | None = None  # when the kernel's first hung-task report came
         self.go = go  # the GO line's parameters (repro/agent/agent.h); the wall clock is added when it is sent
@@ -236,8 +239,9 @@ class Watch:
         if self.restored and a.hb_count == 0 and now - a.hello_at > RESTORED_SILENCE:
             return Outcome(OutcomeKind.BOOT_FAILURE, f"the guest restored from its snapshot sent nothing within "
                            f"{RESTORED_SILENCE:.0f}s", now)
-        if now - (self.go_at or a.hello_at) > L.run_timeout:
-            return Outcome(OutcomeKind.TIMEOUT, f"run exceeded {L.run_timeout:.0f}s", now)
+        if now - (self.go_at or a.hello_at) - self.looked_s > L.run_timeout:
+            besides = f" besides {self.looked_s:.0f}s of looks at it" if self.looked_s >= 1 else ""
+            return Outcome(OutcomeKind.TIMEOUT, f"run exceeded {L.run_timeout:.0f}s{besides}", now)
         if a.sleeping_at is not None and now - a.sleeping_at >= SLEEPING_GRACE:  # every such task reported
             t = a.sleeping[0]
             return Outcome(OutcomeKind.SLEEPING, f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in "
@@ -388,10 +392,12 @@ class Watch:
             if out is not None:
                 # take what is already buffered (the rest of a report, symbols)
                 self._pump(0)
+                self._returned_at = time.monotonic()
                 return out
             if self.calls.on_hung_task and self._hung_task_told(now):
                 hook, self.calls.on_hung_task = self.calls.on_hung_task, None
                 hook()
+                self.looked_s += time.monotonic() - now
                 self.agent.restart_clocks(time.monotonic())  # the guest was stopped while it was read
                 continue
             self._pump(self._until_due(now))
@@ -414,7 +420,11 @@ class Watch:
     def rearm(self, widen: bool = True) -> None:
         """After a false alarm: start the freeze and stuck clocks afresh, with
         doubled thresholds unless widen is false."""
-        self.agent.restart_clocks(time.monotonic())
+        now = time.monotonic()
+        if self._returned_at is not None:
+            self.looked_s += now - self._returned_at
+            self._returned_at = None
+        self.agent.restart_clocks(now)
         if widen:
             self.limits.stuck_after *= 2
             self.limits.freeze_after *= 2

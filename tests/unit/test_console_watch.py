@@ -351,3 +351,40 @@ def test_an_agent_deaf_to_the_core_request_is_told_apart_from_a_slow_core(monkey
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_the_runs_bound_leaves_out_the_seconds_its_looks_stood_the_guest_still():
+    """4c456547958b on 6.1.170 (a taprio timer storm): 160 looks at a guest
+    that went on after each took the wall time its program needed, and the
+    run's bound ended it with no verdict. A look stops the guest's clock, so
+    the bound counts the watched time alone."""
+    pairs, guest, vm = _socket_vm()
+    try:
+        w = Watch(vm, Limits(freeze_after=0.2, run_timeout=0.6), patterns=[])
+        guest.sendall(b"KSTALL hello uname=6.1.170 cpus=2 init=init\nHB 0 1000000 0\n")
+        assert w.watch().kind == "freeze"
+        time.sleep(1.1)  # the look: the guest stood still
+        w.rearm(widen=False)
+        w.limits.freeze_after = 30
+        rearmed = time.monotonic()
+        out = w.watch()
+        assert out.kind == "timeout" and "besides 1s of looks at it" in out.detail, out
+        assert time.monotonic() - rearmed >= 0.25, "the look's seconds were counted against the run"
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def test_a_program_run_for_its_time_doubles_its_thresholds_at_every_look_so_its_looks_stay_few():
+    """A timer storm's heartbeats come seconds apart: with the thresholds
+    fixed after the second look, every gap past 0.8 s was a look. Doubling at
+    each, a run of 245 s has room for few."""
+    from harness.drivers.attempt import FALSE_ALARMS, widens
+    from harness.drivers.options import FREEZE_CEILING
+    assert [widens(n, FALSE_ALARMS, False) for n in (1, 2, 3, 9)] == [True, True, False, False]
+    assert all(widens(n, FALSE_ALARMS, True) for n in (1, 2, 3, 9, 160))
+    looks, threshold, spent = 0, FREEZE_CEILING, 0.0
+    while spent + threshold <= 245:  # each look needs a silence past the threshold of its time
+        spent, looks, threshold = spent + threshold, looks + 1, threshold * 2
+    assert looks <= 9

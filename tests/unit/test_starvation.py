@@ -145,3 +145,31 @@ def test_the_oom_killers_panic_after_a_starved_run_is_inconclusive_unless_it_is_
                                                 "title": "kernel panic: System is deadlocked on memory"})
     v, _ = judged(titled, health)
     assert v.verdict == VerdictKind.CRASHED and v.matched and v.matched["how"] == "title", v.line()
+
+
+def test_a_run_the_bound_ended_after_looks_that_found_no_cpu_stuck_is_inconclusive_with_what_they_saw():
+    """4c456547958b's third try on 6.1.170: the guest fell silent again and
+    again in a taprio timer storm, every look found its CPUs moving, and the
+    host's bound ended the run. Not kstall's ERROR: what the CPUs did is the
+    answer. A run that ended in its time says the same of its looks."""
+    silence = {"after_s": 61.2, "what": "no heartbeat for 0.81s", "looked_s": 0.9,
+               "cpus": "CPU0 running in run_timer_softirq (moving), CPU1 running in advance_sched (moving)"}
+    repro = reproducers.resolve(str(PROGRAMS / "busy_forks.c"))
+    ended = Outcome(OutcomeKind.TIMEOUT, "run exceeded 245s besides 31s of looks at it", 276.0)
+    v = decide.decide(Findings(ended, repro, Ktap(), silences=[silence] * 7))
+    assert v.verdict == VerdictKind.INCONCLUSIVE and v.exit_code == 3
+    assert v.reason == ("the run did not end in its time (run exceeded 245s besides 31s of looks at it): the guest "
+                        "fell silent 7 times with no CPU stuck, and went on after each look (the last, 61.2 s in, no "
+                        "heartbeat for 0.81s: CPU0 running in run_timer_softirq (moving), CPU1 running in "
+                        "advance_sched (moving))")
+    health, r, result = recorded()
+    k = Ktap()
+    for line in ["KTAP version 1", "1..1", result, "ok 1 prog # ran for 180 s"]:
+        k.feed(line)
+    done = Outcome(OutcomeKind.DONE, "reproducer exited with code 0", 0.0)
+    clean = decide.decide(Findings(done, repro, k, reach=r, silences=[silence]))
+    assert clean.verdict == VerdictKind.NOT_REPRODUCED
+    assert clean.reason.endswith("fell silent 1 time with no CPU stuck, and went on after each look (the last, 61.2 s "
+                                 "in, no heartbeat for 0.81s: CPU0 running in run_timer_softirq (moving), CPU1 running "
+                                 "in advance_sched (moving))")
+    assert "(the guest fell silent 1 time with no CPU stuck)" in clean.summary
