@@ -19,6 +19,7 @@ class DiskSpec:
     serial: str
     what: str          # "modules": the kernel's module tree; "work": an empty ext4
     size_mb: int = 0
+    bus: str = "virtio-blk"  # or "scsi": a disk on a virtio-scsi controller (/dev/sdX and /dev/sgN)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def get(name: str) -> GuestEnv:
         cpus=int(run.get("cpus", 2)),
         memory_mb=int(run.get("memory_mb", 0)),
         options=tuple(kernel.get("options", ())), mount_modules=tuple(kernel.get("mount_modules", ())),
-        disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0))) for x in d.get("disk", ())),
+        disks=tuple(DiskSpec(x["serial"], x["what"], int(x.get("size_mb", 0)),
+                                      x.get("bus", "virtio-blk")) for x in d.get("disk", ())),
         boot_steps=tuple(d["guest"].get("boot", ())), steps=tuple(d["guest"]["steps"]),
         host_tools=tuple(d["guest"].get("host_tools", ())),
         report_ends=tuple(d.get("report", {}).get("ends", ())),

@@ -703,8 +703,7 @@ def with_inlines(r: _Run, reports: list[dict]) -> list[dict]:
     syms = Kallsyms.load(r.syms_path)
     for rep in titled:
         rep["inlined"] = inlines.inlined(inlines.addresses(rep.get("excerpt", []), syms), vmlinux)
-    # a module's debug file is a stream of the whole -dbg package (a minute): only for
-    # reports that syzbot's title does not already name
+    # a module's debug file is a stream of the whole -dbg package (a minute): only where it may matter
     unnamed = syzbot.unnamed(titles_of(r.repro.syzbot), titled)
     in_modules = [inlines.module_frames(rep.get("excerpt", [])) for rep in unnamed]
     kos = module_debug_files(r, {m for frames in in_modules for m in frames})

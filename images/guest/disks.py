@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 """Virtio disks a guest gets beside its initramfs: each found in the guest by
-its serial (/sys/block/*/serial), never by the order it probed in."""
+its serial (/sys/block/*/serial), never by the order it probed in. A disk on
+the SCSI bus (a virtio-scsi controller of its own) is there for the device
+nodes a SCSI disk gives, /dev/sdX and /dev/sgN, not to be mounted by serial."""
 from __future__ import annotations
 
 import subprocess
@@ -23,11 +25,15 @@ class Disk:
     # the guest writes to a temporary overlay QEMU drops when it exits: the
     # image stays as it was, for the next guest (and for a snapshot's)
     throwaway: bool = False
+    bus: str = "virtio-blk"  # or "scsi"
 
     def qemu_args(self, index: int, transport: str = "pci") -> list[str]:
         mode = "readonly=on" if self.readonly else ("snapshot=on" if self.throwaway else "readonly=off")
-        return ["-drive", f"file={self.path},if=none,id=kdisk{index},format=raw,{mode}",
-                "-device", f"virtio-blk-{transport},drive=kdisk{index},serial={self.serial}"]
+        drive = ["-drive", f"file={self.path},if=none,id=kdisk{index},format=raw,{mode}"]
+        if self.bus == "scsi":
+            return drive + ["-device", f"virtio-scsi-{transport},id=kscsi{index}",
+                            "-device", f"scsi-hd,bus=kscsi{index}.0,drive=kdisk{index},serial={self.serial}"]
+        return drive + ["-device", f"virtio-blk-{transport},drive=kdisk{index},serial={self.serial}"]
 
 
 def qemu_args(disks: tuple[Disk, ...], transport: str = "pci") -> list[str]:

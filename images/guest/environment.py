@@ -51,7 +51,8 @@ def prepare(env: GuestEnv, kernel: Kernel, checks: list[str],
             mount = tuple(tree.mount)
             guest_disks.append(disks.Disk(tree.image, d.serial, readonly=True))
         elif d.what == "work":
-            guest_disks.append(disks.Disk(disks.empty_ext4(d.size_mb, d.serial, progress), d.serial, throwaway=True))
+            guest_disks.append(disks.Disk(disks.empty_ext4(d.size_mb, d.serial, progress), d.serial, throwaway=True,
+                                          bus=d.bus))
         else:
             raise SpecError(f"{env.name}'s environment names a disk kstall does not know: {d.what!r}")
     files = {BOOT_FILE: "".join(f"{s}\n" for s in env.boot_steps).encode(), ENV_FILE: env_text(env, checks).encode(),

@@ -81,7 +81,7 @@ def test_a_socket_family_the_kernel_lacks_is_what_the_reproducer_needs(matrix):
 
 def test_the_guest_is_the_machine_a_reproducer_expects(matrix):
     """ext4 under its working directory, root, modules loaded on demand,
-    tun, fuse, loop, ptys and network namespaces: every run exits 0."""
+    tun, fuse, loop, a SCSI disk, ptys and network namespaces: every run exits 0."""
     c = cell(matrix, "dddd")
     assert c["verdict"] == "NOT_REPRODUCED", c["line"]
     run = run_json(matrix, c)

@@ -80,6 +80,8 @@ def test_syzbots_function_inlined_into_a_frame_of_the_report_reproduces_its_titl
     assert "inlined into a frame" in m.text()
     without = dict(report, inlined=[])  # without the kernel's debug info: a different hang
     assert syzbot.match(["INFO: task hung in lock_rename"], [syzbot.report_hang(without)]) is None
-    # only a report the title does not name yet has its modules' debug files fetched
-    assert syzbot.unnamed(["INFO: task hung in lock_rename"], [report, without]) == [without]
+    # only a report the title does not name yet has its modules' debug files fetched,
+    # and none once another report is named: the title is reproduced already
+    assert syzbot.unnamed(["INFO: task hung in lock_rename"], [without]) == [without]
+    assert syzbot.unnamed(["INFO: task hung in lock_rename"], [report, without]) == []
     assert syzbot.unnamed(["INFO: task hung in do_renameat2"], [without]) == []
