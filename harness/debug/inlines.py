@@ -72,17 +72,15 @@ def module_frames(lines: list[str]) -> dict[str, list[tuple[str, int]]]:
 
 def module_symbols(ko: Path) -> dict[str, tuple[str, int]]:
     """A module's functions: name -> (the section it is in, its offset there)."""
-    try:
-        secs = subprocess.run(["readelf", "-SW", str(ko)], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, check=False).stdout
-        syms = subprocess.run(["readelf", "-sW", str(ko)], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, check=False).stdout
+    try:  # the section headers and the symbol table in one pass
+        out = subprocess.run(["readelf", "-SsW", str(ko)], capture_output=True, text=True,
+                             timeout=TIMEOUT_S, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    names = dict(re.findall(r"^\s*\[\s*(\d+)\]\s+(\S+)", secs, flags=re.M))
+    names = dict(re.findall(r"^\s*\[\s*(\d+)\]\s+(\S+)", out, flags=re.M))
     found = {}
     for value, ndx, name in re.findall(r"^\s*\d+:\s+([0-9a-f]+)\s+\d+\s+FUNC\s+\S+\s+\S+\s+(\d+)\s+(\S+)$",
-                                       syms, flags=re.M):
+                                       out, flags=re.M):
         if ndx in names:
             found[name] = (names[ndx], int(value, 16))
     return found
