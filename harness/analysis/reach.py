@@ -80,9 +80,14 @@ class Aliases:
     def __init__(self, text: str) -> None:
         self.rules = [(w[1], w[2]) for w in (line.split() for line in text.splitlines())
                       if len(w) == 3 and w[0] == "alias"]
+        # each pattern's text before its first wildcard: a name is matched only against
+        # the patterns it starts like (fnmatch compiles each pattern it tries, and
+        # 6.1.170 has 25,000: 1.5 s a name)
+        self._prefixed = [(re.split(r"[*?\[]", pattern, maxsplit=1)[0], pattern, m) for pattern, m in self.rules]
 
     def answers(self, name: str) -> list[str]:
-        return sorted({m for pattern, m in self.rules if fnmatch.fnmatchcase(name, pattern)})
+        return sorted({m for prefix, pattern, m in self._prefixed
+                       if name.startswith(prefix) and fnmatch.fnmatchcase(name, pattern)})
 
 
 def program_calls(source: str) -> list[str]:
