@@ -29,7 +29,7 @@ one row per bug and one column per kernel, each cell's first try with how
 many of its tries hung, and the record's prediction beside it.
 
   tests/bench/syzbot_repros.py [DIR] [--kernel K]... [--then K]... [--limit N] [--duration S]
-                               [--memory MB] [--shard I/N] [--state DIR] [--table]
+                               [--memory MB] [--shard I/N] [--state DIR] [--table [--brief]]
 """
 from __future__ import annotations
 
@@ -147,20 +147,22 @@ def root(tries: list[dict]) -> str:
     return f"; {waits if isinstance(waits, str) else waits[0]}"
 
 
-def cell_text(tries: list[dict]) -> str:
-    """One kernel's column for a bug: what its tries gave."""
+def cell_text(tries: list[dict], waits: bool = True) -> str:
+    """One kernel's column for a bug: what its tries gave (waits: with the
+    root of a hung task's chain)."""
     if not tries:
         return ""
     first = tries[0]
     n = len(tries)
+    chain = root if waits else (lambda _: "")
     repro = [t for t in tries if t.get("matched")]
     if repro:
         how = repro[0]["matched"]["how"]
-        return f"reproduced ({how}) {len(repro)}/{n}{root(repro)}"
+        return f"reproduced ({how}) {len(repro)}/{n}{chain(repro)}"
     if any(hung(t) for t in tries):
         t = next(t for t in tries if hung(t))
         hangs = [x for x in tries if hung(x)]
-        return f"different: {t['title_found'] or t['line']} {len(hangs)}/{n}{root(hangs)}"
+        return f"different: {t['title_found'] or t['line']} {len(hangs)}/{n}{chain(hangs)}"
     if first["verdict"] == "NOT_REPRODUCED":
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
         if not reached:
@@ -174,16 +176,21 @@ def cell_text(tries: list[dict]) -> str:
     return first["line"][:90]
 
 
-def table(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State) -> str:
-    rows = ["| bug | status | syzbot's title | " + " | ".join(kernels) + " |",
-            "|---|---|---|" + "---|" * len(kernels)]
+def table(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State, brief: bool = False) -> str:
+    """One row per bug that ran; brief: as repro/README.md keeps them (no
+    link or status, no wait chains, "-" where a kernel did not run it)."""
+    head = "| bug | syzbot's title | " if brief else "| bug | status | syzbot's title | "
+    rows = [head + " | ".join(kernels) + " |", "| --- " * (len(kernels) + 2 + (not brief)) + "|"]
     done = 0
     for p, h in items:
-        cols = [cell_text(state.tries(h.bug_id, k)) for k in kernels]
+        cols = [cell_text(state.tries(h.bug_id, k), waits=not brief) for k in kernels]
         if not any(cols):
             continue
         done += 1
-        rows.append(f"| [{h.bug_id[:12]}]({h.link}) | {h.status} | {h.title} | " + " | ".join(cols) + " |")
+        if brief:
+            rows.append(f"| {h.bug_id[:12]} | {h.title} | " + " | ".join(c or "-" for c in cols) + " |")
+        else:
+            rows.append(f"| [{h.bug_id[:12]}]({h.link}) | {h.status} | {h.title} | " + " | ".join(cols) + " |")
     return "\n".join(rows) + f"\n\n{done} bugs run\n"
 
 
@@ -291,6 +298,7 @@ def main() -> int:
     ap.add_argument("--shard", default="1/1", help="I/N: this machine's share of the bugs")
     ap.add_argument("--state", type=Path, default=paths.cache_dir() / "bench" / "syzbot")
     ap.add_argument("--table", action="store_true", help="print the table from the state, run nothing")
+    ap.add_argument("--brief", action="store_true", help="with --table: the rows as repro/README.md keeps them")
     ap.add_argument("--no-debuginfo", action="store_true", help="do not fetch the kernels' debug info")
     args = ap.parse_args()
     first_kernels = args.kernel or ["debian:6.1.170"]
@@ -336,7 +344,7 @@ def main() -> int:
                     p.kill()
             print("interrupted: run it again to resume", file=sys.stderr)
             return 130
-    print(table(items, kernels, state))
+    print(table(items, kernels, state, brief=args.brief))
     print(figures(items, kernels, state))
     print(f"reports: {report(args.dir, items, kernels, state, args.duration)}")
     return 0
