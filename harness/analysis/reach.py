@@ -111,6 +111,23 @@ def _libc() -> dict[str, tuple[str, ...]]:
         return {k: tuple(v) for k, v in tomllib.load(f)["calls"].items()}
 
 
+# where a program's calls are when it has no section of its own: a program run
+# once in a sandbox has them in loop(), else in main
+_ONCE = (re.compile(r"^static void loop\(void\)\n\{", re.M), re.compile(r"^int main\(void\)\n\{", re.M))
+_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+
+
+def program_strings(source: str) -> frozenset[str]:
+    """The strings the program's own calls name (each up to its first NUL:
+    syzkaller writes "bcachefs\\000"), from the section its calls are in."""
+    m = next((m for r in (*_SECTIONS, *_ONCE) if (m := r.search(source)) is not None), None)
+    if m is None:
+        return frozenset()
+    end = source.find("\n}\n", m.end())
+    body = _COMMENT.sub("", source[m.end():end if end >= 0 else len(source)])
+    return frozenset(text.split("\\0")[0].split("\\x00")[0] for text in _STRING.findall(body))
+
+
 def setup_calls(source: str) -> set[str]:
     """The system calls syzkaller's setup code makes through the C library
     (its sandbox, its devices, its loop: all but the calls' own section).
@@ -242,9 +259,10 @@ def _config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | 
 
 def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None,
             numbers: dict[int, str] | None = None, shared: frozenset[str] = frozenset(),
-            config: Callable[[str], str | None] | None = None) -> Reach:
+            config: Callable[[str], str | None] | None = None, strings: frozenset[str] = frozenset()) -> Reach:
     """config: the kernel's CONFIG_ values by option, CONFIG_ and all
-    (Kernel.config_value; None: not set), where kstall has its config."""
+    (Kernel.config_value; None: not set), where kstall has its config;
+    strings: those the program's own calls name (program_strings)."""
     calls, requests, checks = parse(lines, numbers)
     needs: list[str] = []
     lacks: list[str] = []
@@ -260,7 +278,8 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
         r, m = rule
         what = _fill(r.what, m, env)
         failing = [c for c in r.calls if c in calls and any(e in calls[c].errors for e in r.errors)]
-        if program and not set(r.calls) & set(program):
+        named = bool(r.named) and m.group(r.named) in strings
+        if program and not set(r.calls) & set(program) and not named:
             # asked for by syzkaller's setup code, not by a call of the program's
             # own (its sandbox mounts binderfs and gadgetfs whatever the program does)
             lacks.append(f"{name} ({what}, for its setup: {'no module' if modules == [] else 'did not load'})")

@@ -28,6 +28,9 @@ class AliasNeed:
     what: str          # "socket family {family}": its groups fill it in
     calls: tuple[str, ...] = ()   # the system calls that fail when it is missing
     errors: tuple[str, ...] = ()  # with these errors (errno names)
+    # a group the program may name as a string of its own calls (syz_mount_image's
+    # filesystem): the request is the program's then, whatever calls made it
+    named: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,8 @@ def get(name: str) -> GuestEnv:
         host_tools=tuple(d["guest"].get("host_tools", ())),
         report_ends=tuple(d.get("report", {}).get("ends", ())),
         report_linger=float(d.get("report", {}).get("linger_s", 0)),
-        alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())))
+        alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())),
+                                   a.get("named", ""))
                           for a in needs.get("alias", ())),
         families=tuple((int(k), v) for k, v in needs.get("families", {}).items()),
         need_options=tuple(needs.get("options", {}).items()))

@@ -514,3 +514,23 @@ def test_a_name_is_matched_against_the_alias_patterns_it_starts_like_with_the_sa
         assert aliases.answers(name) == brute, name
     assert aliases.answers("crypto-crct10dif-all") == ["catch_all"]
     assert aliases.answers("net-pf-16") == ["sixteens"]
+
+
+def test_a_filesystem_the_programs_own_mount_image_names_is_a_need_its_setups_is_not():
+    """5ef4c078ccd6 ("task hung in bch2_btree_node_update_key") on 6.1.170,
+    which has no bcachefs: syz_mount_image mounts through the C library, so
+    the program has no syscall(__NR_mount) of its own, and "fs-bcachefs"
+    read as its setup's request: NOT_REPRODUCED over 330 failed mounts. The
+    filesystem is a string of its own calls; binderfs, its sandbox's."""
+    source = ('static void setup_binderfs()\n{\n  mount("binder", "/dev/binderfs", "binder", 0, NULL);\n}\n'
+              'void execute_one(void)\n{\n  memcpy((void*)0x200000c0, "bcachefs\\000", 9);\n'
+              '  syz_mount_image(/*fs=*/0x200000c0, /*dir=*/0x20000180, 0, 0, 0, 0, 0);\n'
+              '  syscall(__NR_lseek, /*fd=*/-1, /*offset=*/0ul, /*whence=SEEK_HOLE*/ 4ul);\n}\n')
+    strings = reach.program_strings(source)
+    assert "bcachefs" in strings and "binder" not in strings
+    lines = ["KSTALL modprobe status=1 name=fs-bcachefs", "KSTALL modprobe status=1 name=fs-binder"]
+    r = reach.analyse(lines, reach.program_calls(source), ENV, reach.Aliases(""), strings=strings)
+    assert r.needs == ['filesystem bcachefs: no module of this kernel answers request_module("fs-bcachefs")']
+    assert r.lacks == ["fs-binder (filesystem binder, for its setup: no module)"]
+    once = 'int main(void)\n{\n  memcpy((void*)0x20000000, "hfsplus\\000", 8);\n  syz_mount_image(0x20000000);\n}\n'
+    assert "hfsplus" in reach.program_strings(once)  # a program run once: its calls are in main
