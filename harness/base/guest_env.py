@@ -53,6 +53,8 @@ class GuestEnv:
     host_tools: tuple[str, ...]        # host programs a guest of the host's architecture gets
     report_ends: tuple[str, ...]       # console-patterns.toml names that end a run
     report_linger: float               # seconds the guest lives on after the first of them
+    # seconds a CPU kstall found stuck leaves the kernel's detectors to report it (0: none)
+    report_wait: float
     alias_needs: tuple[AliasNeed, ...]
     families: tuple[tuple[int, str], ...]
     # what a need is in the kernel's config (a device path, a socket family's
@@ -91,6 +93,7 @@ def get(name: str) -> GuestEnv:
         host_tools=tuple(d["guest"].get("host_tools", ())),
         report_ends=tuple(d.get("report", {}).get("ends", ())),
         report_linger=float(d.get("report", {}).get("linger_s", 0)),
+        report_wait=float(d.get("report", {}).get("wait_s", 0)),
         alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())),
                                    a.get("named", ""))
                           for a in needs.get("alias", ())),

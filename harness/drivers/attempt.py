@@ -233,14 +233,17 @@ class _Run:
             return None
         return self.host_wait.share(w.agent.repro_started_at, outcome.at)
 
-    def note_silence(self, w: Watch, outcome: Outcome, looked_s: float) -> None:
-        """A look that found no culprit, as the verdict tells it: when, what
-        fell silent, what each CPU was doing (a timer storm shows here: CPUs
-        moving in interrupt context, the program's time passing)."""
+    def note_silence(self, w: Watch, outcome: Outcome, looked_s: float, then: str = "") -> None:
+        """A look the run went on from, as the verdict tells it: when, what
+        fell silent (and what kstall did then), what each CPU was doing (a
+        timer storm shows here: CPUs moving in interrupt context)."""
         cpus = self.hang.cpus if isinstance(self.hang, cpu_state.Hang) else []
-        busy = [f"CPU{c.cpu} {c.short()}" for c in cpus if not c.benign]
-        self.silences.append({"after_s": round(outcome.at - (w.go_at or w.t0), 1), "what": outcome.detail,
-                              "looked_s": round(looked_s, 1),
+        if not cpus and self.classes:  # a culprit a signature named: its CPUs as classified
+            busy = [f"CPU{c.cpu} {c.title}" for c in self.classes if c.signature.role in classify.NAMED_ROLES]
+        else:
+            busy = [f"CPU{c.cpu} {c.short()}" for c in cpus if not c.benign]
+        self.silences.append({"after_s": round(outcome.at - (w.go_at or w.t0), 1),
+                              "what": outcome.detail + (f"; {then}" if then else ""), "looked_s": round(looked_s, 1),
                               "cpus": ", ".join(busy) or ("all idle or in user mode" if cpus else "not read")})
 
     def set_samples_aside(self, prefix: str) -> None:
@@ -532,6 +535,20 @@ def widens(false_alarms: int, allowed: int, timebox: bool) -> bool:
     return timebox or false_alarms <= allowed
 
 
+def detectors_wait(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> float:
+    """How much longer a culprit found in a program run for its time waits
+    for the kernel's detectors to report it, the program going on (its
+    environment's [report] wait_s from the silence's start; 0: it does not
+    wait). A report ends the run with its title, as syzbot's; a guest
+    silent all along (every CPU with interrupts off: no detector can speak)
+    is looked at again and titled from its CPUs."""
+    env = guest_env.get(r.repro.env) if r.repro.timebox and r.repro.env else None
+    if env is None or not env.report_wait or r.samples is None or not r.samples.dumps or not vm.alive():
+        return 0.0
+    since = w.agent.last_hb_at if outcome.kind == OutcomeKind.FREEZE and w.agent.last_hb_at else outcome.at
+    return max(env.report_wait - (outcome.at - since), 1.0)
+
+
 def seen_again(r: _Run, w: Watch, outcome: Outcome, host_share: float | None, looks: int) -> bool:
     """Whether a culprit found on the first look is to be seen on a second
     before it is the verdict: when another CPU went on meanwhile (not idle,
@@ -561,6 +578,7 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
     outcome. Ctrl-C and SIGTERM end it as interrupted, to be raised once the
     run is written."""
     false_alarms = looks = 0
+    waited = False  # a culprit has been left to the kernel's detectors once
     try:
         while True:
             outcome = w.watch()
@@ -585,6 +603,18 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
                        "thresholds doubled, to see it again")
                 r.classes, r.hang = [], None
                 w.rearm(widen=True)
+                if injecting:
+                    nmi.start()
+                continue
+            if settled and not waited and (wait := detectors_wait(r, vm, w, outcome)) > 0:
+                found = classify.summarize(r.classes) or (r.hang.title if r.hang else "a CPU stuck")
+                r.note_silence(w, outcome, time.monotonic() - outcome.at,
+                               f"the kernel's detectors were left {wait:.0f}s to report it")
+                r.set_samples_aside("before-the-detectors")
+                r.echo(f"{found}: leaving the kernel's detectors {wait:.0f}s to report it (syzbot titles a hang "
+                       "by their report)")
+                r.classes, r.hang, waited = [], None, True
+                w.rearm_for(wait)
                 if injecting:
                     nmi.start()
                 continue

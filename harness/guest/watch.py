@@ -432,6 +432,13 @@ class Watch:
                 self.limits.freeze_floor *= 2
         self.suspected = False
 
+    def rearm_for(self, seconds: float) -> None:
+        """After a look whose finding waits for the kernel's own report: the
+        clocks afresh, and only a silence of that many seconds more (fixed,
+        no floor) is a freeze now."""
+        self.rearm(widen=False)
+        self.limits.freeze_after, self.limits.freeze_floor = seconds, None
+
     def unexplained_gap(self) -> float | None:
         """The longest heartbeat gap less what the host held the guest back
         by meanwhile: how long a guest that went on fell silent by itself,

@@ -388,3 +388,26 @@ def test_a_program_run_for_its_time_doubles_its_thresholds_at_every_look_so_its_
     while spent + threshold <= 245:  # each look needs a silence past the threshold of its time
         spent, looks, threshold = spent + threshold, looks + 1, threshold * 2
     assert looks <= 9
+
+
+def test_a_culprit_in_a_program_run_for_its_time_waits_for_the_kernels_detectors_from_the_silences_start():
+    """628d3507228a on 6.1.170 froze at 18 s, CPU 1 in csd_lock_wait behind
+    CPU 0's hrtimer storm: titled from the CPUs 3 of 3 times, before RCU's
+    21 s stall timeout could report what syzbot titles. A syzkaller
+    program's culprit waits for the detectors (its environment's wait_s);
+    kstall's own reproducers, and a look with no samples, do not."""
+    from harness.analysis.outcome import Outcome
+    from harness.base import guest_env, reproducers
+    from harness.drivers.attempt import detectors_wait
+    from recorded import FIXTURES as F
+    syz = reproducers.resolve(str(F / "syzkaller-programs" / "busy_forks.c"))
+    r = SimpleNamespace(repro=syz, samples=SimpleNamespace(dumps=[{}]))
+    vm = SimpleNamespace(alive=lambda: True)
+    w = SimpleNamespace(agent=SimpleNamespace(last_hb_at=17.6))
+    froze = Outcome("freeze", "no heartbeat for 0.40s", 18.0)
+    wait = guest_env.get("syzkaller").report_wait
+    assert wait >= 22 and abs(detectors_wait(r, vm, w, froze) - (wait - 0.4)) < 1e-9
+    r.samples.dumps = []  # nothing read: QEMU's fault is looked for, not the kernel's report
+    assert detectors_wait(r, vm, w, froze) == 0
+    r.samples.dumps, r.repro = [{}], reproducers.resolve("perf-refresh")
+    assert detectors_wait(r, vm, w, froze) == 0

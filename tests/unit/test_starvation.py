@@ -159,7 +159,7 @@ def test_a_run_the_bound_ended_after_looks_that_found_no_cpu_stuck_is_inconclusi
     v = decide.decide(Findings(ended, repro, Ktap(), silences=[silence] * 7))
     assert v.verdict == VerdictKind.INCONCLUSIVE and v.exit_code == 3
     assert v.reason == ("the run did not end in its time (run exceeded 245s besides 31s of looks at it): the guest "
-                        "fell silent 7 times with no CPU stuck, and went on after each look (the last, 61.2 s in, no "
+                        "fell silent 7 times, and went on after each look (the last, 61.2 s in, no "
                         "heartbeat for 0.81s: CPU0 running in run_timer_softirq (moving), CPU1 running in "
                         "advance_sched (moving))")
     health, r, result = recorded()
@@ -169,7 +169,7 @@ def test_a_run_the_bound_ended_after_looks_that_found_no_cpu_stuck_is_inconclusi
     done = Outcome(OutcomeKind.DONE, "reproducer exited with code 0", 0.0)
     clean = decide.decide(Findings(done, repro, k, reach=r, silences=[silence]))
     assert clean.verdict == VerdictKind.NOT_REPRODUCED
-    assert clean.reason.endswith("fell silent 1 time with no CPU stuck, and went on after each look (the last, 61.2 s "
+    assert clean.reason.endswith("fell silent 1 time, and went on after each look (the last, 61.2 s "
                                  "in, no heartbeat for 0.81s: CPU0 running in run_timer_softirq (moving), CPU1 running "
                                  "in advance_sched (moving))")
-    assert "(the guest fell silent 1 time with no CPU stuck)" in clean.summary
+    assert "(the guest fell silent 1 time)" in clean.summary
