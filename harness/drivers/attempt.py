@@ -195,7 +195,7 @@ class _Run:
         self.host_wait: HostWait | None = None  # the vCPU threads' waits for a host CPU, while the reproducer runs
         self.vmcore: dict | None = None
         self.wait_graph: dict | None = None  # who holds what the sleeping tasks wait for (task_waits.py)
-        self.silences: list[dict] = []  # each look that found no culprit, and the guest went on after it
+        self.silences: list[dict] = []  # each look the run went on after (note_silence)
         # the kernel's variables, read while a hang is suspected
         self._variables: background.Pending[kernel_waits.Variables | None] | None = None
 
