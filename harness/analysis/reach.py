@@ -278,8 +278,11 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
         r, m = rule
         what = _fill(r.what, m, env)
         failing = [c for c in r.calls if c in calls and any(e in calls[c].errors for e in r.errors)]
-        named = bool(r.named) and m.group(r.named) in strings
-        if program and not set(r.calls) & set(program) and not named:
+        if r.named and strings:  # the program names what it asks for: its request only if it names this one
+            own = m.group(r.named) in strings
+        else:
+            own = bool(set(r.calls) & set(program))
+        if program and not own:
             # asked for by syzkaller's setup code, not by a call of the program's
             # own (its sandbox mounts binderfs and gadgetfs whatever the program does)
             lacks.append(f"{name} ({what}, for its setup: {'no module' if modules == [] else 'did not load'})")

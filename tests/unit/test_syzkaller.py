@@ -534,3 +534,9 @@ def test_a_filesystem_the_programs_own_mount_image_names_is_a_need_its_setups_is
     assert r.lacks == ["fs-binder (filesystem binder, for its setup: no module)"]
     once = 'int main(void)\n{\n  memcpy((void*)0x20000000, "hfsplus\\000", 8);\n  syz_mount_image(0x20000000);\n}\n'
     assert "hfsplus" in reach.program_strings(once)  # a program run once: its calls are in main
+    # 8036326eebe7 mounts overlay with a syscall of its own: the sandbox's binderfs is still not its need
+    overlay = source.replace("bcachefs", "overlay").replace("syz_mount_image(", "syscall(__NR_mount, ")
+    r = reach.analyse(lines[1:], reach.program_calls(overlay), ENV, reach.Aliases(""),
+                      strings=reach.program_strings(overlay))
+    assert "mount" in r.program and r.needs == [] and r.lacks == ["fs-binder (filesystem binder, for its setup: "
+                                                                  "no module)"]
