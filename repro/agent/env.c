@@ -23,7 +23,7 @@
  *   mount SRC DIR FSTYPE OPTS     mount (OPTS "-": none)
  *   symlink TARGET LINK
  *   loopback                      bring lo up
- *   root DIR                      the program runs chrooted to DIR, a disk's mount point
+ *   root DIR                      the program's root is DIR, a disk's mount point (run.c, enter_root)
  *                                 that gets the rest of the guest's root bound into it
  *                                 (see make_root)
  *   cwd DIR                       the program runs from DIR (inside root's, if one)

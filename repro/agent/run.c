@@ -87,18 +87,33 @@ static void reap_orphans(pid_t program)
 			health_reaped(status, 0);
 }
 
+/* DIR as the program's root: in a mount namespace of its own, DIR moved
+ * onto / and entered, as switch_root does, so that the root is its
+ * namespace's own and not a chroot(2), in which the kernel refuses a user
+ * namespace (clone(CLONE_NEWUSER) EPERM): syzkaller's namespace sandbox
+ * never started there, and 9 of the 2023-2025 reproducers' calls never ran */
+static int enter_root(const char *dir)
+{
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 || chdir(dir) < 0 ||
+	    mount(dir, "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0)
+		return -errno;
+	return 0;
+}
+
 /* the program's child, before it becomes the program: where it runs, and
  * (env trace) its system calls counted from here on, its children's too */
 static void enter_env(void)
 {
+	int err;
+
 	if (env_trace) {
 		char pid[16];
 
 		snprintf(pid, sizeof(pid), "%d", getpid());
 		write_file(TRACING "/set_event_pid", pid);
 	}
-	if (env_root[0] && (chdir(env_root) < 0 || chroot(".") < 0))
-		dprintf(STDOUT_FILENO, "# kstall-agent: chroot %s: %s\n", env_root, strerror(errno));
+	if (env_root[0] && (err = enter_root(env_root)) < 0)
+		dprintf(STDOUT_FILENO, "# kstall-agent: root %s: %s\n", env_root, strerror(-err));
 	if (env_cwd[0] && chdir(env_cwd) < 0)
 		dprintf(STDOUT_FILENO, "# kstall-agent: cd %s: %s\n", env_cwd, strerror(errno));
 }
