@@ -247,6 +247,12 @@ class Watch:
             return Outcome(OutcomeKind.SLEEPING, f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in "
                            f"{t['wchan']}" + (f" (and {len(a.sleeping) - 1} more)" if len(a.sleeping) > 1 else ""),
                            now)
+        r = self.console.pending
+        if r is not None and r.name in L.report_ends:
+            # a kernel detector spoke: its linger ends the run, with the later reports it waits
+            # for, not a silence (9157524e6230 on 6.1.170: a soft lockup's report, then a freeze
+            # read from the CPUs 7 s before syzbot's "task hung in jfs_commit_inode" came)
+            return None
         if a.stall_at is not None:
             return Outcome(OutcomeKind.STALL, f"the reproducer measured {a.progress.get('over')} "
                            f"{L.stall_measure}(s) past its stall threshold", now)

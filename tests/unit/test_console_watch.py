@@ -411,3 +411,20 @@ def test_a_culprit_in_a_program_run_for_its_time_waits_for_the_kernels_detectors
     assert detectors_wait(r, vm, w, froze) == 0
     r.samples.dumps, r.repro = [{}], reproducers.resolve("perf-refresh")
     assert detectors_wait(r, vm, w, froze) == 0
+
+
+def test_a_silence_during_a_kernel_reports_linger_is_no_freeze():
+    """9157524e6230 ("task hung in jfs_commit_inode") on 6.1.170: a soft
+    lockup's report came, the guest fell silent during its linger, and the
+    freeze read from the CPUs ended the run 7 s before syzbot's hung-task
+    report did (2 of 3 tries "a different hang"). The linger decides."""
+    text = (FIXTURES / "consoles" / "6.1.192-hung-task.log").read_text()
+    for ends, kind in ((("hung-task",), None), ((), "freeze")):
+        vm = SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=2),
+                             alive=lambda: True, stopped=lambda: False)
+        w = Watch(vm, Limits(freeze_after=0.8, report_ends=ends, report_linger=30.0))
+        w.agent.hello_at, w.agent.last_hb_at = 0.0, 1.0
+        for line in text.splitlines():
+            w.console.feed(line, 1.0)
+        out = w._hung(5.0)  # 4 s without a heartbeat
+        assert (out.kind if out else None) == kind, ends
