@@ -25,7 +25,8 @@ summary is kept in STATE/cells/ as it ends: an interrupted benchmark
 the bugs between machines. --table prints the table from STATE without
 running anything. Each pass ends by writing the matrix reports a CI reads
 (STATE/report/: summary.md, report.html, matrix.json, kcidb.json, ...),
-one row per bug and one column per kernel, each cell's first try with how
+one row per bug and one column per kernel, each cell told by its try that
+reproduced syzbot's title, else one that hung, else its first, with how
 many of its tries hung, and the record's prediction beside it.
 
   tests/bench/syzbot_repros.py [DIR] [--kernel K]... [--then K]... [--limit N] [--duration S]
@@ -139,6 +140,12 @@ def hung(cell: dict) -> bool:
     return cell.get("verdict") in ("VULNERABLE", "CRASHED")
 
 
+def telling(tries: list[dict]) -> dict:
+    """The try a bug's cell is told by, as its column says it: the first
+    that reproduced syzbot's title, else the first that hung, else the first."""
+    return next((t for t in tries if t.get("matched")), None) or next((t for t in tries if hung(t)), tries[0])
+
+
 def root(tries: list[dict]) -> str:
     """The root of a hung task's chain (who holds what it waits for, task_waits.py), from the first try with one."""
     waits = next((t["waits"] for t in tries if t.get("waits")), None)
@@ -202,25 +209,25 @@ def outcome(cell: dict) -> str:
 
 
 def figures(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State) -> str:
-    """Per kernel: each bug's first try by outcome, the time to each verdict
+    """Per kernel: each bug by outcome (the try it is told by), the time to each verdict
     (median), the benchmark's total; then every try, and the fixed bugs."""
     lines = []
     for k in kernels:
-        firsts = [c for _, h in items if (c := state.get(h.bug_id, k, 1))]
-        if not firsts:
+        told = [telling(tries) for _, h in items if (tries := state.tries(h.bug_id, k))]
+        if not told:
             continue
         every = [c for _, h in items for c in state.tries(h.bug_id, k)]
         n = dict.fromkeys(views.SYZBOT_OUTCOMES, 0)
-        for c in firsts:
+        for c in told:
             n[outcome(c)] += 1
         times = {}
         for c in every:
             times.setdefault(c["verdict"] or "?", []).append(c["to_outcome_s"] if c["verdict"] == "VULNERABLE"
                                                             and c.get("to_outcome_s") else c["wall_s"])
-        lines.append(f"{k}: {len(firsts)} bugs: {views.syzbot_counts_text(n)}; {len(every)} cells in "
+        lines.append(f"{k}: {len(told)} bugs: {views.syzbot_counts_text(n)}; {len(every)} cells in "
                      f"{sum(c['wall_s'] for c in every) / 3600:.2f} h; median time to " +
                      ", ".join(f"{v} {statistics.median(t):.0f} s ({len(t)})" for v, t in sorted(times.items())))
-        fixed = [c for c in firsts if c["status"] == "fixed"]
+        fixed = [c for c in told if c["status"] == "fixed"]
         if fixed:
             listed = [c for c in fixed if c.get("prediction") == "fixed"]
             lines.append(f"  status:fixed: {len(fixed)} run; the changelog lists the fix of {len(listed)}; "
@@ -231,23 +238,23 @@ def figures(items: list[tuple[Path, syzkaller.Header]], kernels: list[str], stat
 
 def report(directory: Path, items: list[tuple[Path, syzkaller.Header]], kernels: list[str], state: State,
            duration: float) -> Path:
-    """The matrix reports a CI reads (harness/reports/), from each cell's
-    first try: one row per bug, one column per kernel, with how many of
-    its tries hung."""
+    """The matrix reports a CI reads (harness/reports/), from the try each
+    cell is told by (telling): one row per bug, one column per kernel, with
+    how many of its tries hung."""
     m = matrix_file.load(directory, kernels=kernels, duration=duration)
     cells = {(c.kernel, Path(c.spec).resolve()): c for c in m.cells}
     results, tried, started = [], {}, time.time()
     for p, h in items:
         for k in kernels:
             tries = state.tries(h.bug_id, k)
-            run = Path(tries[0].get("results_dir") or "/nonexistent") if tries else None
+            run = Path(telling(tries).get("results_dir") or "/nonexistent") if tries else None
             cell = cells.get((k, p.resolve()))
             if run is None or cell is None or not (run / "run.json").is_file():
                 continue
             rec = RunRecord.from_json(json.loads((run / "run.json").read_text()))
             rec.prediction = prediction(k, p, h)  # today's rules on the bug's record, as verify would say it
             started = min(started, calendar.timegm(time.strptime(rec.started, "%Y-%m-%dT%H:%M:%SZ")))
-            results.append(CellResult(cell, "pass", rec, run, tries[0]["wall_s"]))
+            results.append(CellResult(cell, "pass", rec, run, telling(tries)["wall_s"]))
             if len(tries) > 1:
                 tried[cell.id] = f"{sum(hung(t) for t in tries)}/{len(tries)}"
     out = state.root / "report"
