@@ -9,10 +9,9 @@ atomic_int stop_sent;	/* the host's STOP: the agent signalled the program */
 /* the status of the program's own process, when a reaper took it first */
 static atomic_int reaped_status = -1;
 
-/* the threads of user process pid that live on (not exited: a leader that
- * exited leaves its workers to run or sleep on); with say, each is said as
- * "KSTALL leftover ..." with the seconds since it was killed */
-static int live_threads(int pid, int say, unsigned long long secs)
+/* the threads of user process pid whose state is none of skip's; with say,
+ * each is said as "KSTALL leftover ..." with the seconds since it was killed */
+static int threads_not_in(int pid, const char *skip, int say, unsigned long long secs)
 {
 	char path[384], task_dir[300], stat[512], *p;
 	struct dirent *e;
@@ -28,7 +27,7 @@ static int live_threads(int pid, int say, unsigned long long secs)
 		snprintf(path, sizeof(path), "%s/stat", task_dir);
 		read_small(path, stat, sizeof(stat));
 		p = strrchr(stat, ')');
-		if (!p || !p[1] || kernel_thread(p) || p[2] == 'Z' || p[2] == 'X')
+		if (!p || !p[1] || kernel_thread(p) || strchr(skip, p[2]))
 			continue;
 		live++;
 		if (say)
@@ -39,12 +38,47 @@ static int live_threads(int pid, int say, unsigned long long secs)
 	return live;
 }
 
+/* threads that live on: not exited (a leader that exited leaves its workers
+ * to run or sleep on) */
+#define DEAD "ZX"
+/* threads that a SIGSTOP has not stopped yet: D-state sleepers never will */
+#define NOT_MOVING "ZXTtD"
+#define STOP_WAIT_MS 300
+
+/* user processes (every one but this agent and PID 1) with a thread whose
+ * state is none of skip's */
+static int user_processes_not_in(const char *skip)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d))) {
+		int pid = atoi(e->d_name);
+
+		if (pid > 1 && pid != getpid() && threads_not_in(pid, skip, 0, 0))
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 /* SIGKILL every user process but this agent, reaping them. Every thread of
  * each is looked at; those still there after bound_ms cannot die (asleep in
  * D state, or running on in the kernel) and are said, once, as
- * "KSTALL leftover ..." lines, whatever their state. */
+ * "KSTALL leftover ..." lines, whatever their state.
+ * All are stopped first, at once (kill(-1) reaches every process but this
+ * one and PID 1, and no fork slips past it), and killed once none moves on:
+ * killed one by one, a pid namespace's first process (syzkaller's sandbox)
+ * could die before its workers, whose clone() then fails ENOMEM, which the
+ * host reads as the sandbox ending before its time. */
 void kill_all(unsigned bound_ms, int say_leftovers)
 {
+	kill(-1, SIGSTOP);
+	for (unsigned waited = 0; waited < STOP_WAIT_MS && user_processes_not_in(NOT_MOVING); waited += 10)
+		usleep(10000);
+	kill(-1, SIGKILL);
 	for (unsigned waited = 0;; waited += 50) {
 		DIR *d = opendir("/proc");
 		struct dirent *e;
@@ -56,7 +90,7 @@ void kill_all(unsigned bound_ms, int say_leftovers)
 
 			if (n <= 1 || n == getpid())
 				continue;
-			if (!live_threads(n, say_leftovers && waited >= bound_ms, waited / 1000))
+			if (!threads_not_in(n, DEAD, say_leftovers && waited >= bound_ms, waited / 1000))
 				continue;
 			left++;
 			kill(n, SIGKILL);
