@@ -68,8 +68,8 @@ static int user_processes_not_in(const char *skip)
  * each is looked at; those still there after bound_ms cannot die (asleep in
  * D state, or running on in the kernel) and are said, once, as
  * "KSTALL leftover ..." lines, whatever their state.
- * All are stopped first, at once (kill(-1) reaches every process but this
- * one and PID 1, and no fork slips past it), and killed once none moves on:
+ * All are stopped first, at once (kill(-1): every process but this one and
+ * PID 1, in one walk of the task list), and killed once none moves on:
  * killed one by one, a pid namespace's first process (syzkaller's sandbox)
  * could die before its workers, whose clone() then fails ENOMEM, which the
  * host reads as the sandbox ending before its time. */
