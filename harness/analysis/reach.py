@@ -117,15 +117,26 @@ _ONCE = (re.compile(r"^static void loop\(void\)\n\{", re.M), re.compile(r"^int m
 _STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 
 
+def _calls_body(source: str) -> str:
+    """The section the program's own calls are in, comments apart ('' if none)."""
+    m = next((m for r in (*_SECTIONS, *_ONCE) if (m := r.search(source)) is not None), None)
+    if m is None:
+        return ""
+    end = source.find("\n}\n", m.end())
+    return _COMMENT.sub("", source[m.end():end if end >= 0 else len(source)])
+
+
 def program_strings(source: str) -> frozenset[str]:
     """The strings the program's own calls name (each up to its first NUL:
     syzkaller writes "bcachefs\\000"), from the section its calls are in."""
-    m = next((m for r in (*_SECTIONS, *_ONCE) if (m := r.search(source)) is not None), None)
-    if m is None:
-        return frozenset()
-    end = source.find("\n}\n", m.end())
-    body = _COMMENT.sub("", source[m.end():end if end >= 0 else len(source)])
-    return frozenset(text.split("\\0")[0].split("\\x00")[0] for text in _STRING.findall(body))
+    return frozenset(text.split("\\0")[0].split("\\x00")[0] for text in _STRING.findall(_calls_body(source)))
+
+
+def pseudo_calls(source: str) -> list[str]:
+    """syzkaller's pseudo-calls (syz_emit_vhci, syz_usb_connect) among the
+    program's own calls: their system calls go through the C library, as its
+    setup's do, so the count cannot tell them apart."""
+    return list(dict.fromkeys(n for n in _CALLED.findall(_calls_body(source)) if n.startswith("syz_")))
 
 
 def setup_calls(source: str) -> set[str]:
@@ -152,6 +163,7 @@ class Reach:
     needs: list[str]                   # what gates its path and this kernel lacks
     lacks: list[str]                   # asked for, lacking, not gating
     shared: frozenset[str] = frozenset()  # its calls syzkaller's setup makes too (setup_calls)
+    pseudo: list[str] = field(default_factory=list)  # its syzkaller pseudo-calls (pseudo_calls): not counted
 
     def _own(self) -> list[str]:
         """Its calls that can say it ran: those its setup does not make too,
@@ -199,12 +211,16 @@ class Reach:
             parts.append("absent from this kernel: " + ", ".join(self.calls[c].text() for c in absent))
         if self.never():
             parts.append("never ran: " + ", ".join(self.never()[:8]))
+        if not parts and self.pseudo:
+            return (f"its calls are syzkaller's pseudo-calls ({', '.join(self.pseudo[:4])}), whose system calls "
+                    "go through the C library as its setup's do: not counted apart")
         return "; ".join(parts) or "no call of its own was counted"
 
     def to_json(self) -> dict:
         return {"program_calls": self.program, "setup_too": sorted(self.shared & set(self.program)),
                 "reached": self.reached(), "failed": self.failed(),
                 "never_ran": self.never(), "needs": self.needs, "lacks": self.lacks,
+                "pseudo_calls": self.pseudo,
                 "calls": {n: {"count": c.count, "errors": c.errors} for n, c in self.calls.items()},
                 "requests": {n: {"count": k, "status": s} for n, (k, s) in self.requests.items()},
                 "checks": self.checks}
@@ -259,10 +275,12 @@ def _config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | 
 
 def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliases | None,
             numbers: dict[int, str] | None = None, shared: frozenset[str] = frozenset(),
-            config: Callable[[str], str | None] | None = None, strings: frozenset[str] = frozenset()) -> Reach:
+            config: Callable[[str], str | None] | None = None, strings: frozenset[str] = frozenset(),
+            pseudo: list[str] | None = None) -> Reach:
     """config: the kernel's CONFIG_ values by option, CONFIG_ and all
     (Kernel.config_value; None: not set), where kstall has its config;
-    strings: those the program's own calls name (program_strings)."""
+    strings: those the program's own calls name (program_strings);
+    pseudo: its syzkaller pseudo-calls (pseudo_calls)."""
     calls, requests, checks = parse(lines, numbers)
     needs: list[str] = []
     lacks: list[str] = []
@@ -301,4 +319,4 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
     for path, exists in checks.items():
         if not exists:
             needs.append(f"{path}: the program opens it; the device is not there{_config_note(path, env, config)}")
-    return Reach(calls, program, requests, checks, needs, lacks, shared)
+    return Reach(calls, program, requests, checks, needs, lacks, shared, list(pseudo or []))

@@ -771,7 +771,7 @@ def program_reach(r: _Run, w: Watch) -> reach.Reach | None:
     return reach.analyse(w.agent.env_lines, reach.program_calls(source), guest_env.get(r.repro.env),
                          reach.Aliases(aliases.read_text(errors="replace")) if aliases else None, numbers,
                          frozenset(reach.setup_calls(source)), r.kernel.config_value if r.kernel.config else None,
-                         reach.program_strings(source))
+                         reach.program_strings(source), reach.pseudo_calls(source))
 
 
 def snapshot_doc(snap: snapshot.Snapshot | None, restored: dict | None, saved: dict) -> dict | None:

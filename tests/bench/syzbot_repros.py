@@ -173,7 +173,8 @@ def cell_text(tries: list[dict], waits: bool = True) -> str:
     if first["verdict"] == "NOT_REPRODUCED":
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
         if not reached:
-            reached = "not counted" if "is unknown" in first.get("reason", "") else "its setup only"
+            pseudo = re.search(r"pseudo-calls \(([^)]*)\)", first.get("reason", ""))
+            reached = f"not counted, pseudo-calls: {pseudo.group(1)}" if pseudo else "not counted"
         weaker = f"; weaker: {first['health_events'][0]}" if first.get("health_events") else ""
         return f"not reproduced ({first['duration']:g} s; reached: {reached}{weaker})"
     if first.get("starved"):
