@@ -123,6 +123,7 @@ def run_cell(path: Path, header: syzkaller.Header, kernel: str, n: int, args: ar
             "reason": doc.get("reason", ""), "title_found": doc.get("title", ""),
             "matched": ((doc.get("reproducer") or {}).get("syzbot") or {}).get("matched"),
             "needs": reach.get("needs", []), "reached": reach.get("reached", []),
+            "pseudo_calls": reach.get("pseudo_calls", []),
             "starved": health.get("why", "") if health.get("mostly") else "",
             "health_events": health.get("events", []), "oom_kills": (health.get("agent") or {}).get("oom_kills"),
             "prediction": (doc.get("prediction") or {}).get("status"),
@@ -173,8 +174,8 @@ def cell_text(tries: list[dict], waits: bool = True) -> str:
     if first["verdict"] == "NOT_REPRODUCED":
         reached = ", ".join(first.get("reached", [])[:4]) + ("..." if len(first.get("reached", [])) > 4 else "")
         if not reached:
-            pseudo = re.search(r"pseudo-calls \(([^)]*)\)", first.get("reason", ""))
-            reached = f"not counted, pseudo-calls: {pseudo.group(1)}" if pseudo else "not counted"
+            pseudo = ", ".join(first.get("pseudo_calls", [])[:4])
+            reached = f"not counted, pseudo-calls: {pseudo}" if pseudo else "not counted"
         weaker = f"; weaker: {first['health_events'][0]}" if first.get("health_events") else ""
         return f"not reproduced ({first['duration']:g} s; reached: {reached}{weaker})"
     if first.get("starved"):
