@@ -23,7 +23,8 @@ Every cell is one `kstall verify KERNEL FILE --duration D --json` whose
 summary is kept in STATE/cells/ as it ends: an interrupted benchmark
 (Ctrl-C, a session's end) resumes where it stopped, and --shard I/N splits
 the bugs between machines. --table prints the table from STATE without
-running anything. Each pass ends by writing the matrix reports a CI reads
+running anything; --into DOC merges it into DOC's rows block, keeping the
+rows of bugs the state has no cell of (syzbot_rows.py). Each pass ends by writing the matrix reports a CI reads
 (STATE/report/: summary.md, report.html, matrix.json, kcidb.json, ...),
 one row per bug and one column per kernel, each cell told by its try that
 reproduced syzbot's title, else one that hung, else its first, with how
@@ -57,6 +58,7 @@ from harness.base import paths, syzkaller  # noqa: E402
 from harness.drivers import explain, matrix as matrix_file  # noqa: E402
 from harness.reports import formats, matrix_doc, views  # noqa: E402
 from images.kernels import schemes  # noqa: E402
+import syzbot_rows  # noqa: E402  (beside this file)
 
 DEFAULT_DIR = REPO.parent / "shared" / "syzbot-repros" / "linux"
 NAMED = ("0ff14ee0c4b9da917e9874e250a5f95f92fcb221", "25de48fb3bb299b593c3ea03b3f1bdb065459e24",
@@ -309,6 +311,10 @@ def main() -> int:
     ap.add_argument("--table", action="store_true", help="print the table from the state, run nothing")
     ap.add_argument("--brief", action="store_true", help="with --table: the rows as repro/README.md keeps them")
     ap.add_argument("--no-debuginfo", action="store_true", help="do not fetch the kernels' debug info")
+    ap.add_argument("--into", type=Path, metavar="DOC",
+                    help="rather than print the table, merge the rows into DOC's rows block (syzbot_rows.py)")
+    ap.add_argument("--pass", dest="pass_name", default=time.strftime("%Y-%m-%d", time.gmtime()),
+                    help="with --into: the name of this pass's line of figures (default today)")
     args = ap.parse_args()
     first_kernels = args.kernel or ["debian:6.1.170"]
     then = [k for k in (args.then or ["debian:7.3.4"]) if k not in first_kernels]
@@ -353,6 +359,13 @@ def main() -> int:
                     p.kill()
             print("interrupted: run it again to resume", file=sys.stderr)
             return 130
+    if args.into:
+        every = sample(args.dir)  # every bug the state has a cell of, not only --only's
+        figs = [x.strip() for x in figures(every, kernels, state).split("\n") if not x.startswith(" ")]
+        args.into.write_text(syzbot_rows.merge(args.into.read_text(), table(every, kernels, state, brief=True),
+                                               [f"- pass {args.pass_name}:", *(f"  - {x}" for x in figs)]))
+        print(f"rows merged into {args.into}")
+        return 0
     print(table(items, kernels, state, brief=args.brief))
     print(figures(items, kernels, state))
     print(f"reports: {report(args.dir, items, kernels, state, args.duration)}")

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The benchmark's rows kept in a document (repro/README.md), merged with a
+pass's: the state under ~/.cache goes with a machine, the document stays, so
+a pass replaces the rows of the bugs it ran and keeps every other row.
+
+The block is the lines from `<!-- rows ... -->` to `<!-- /rows -->`: a
+table with a row per bug (its first column the bug's 12-digit id), then a
+line per kernel counting the rows' outcomes, then a line per pass with its
+cells and times ("- pass ...")."""
+from __future__ import annotations
+
+import re
+
+START, END = "<!-- rows", "<!-- /rows -->"
+ROW = re.compile(r"^\| ([0-9a-f]{12})\b")
+# what a column's text starts with, in the order the count line gives them
+OUTCOMES = (("reproduced", "reproduced"), ("different", "different"), ("not reproduced", "not reproduced"),
+            ("starved", "starved"), ("needs", "needs"))
+
+
+def outcome(column: str) -> str:
+    """A column's outcome as the count line names it: "" where the kernel did not run the bug."""
+    column = column.strip()
+    if column in ("", "-"):
+        return ""
+    return next((name for start, name in OUTCOMES if column.startswith(start)), "other")
+
+
+def counts(header: str, rows: list[str]) -> list[str]:
+    """A line per kernel column: how many bugs it ran, by outcome."""
+    kernels = [c.strip() for c in header.strip("|").split("|")][2:]
+    lines = []
+    for i, k in enumerate(kernels):
+        seen = [o for r in rows if (o := outcome(r.strip().strip("|").split(" | ")[2 + i]))]
+        if not seen:
+            continue
+        by = [f"{name} {seen.count(name)}" for name in [n for _, n in OUTCOMES] + ["other"] if seen.count(name)]
+        lines.append(f"- {k}: {len(seen)} bugs: " + ", ".join(by))
+    return lines
+
+
+def passes(block: list[str]) -> dict[str, list[str]]:
+    """The block's passes by name, each its "- pass" line and the "  - " lines under it."""
+    out: dict[str, list[str]] = {}
+    name = ""
+    for x in block:
+        if x.startswith("- pass "):
+            name = x
+            out[name] = [x]
+        elif name and x.startswith("  - "):
+            out[name].append(x)
+        else:
+            name = ""
+    return out
+
+
+def merge(doc: str, table: str, pass_lines: list[str]) -> str:
+    """doc with its rows block merged with table (`--table --brief`'s
+    output): the table's rows replace the block's rows of the same bugs
+    (a "(to run again)" after an id goes with its row), the rest stay, in id order; the count
+    lines are made again from the rows; pass_lines (a "- pass NAME:" line
+    and its own) replace the block's pass of that name or are added."""
+    lines = doc.split("\n")
+    try:
+        start = next(i for i, x in enumerate(lines) if x.startswith(START))
+        end = next(i for i, x in enumerate(lines) if i > start and x.startswith(END))
+    except StopIteration:
+        raise ValueError(f"no {START} ... {END} block") from None
+    block = lines[start + 1:end]
+    head = [x for x in block if x.startswith("|") and not ROW.match(x)][:2]
+    new = [x for x in table.split("\n") if ROW.match(x)]
+    if not head:
+        head = [x for x in table.split("\n") if x.startswith("|") and not ROW.match(x)][:2]
+    rows = {ROW.match(x)[1]: x for x in block if ROW.match(x)}
+    rows.update({ROW.match(x)[1]: x for x in new})
+    merged = [rows[k] for k in sorted(rows)]
+    kept = {**passes(block), pass_lines[0]: pass_lines}
+    body = [*head, *merged, "", f"{len(merged)} bugs", "", *counts(head[0], merged),
+            *[x for p in kept.values() for x in p]]
+    return "\n".join(lines[:start + 1] + body + lines[end:])
