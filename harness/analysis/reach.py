@@ -263,7 +263,7 @@ def _fill(what: str, m: re.Match, env: GuestEnv) -> str:
     return text
 
 
-def _config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | None) -> str:
+def config_note(key: str, env: GuestEnv, config: Callable[[str], str | None] | None) -> str:
     """What this kernel's config says of a need (environment.toml [needs.options]):
     '; this kernel's config leaves it out (CONFIG_X25 is not set)'; '' where it is
     built or kstall has no config to read."""
@@ -308,7 +308,7 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
         if modules == []:
             family = env.family(int(m.group("family"))) if "family" in m.groupdict() and m.group("family") else ""
             needs.append(f"{what}: no module of this kernel answers request_module(\"{name}\")"
-                         + _config_note(family, env, config))
+                         + config_note(family, env, config))
         elif failing:
             needs.append(f"{what}: request_module(\"{name}\") did not load "
                          f"{', '.join(modules) if modules else 'a module'}, and {'/'.join(failing)} failed with "
@@ -318,5 +318,14 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
             needs.append(f"the system call {name} (ENOSYS: this kernel does not have it)")
     for path, exists in checks.items():
         if not exists:
-            needs.append(f"{path}: the program opens it; the device is not there{_config_note(path, env, config)}")
+            needs.append(f"{path}: the program opens it; the device is not there{config_note(path, env, config)}")
     return Reach(calls, program, requests, checks, needs, lacks, shared, list(pseudo or []))
+
+
+def left_out(paths: list[str], env: GuestEnv, config: Callable[[str], str | None]) -> list[str]:
+    """The device paths a program opens (syzkaller.device_paths) whose option
+    this kernel's config leaves out ([needs.options]), as analyse() words
+    them: the need its account would give after the run, known before the
+    boot. On the 2025 catalogue's 198 cells on two Debian kernels, every
+    program this names ran to "needs" it, none to a hang."""
+    return [f"{p}: the program opens it{note}" for p in paths if (note := config_note(p, env, config))]

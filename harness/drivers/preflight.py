@@ -9,6 +9,9 @@ checked against the kernel's config when kstall has one:
   verdict is INCONCLUSIVE at once, naming the options;
 - an option whose absence the reproducer works around with a kernel parameter
   ([[kernel.boot_without]]): the guest boots with it;
+- a device a guest environment's program opens (syzkaller's /dev/raw-gadget)
+  whose option the config leaves out ([needs.options]): INCONCLUSIVE at
+  once, "needs" it, as the agent's account would say after the whole run;
 - an option that is a module (=m): its module and their dependencies (taken
   when the kernel was fetched, images/kernels/modules.py) go into the initramfs, in
   load order.
@@ -20,7 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis import reach
 from harness.base import arch as arches
+from harness.base import guest_env, syzkaller
 from harness.base import needs as kernel_needs
 from harness.base.needs import KernelNeeds
 from harness.base.reproducers import Reproducer
@@ -36,11 +41,17 @@ class Check:
     machine_lacks: str = ""  # what the guest's architecture cannot give the reproducer's path
     # (option, kernel parameter): the reproducer's path needs the parameter on this kernel, which lacks the option
     boot_without: list[tuple[str, str]] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)  # devices its program opens that the config leaves out (reach.py)
 
     @property
     def blocked(self) -> bool:
         """The path cannot run on this kernel: nothing boots."""
-        return bool(self.missing or self.machine_lacks)
+        return bool(self.missing or self.machine_lacks or self.needs)
+
+    @property
+    def reach(self) -> dict | None:
+        """The needs as a run's evidence carries them (reach.Reach.to_json's "needs"), where there are some."""
+        return {"needs": self.needs, "before_boot": True} if self.needs else None
 
     @property
     def cmdline(self) -> list[str]:
@@ -50,9 +61,17 @@ class Check:
         """', with slub_debug=… (the kernel has no CONFIG_…)' for the progress line ('' when none)."""
         return "".join(f", with {p} (the kernel has no CONFIG_{o})" for o, p in self.boot_without)
 
+    def summary(self) -> str:
+        """The short form a report's cell gives ('' but for a device need, whose reason is long)."""
+        if self.needs and not (self.missing or self.machine_lacks):
+            return f"the reproducer needs {self.needs[0].split(':')[0]}, which this kernel's config leaves out"
+        return ""
+
     def reason(self) -> str:
         if self.machine_lacks:
             return self.machine_lacks
+        if self.needs and not self.missing:
+            return f"the reproducer needs what this kernel lacks: {'; '.join(self.needs)} (checked before booting)"
         return ("the kernel's config lacks " + ", ".join(f"CONFIG_{o}" for o in self.missing)
                 + ", which the reproducer's path needs (checked before booting)")
 
@@ -88,6 +107,8 @@ def check(kernel: Kernel, repro: Reproducer | None) -> Check:
                             "agent needs them to reach the host (a virtio console on the machine's bus, an initramfs)")
         out.missing = _absent(kernel, repro.needs.options) if repro else []
         out.boot_without = [(o, p) for o, p in (repro.needs.boot_without if repro else ()) if _absent(kernel, (o,))]
+        if repro and repro.env:
+            out.needs = reach.left_out(syzkaller.device_paths(repro), guest_env.get(repro.env), kernel.config_value)
     names = []
     for need in needs:
         for option, module in need.modules:

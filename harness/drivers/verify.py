@@ -115,12 +115,15 @@ def run_attempts(c: Case, opts: Options, run: rundir.RunDir,
     interrupted: BaseException | None = None
     tb = ""
 
-    def failed(kind: OutcomeKind, detail: str, verdict: VerdictKind = VerdictKind.ERROR) -> None:
-        attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail), Outcome(kind, detail, time.monotonic()),
-                                                    {}, [], None, {}, "", 0)))
+    def failed(kind: OutcomeKind, detail: str, verdict: VerdictKind = VerdictKind.ERROR, summary: str = "",
+               **more) -> None:
+        attempts.append((len(attempts) + 1, Attempt(Verdict(verdict, detail, summary=summary),
+                                                    Outcome(kind, detail, time.monotonic()), {}, [], None, {}, "", 0,
+                                                    **more)))
     try:
         if c.check.blocked:  # nothing to boot: the path cannot run on this kernel
-            failed(OutcomeKind.PREFLIGHT, c.check.reason(), VerdictKind.INCONCLUSIVE)
+            failed(OutcomeKind.PREFLIGHT, c.check.reason(), VerdictKind.INCONCLUSIVE, c.check.summary(),
+                   reach=c.check.reach)
         n, case = 0, c
         while not c.check.blocked:
             n += 1

@@ -5,7 +5,8 @@ as one matrix over debian:6.1.170. A hung task the kernel's own detector
 reports is syzbot's title reproduced; a busy program that forks for ever
 runs for its time and is not reproduced, never "stuck"; a socket family the
 kernel lacks is a need; the machine is the one a reproducer expects; a
-program the OOM killer starves is no evidence; a task that cannot die when
+program the OOM killer starves is no evidence; a device the kernel's config
+leaves out is a need before anything boots; a task that cannot die when
 the time is up, a worker whose process's leader exited, is a hang; a pid
 namespace killed when its time is up leaves no clone failed behind."""
 from __future__ import annotations
@@ -38,6 +39,8 @@ def matrix(tmp_path_factory) -> dict:
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["ffff"]\nduration = 10\ncpus = 1\n'
                  # two vCPUs: a worker cloning on one while its namespace's first process dies on the other
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["abab"]\nduration = 10\ncpus = 2\n'
+                 # what its one call opens, Debian's config leaves out: nothing boots
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["acac"]\nduration = 120\ncpus = 1\n'
                  f'[[kernel]]\nspec = "{KERNEL}"\n')
     p = kstall("matrix", str(m), "--results", str(d), "--json", timeout=900)
     assert p.stdout.strip().startswith("{"), p.stderr[-3000:]
@@ -80,6 +83,20 @@ def test_a_socket_family_the_kernel_lacks_is_what_the_reproducer_needs(matrix):
     c = cell(matrix, "cccc")
     assert c["verdict"] == "INCONCLUSIVE", c["line"]
     assert c["needs"] and c["needs"][0].startswith("socket family 12 (AF_DECnet): no module of this kernel answers")
+
+
+def test_a_device_the_kernels_config_leaves_out_is_a_need_known_before_it_boots(matrix):
+    """Its one call opens /dev/raw-gadget (syzkaller's USB pseudo-calls do),
+    and Debian builds no USB_RAW_GADGET: the verdict the whole run would give
+    after its 120 s, with no guest booted."""
+    c = cell(matrix, "acac")
+    assert c["verdict"] == "INCONCLUSIVE", c["line"]
+    assert c["line"] == "INCONCLUSIVE: the reproducer needs /dev/raw-gadget, which this kernel's config leaves out"
+    assert c["needs"] == ["/dev/raw-gadget: the program opens it; this kernel's config leaves it out "
+                          "(CONFIG_USB_RAW_GADGET is not set)"], c["needs"]
+    run = run_json(matrix, c)
+    assert run["outcome"]["kind"] == "preflight" and run["vm"]["accel"] == "none", run["outcome"]
+    assert run["reason"].endswith("(checked before booting)"), run["reason"]
 
 
 def test_the_guest_is_the_machine_a_reproducer_expects(matrix):
@@ -133,11 +150,12 @@ def test_a_pid_namespace_killed_at_its_time_leaves_no_failed_clone(matrix):
 def test_the_reports_give_one_row_per_bug(matrix):
     summary = (Path(matrix["_dir"]) / "summary.md").read_text()
     rows = [l for l in summary.splitlines() if l.startswith("| [")]
-    assert len(rows) == 7, summary
+    assert len(rows) == 8, summary
     assert any("INFO: task hung in pipe_write | reproduced: INFO: task hung in pipe_write" in r for r in rows)
     # ffff's hang is syzbot's title too when the kernel's detector speaks before the time is up
     assert re.search(f"- {KERNEL}: reproduced [12], ", summary) and "starved 1" in summary, summary
     assert any("needs socket family 12 (AF_DECnet)" in r for r in rows)
+    assert any("needs /dev/raw-gadget" in r for r in rows) and "needs 2" in summary, summary
     assert kstall_processes() == []
 
 

@@ -179,3 +179,23 @@ def test_module_trees_beyond_their_bound_go_least_recently_used_first(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "x86_64-new.aliases", "x86_64-new.ext4", "x86_64-new.mount-1234",
         "x86_64-old.aliases", "x86_64-old.ext4", "x86_64-old.mount-1234"]
+
+
+def test_a_device_the_program_opens_and_the_config_leaves_out_is_its_need_before_booting(tmp_path):
+    """syzkaller's USB programs open /dev/raw-gadget, which Debian's kernels
+    leave out: the run would end "needs /dev/raw-gadget" after all its time
+    (32 cells of the 2025 catalogue, 18% of its guest time), so nothing boots."""
+    program = reproducers.resolve(str(FIX.parent / "syzkaller-programs" / "needs_raw_gadget.c"))
+    assert program.env == "syzkaller"
+    env = AGENT_OK + "".join(f"CONFIG_{o}=y\n" for o in program.needs.options)  # what syzkaller's guest needs
+    c = preflight.check(kernel_with(tmp_path, env + "# CONFIG_USB_RAW_GADGET is not set\n"), program)
+    assert c.blocked and c.missing == []
+    assert c.needs == ["/dev/raw-gadget: the program opens it; this kernel's config leaves it out "
+                       "(CONFIG_USB_RAW_GADGET is not set)"]
+    assert c.reason().endswith("(checked before booting)") and c.reach == {"needs": c.needs, "before_boot": True}
+    assert c.summary() == "the reproducer needs /dev/raw-gadget, which this kernel's config leaves out"
+    built = preflight.check(kernel_with(tmp_path, env + "CONFIG_USB_RAW_GADGET=m\n"), program)
+    assert not built.blocked and built.needs == [] and built.reach is None
+    # a reproducer of kstall's own opens no guest environment's devices
+    assert preflight.check(kernel_with(tmp_path, AGENT_OK + "CONFIG_PERF_EVENTS=y\n"),
+                           reproducers.load("perf-refresh")).needs == []
