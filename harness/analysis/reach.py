@@ -326,6 +326,8 @@ def left_out(paths: list[str], env: GuestEnv, config: Callable[[str], str | None
     """The device paths a program opens (syzkaller.device_paths) whose option
     this kernel's config leaves out ([needs.options]), as analyse() words
     them: the need its account would give after the run, known before the
-    boot. On the 2025 catalogue's 198 cells on two Debian kernels, every
-    program this names ran to "needs" it, none to a hang."""
-    return [f"{p}: the program opens it{note}" for p in paths if (note := config_note(p, env, config))]
+    boot; but for those the environment's setup goes on without
+    ([needs] setup_goes_on). On the 2025 catalogue's 198 cells on two
+    Debian kernels, every program this names ran to "needs" it, none to a hang."""
+    return [f"{p}: the program opens it{note}" for p in paths
+            if p not in env.setup_goes_on and (note := config_note(p, env, config))]

@@ -61,6 +61,9 @@ class GuestEnv:
     # name -> CONFIG_ option without its prefix): a need says whether this
     # kernel's config leaves it out
     need_options: tuple[tuple[str, str], ...] = ()
+    # device paths whose absence the environment's own setup goes on without:
+    # no need known before the boot (preflight.py)
+    setup_goes_on: tuple[str, ...] = ()
 
     def seconds_for(self, accel: str) -> float:
         """Its time box under an accelerator ("tcg", "kvm", ...)."""
@@ -98,4 +101,5 @@ def get(name: str) -> GuestEnv:
                                    a.get("named", ""))
                           for a in needs.get("alias", ())),
         families=tuple((int(k), v) for k, v in needs.get("families", {}).items()),
-        need_options=tuple(needs.get("options", {}).items()))
+        need_options=tuple(needs.get("options", {}).items()),
+        setup_goes_on=tuple(needs.get("setup_goes_on", ())))

@@ -196,6 +196,11 @@ def test_a_device_the_program_opens_and_the_config_leaves_out_is_its_need_before
     assert c.summary() == "the reproducer needs /dev/raw-gadget, which this kernel's config leaves out"
     built = preflight.check(kernel_with(tmp_path, env + "CONFIG_USB_RAW_GADGET=m\n"), program)
     assert not built.blocked and built.needs == [] and built.reach is None
+    # syzkaller's setup goes on without /dev/net/tun: its absence is for the run's account to judge
+    tun = tmp_path / "tun.c"
+    tun.write_text(Path(program.source).read_text().replace("/dev/raw-gadget", "/dev/net/tun"))
+    assert not preflight.check(kernel_with(tmp_path, env + "# CONFIG_TUN is not set\n"),
+                               reproducers.resolve(str(tun))).blocked
     # a reproducer of kstall's own opens no guest environment's devices
     assert preflight.check(kernel_with(tmp_path, AGENT_OK + "CONFIG_PERF_EVENTS=y\n"),
                            reproducers.load("perf-refresh")).needs == []
