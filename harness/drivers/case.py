@@ -209,7 +209,7 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
         env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo)
     both = [*check.modules, *env.modules]
     mods = [m for i, m in enumerate(both) if m.stem not in {x.stem for x in both[:i]}]  # each once, first place
-    if mods:
+    if mods and not check.blocked:  # nothing boots: no module loads either
         echo(f"modules to load first: {', '.join(m.stem for m in mods)}")
     initrd = initramfs.build(guest, modules=mods, extra=guest_files(repro.spec, kernel.arch) | env.files)
     accel_kind = "none" if check.blocked else accel.choose(opts.guest.accel, kernel, initrd, echo)
