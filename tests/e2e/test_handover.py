@@ -132,7 +132,9 @@ def test_an_arm64_vmcore_opens_in_gdb_with_the_captured_symbols_and_reads_again(
     assert len(core["cpu_tasks"]) == 2, core
     cpus, out = cpus_walked_by_gdb(run)
     assert any("hrtimer_cancel" in c for c in cpus), out[-3000:]
-    assert "el0t_64_sync" in out, out[-3000:]  # walked down to the system call's entry
+    # walked down to user space's exception entry: a system call's, or the timer's interrupt
+    # taken in user space (the hrtimer fires wherever the task is; a busy host's run met the second)
+    assert "el0t_64_sync" in out or "el0t_64_irq" in out, out[-3000:]
     assert "hrtimer_cancel_self_deadlock" in signatures_in_vmcore(run)
 
 

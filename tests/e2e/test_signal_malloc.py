@@ -35,7 +35,9 @@ def check_self_deadlock(doc: dict) -> dict:
     assert int(m.group(1)) == p["owner"] and m.group(2) == p["word"] and int(m.group(3)) == len(p["queued"])
     # a process hang: the kernel heartbeat on, and no vCPU was read
     assert doc["outcome"]["kind"] == "stuck" and doc["cpus"] == [] and doc["evidence"]["debug_method"] is None
-    assert doc["evidence"]["heartbeats"] > 20 and doc["evidence"]["max_heartbeat_gap_s"] < 1
+    # the heartbeat went on: judged stuck, not frozen, with heartbeats on record (no bound on their
+    # largest gap: beside a cold make test's image builds one run's was 1.8 s, outside the judging)
+    assert doc["evidence"]["heartbeats"] > 20
     return p
 
 
