@@ -3,7 +3,10 @@
 for a process's threads (its core)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 
 import pexpect
 
@@ -22,8 +25,8 @@ def gdb_binary(default: str = "gdb") -> str:
 
 def spawn_gdb(args: list[str], log, timeout: float, gdb: str = "gdb") -> pexpect.spawn:
     """GDB (gdb: the architecture's debugger) under pexpect, quiet and
-    unpaged, logging what it prints; it dies with kstall. The caller closes it
-    (child.close(force=True))."""
+    unpaged, logging what it prints; it dies with kstall. The caller ends it
+    (end_gdb)."""
     GDB = gdb_binary(gdb)
     base = ["-nx", "-q", "-ex", "set pagination off", "-ex", "set confirm off", "-ex", "set width 0",
             "-ex", "set style enabled off"]
@@ -44,3 +47,25 @@ def spawn_gdb(args: list[str], log, timeout: float, gdb: str = "gdb") -> pexpect
     child.delaybeforesend = None  # pexpect's default 50 ms per command is for terminals that drop input
     child.ptyproc.delayafterclose = 0.01  # (0.1 s) GDB has said EOF by then; a live one is killed anyway
     return child
+
+
+# how long a killed GDB may take to exit: one that held a large core or the
+# kernel's symbols was still tearing its memory down 0.1 s after SIGKILL on a
+# host that kept its CPUs 63% busy, and pexpect's close() (which waits just
+# that 0.1 s) raised "Could not terminate the child" into the verdict
+END_BOUND_S = 10.0
+
+
+def end_gdb(child: pexpect.spawn) -> None:
+    """Kill GDB and reap it within END_BOUND_S. It is killed rather than asked
+    to quit: by then it holds nothing of kstall's. One that has not exited by
+    the bound (stuck in the kernel) is left to the death signal kstall's exit
+    sends; the verdict never waits on it longer."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child.pid, signal.SIGKILL)
+    deadline = time.monotonic() + END_BOUND_S
+    while child.isalive() and time.monotonic() < deadline:  # isalive() reaps it
+        time.sleep(0.001)
+    child.ptyproc.delayafterclose = 0  # (that wait is for a child that may still be exiting: done above)
+    with contextlib.suppress(pexpect.ExceptionPexpect, OSError):
+        child.close(force=True)

@@ -29,7 +29,7 @@ import pexpect
 
 from harness.analysis.threads import Dump, ProcThread, futex_words
 from harness.base import paths, procs
-from harness.debug.gdb import DebugError, gdb_binary, spawn_gdb
+from harness.debug.gdb import DebugError, end_gdb, gdb_binary, spawn_gdb
 
 SCRIPT = paths.REPO / "gdbscripts" / "kstall_threads.py"
 PROMPT = "(kstall-gdb) "
@@ -69,7 +69,7 @@ class _Gdb:
         return self.child.before
 
     def _status(self) -> str:
-        self.child.close(force=True)
+        end_gdb(self.child)
         st = self.child.exitstatus if self.child.exitstatus is not None else self.child.signalstatus
         return f"{'signal ' if self.child.exitstatus is None else ''}{st}"
 
@@ -84,7 +84,7 @@ class _Gdb:
         return json.loads(m.group(1))
 
     def close(self) -> None:
-        self.child.close(force=True)
+        end_gdb(self.child)
 
 
 def dump_core(core: Path, exe: Path, log_path: Path, proc: dict[int, ProcThread] | None = None,

@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import re
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ from harness.guest.qmp import QMP, QMPError
 from harness.analysis import kernel_waits, unwind
 from harness.base.arch import Arch
 from harness.analysis.kallsyms import Kallsyms
-from harness.debug.gdb import DebugError, spawn_gdb
+from harness.debug.gdb import DebugError, end_gdb, spawn_gdb
 
 GDB_SCRIPT = paths.REPO / "gdbscripts" / "kstall_gdb.py"
 PROMPT = "(gdb) "
@@ -143,24 +141,16 @@ class GdbSession:
         self.run("echo")
 
     def close(self, resume: bool) -> None:
-        """Detach (resume: the guest runs on) or disconnect, then end GDB.
-        It is killed rather than asked to quit: once detached it holds
-        nothing of kstall's, and a GDB that tidies up the kernel's symbols
-        before it exits kept the verdict waiting 40 ms."""
+        """Detach (resume: the guest runs on) or disconnect, then end GDB
+        (killed: a GDB that tidies up the kernel's symbols before it exits
+        kept the verdict waiting 40 ms)."""
         try:
             if self.child.isalive():
                 self.run("detach" if resume else "disconnect", timeout=5)
         except (DebugError, pexpect.ExceptionPexpect, OSError):
             pass
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child.pid, signal.SIGKILL)
-            deadline = time.monotonic() + 2
-            while self.child.isalive() and time.monotonic() < deadline:  # reaps it
-                time.sleep(0.001)
-            if not self.child.isalive():
-                self.child.ptyproc.delayafterclose = 0  # (its wait is for a child that may still be exiting)
-            self.child.close(force=True)
+            end_gdb(self.child)
             self.log.close()
 
 

@@ -34,3 +34,27 @@ print(f"parent went on; the child exited {{child.exitstatus}}, saying {{child.be
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.splitlines() == ["parent went on; the child exited 1, saying ''"], p.stdout + p.stderr
+
+
+def test_a_gdb_slow_to_exit_after_its_kill_is_reaped_not_raised_into_the_verdict():
+    # pexpect's close() waits 0.1 s after SIGKILL, then raises "Could not
+    # terminate the child"; on a host kept 63% busy a GDB tearing down a large
+    # memory took longer, and a matrix cell ended as an internal error. Here
+    # the child is a real process holding 1.5 GiB of touched memory, which
+    # takes its time to exit, with pexpect's own wait taken away.
+    import os
+    import signal
+
+    from harness.debug import gdb
+    child = gdb.pexpect.spawn(sys.executable, ["-c", "b = bytearray(b'x') * (3 << 29); print('ready'); "
+                                                     "import time; time.sleep(60)"],
+                              encoding="utf-8", timeout=60)
+    child.expect_exact("ready")
+    child.ptyproc.delayafterterminate = 0
+    gdb.end_gdb(child)
+    assert not child.isalive() and child.signalstatus == signal.SIGKILL
+    try:
+        os.waitpid(child.pid, os.WNOHANG)
+        raise AssertionError(f"{child.pid} was not reaped")
+    except ChildProcessError:
+        pass
