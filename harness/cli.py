@@ -209,9 +209,9 @@ def cmd_explain(a: argparse.Namespace) -> int:
         echo_stderr(f"{e.reproducer} has no [record] in its data file: nothing to predict from")
     if a.json:
         print(json.dumps({"kernel": e.kernel.spec, "upstream": e.kernel.upstream, "reproducer": e.reproducer or None,
-                          "prediction": e.prediction.to_json()}, indent=2))
+                          "prediction": e.prediction.to_json(), "before_boot": e.before_boot}, indent=2))
     else:
-        print(text.explain_text(e.kernel, e.record, e.prediction, e.reproducer))
+        print(text.explain_text(e.kernel, e.record, e.prediction, e.reproducer, e.before_boot))
     return 0
 
 
@@ -517,7 +517,8 @@ def _explain_parser(sub) -> None:
                        "team's record of the bug (a reproducer's [record], or --cve with --vulns) and the "
                        "kernel package's changelog, which lists the upstream stable commits it carries. Every "
                        "line the answer rests on is printed. verify prints the same prediction beside its "
-                       "measured verdict.",
+                       "measured verdict. With a reproducer it also says what verify's check before booting finds: "
+                       "a device or option the kernel's config leaves out answers the run with no boot.",
                        epilog="examples: kstall explain debian:6.16.12 perf-refresh; "
                        "kstall explain debian:6.1.192 --cve CVE-2024-42239 --vulns ~/vulns")
     e.add_argument("kernel", help=f"kernel spec: {schemes.help_text()}")
@@ -525,7 +526,7 @@ def _explain_parser(sub) -> None:
     e.add_argument("--cve", help="any CVE, read from --vulns (no reproducer: a prediction only)")
     e.add_argument("--vulns", type=Path, help="a clone of the kernel's vulns repository (or a directory of its "
                    "CVE-*.dyad and CVE-*.mbox files)")
-    e.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    e.add_argument("--json", action="store_true", help="print the prediction (and the check before booting) as JSON")
     e.set_defaults(func=cmd_explain)
 
 

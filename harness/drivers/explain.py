@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
 """`kstall explain`: the verdict a kernel's record predicts, with no boot
 (harness/analysis/bug_record.py), from its package's changelog where it has
-one; verify and the matrix print it beside the verdict they measure."""
+one; verify and the matrix print it beside the verdict they measure. With a
+reproducer it also says what the check before booting finds (preflight.py):
+a run it blocks is answered without a guest, and explain should say so."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ class Explanation:
     record: BugRecord | None
     prediction: Prediction
     reproducer: str = ""   # "" for a CVE with no reproducer
+    before_boot: dict | None = None  # the check before booting (before_boot()); None for a CVE
 
 
 def predict(kernel: Kernel, record: BugRecord | None, echo: Echo | None = None) -> Prediction:
@@ -65,4 +68,22 @@ def explain(spec: str, repro: str | None, cve: str | None, vulns: Path | None, e
         r = reproducers.resolve(repro)
         record, name = bug_record.of(r.record, r.name, r.syzbot.get("record")), r.name
     kernel = schemes.resolve(spec, progress=echo)
-    return Explanation(kernel, record, predict(kernel, record, echo), name)
+    before = before_boot(kernel, r) if name else None
+    return Explanation(kernel, record, predict(kernel, record, echo), name, before)
+
+
+def before_boot(kernel: Kernel, repro) -> dict:
+    """What verify's check before booting finds for repro on kernel: a need
+    that blocks the run (its verdict then comes without a guest), or the
+    modules the guest loads first. A kernel kstall cannot boot at all is
+    blocked too, as verify's ERROR."""
+    from harness.drivers import preflight
+    try:
+        c = preflight.check(kernel, repro)
+    except SpecError as e:
+        return {"blocked": True, "verdict": "ERROR", "reason": str(e), "modules": []}
+    reason = (c.summary() or c.reason()) if c.blocked else ""
+    if not c.config_checked:
+        reason = reason or "kstall has no config of this kernel: nothing checked"
+    return {"blocked": c.blocked, "verdict": "INCONCLUSIVE" if c.blocked else None, "reason": reason,
+            "modules": [m.stem for m in c.modules]}

@@ -57,8 +57,10 @@ def prediction_line(p: dict, verdict: str) -> str:
     return f"predicted from the record: {what}" + (f", {said}" if said else "")
 
 
-def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reproducer: str) -> str:
-    """`kstall explain`: the prediction and every line it rests on."""
+def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reproducer: str,
+                 before: dict | None = None) -> str:
+    """`kstall explain`: the prediction and every line it rests on, then what
+    the check before booting finds (before: explain.before_boot's)."""
     origin = kernel.origin
     package = " ".join(x for x in (origin.get("image_package") or origin.get("package"), origin.get("version")) if x)
     head = f"{kernel.spec} (upstream {kernel.upstream or 'unknown'}{', ' + package if package else ''})"
@@ -68,6 +70,11 @@ def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reprod
     out = [head, f"predicted: {p.status}"] + [f"  {r}" for r in p.reasons]
     if record is not None and not reproducer:
         out.append("  kstall has no reproducer for it: a prediction only, nothing measured")
+    if before is not None:
+        if before["blocked"]:
+            out.append(f"before booting: {before['verdict']}, with no boot: {before['reason']}")
+        else:  # (the modules it would load are in --json: mostly the agent's own virtio ones)
+            out.append(f"before booting: {before['reason'] or 'nothing the reproducer needs is missing'}")
     return "\n".join(out)
 
 

@@ -204,3 +204,25 @@ def test_a_device_the_program_opens_and_the_config_leaves_out_is_its_need_before
     # a reproducer of kstall's own opens no guest environment's devices
     assert preflight.check(kernel_with(tmp_path, AGENT_OK + "CONFIG_PERF_EVENTS=y\n"),
                            reproducers.load("perf-refresh")).needs == []
+
+
+def test_explain_says_what_the_check_before_booting_finds(tmp_path):
+    """`kstall explain` answers with no boot; a run the check would block is
+    answered with no boot too, so explain says so, where verify would."""
+    from harness.drivers import explain
+    from harness.reports import text
+    program = reproducers.resolve(str(FIX.parent / "syzkaller-programs" / "needs_raw_gadget.c"))
+    env = AGENT_OK + "".join(f"CONFIG_{o}=y\n" for o in program.needs.options)
+    blocked = explain.before_boot(kernel_with(tmp_path, env + "# CONFIG_USB_RAW_GADGET is not set\n"), program)
+    assert blocked == {"blocked": True, "verdict": "INCONCLUSIVE", "modules": [],
+                       "reason": "the reproducer needs /dev/raw-gadget, which this kernel's config leaves out"}
+    k = kernel_with(tmp_path, env + "CONFIG_USB_RAW_GADGET=y\n")
+    p = explain.predict(k, None)
+    said = text.explain_text(k, None, p, program.name, explain.before_boot(k, program)).splitlines()
+    assert said[-1] == "before booting: nothing the reproducer needs is missing"
+    said = text.explain_text(k, None, p, program.name, blocked).splitlines()
+    assert said[-1] == ("before booting: INCONCLUSIVE, with no boot: the reproducer needs /dev/raw-gadget, "
+                        "which this kernel's config leaves out")
+    # a kernel whose config lacks what the agent needs: verify's ERROR, before anything boots
+    lacking = explain.before_boot(kernel_with(tmp_path, "CONFIG_PERF_EVENTS=y\n"), program)
+    assert lacking["blocked"] and lacking["verdict"] == "ERROR" and "guest agent needs" in lacking["reason"]
