@@ -22,6 +22,8 @@ from images.guest.programs import BuildError
 
 EXIT_USAGE = 2
 EXIT_ERROR = VerdictKind.ERROR.exit_code
+# --accel: tcg-single is a row of every architecture's [accel] table (arches.toml), as kvm and tcg are
+ACCELS = ("auto", "kvm", "tcg", "tcg-single")
 
 
 def echo_stderr(msg: str) -> None:
@@ -63,8 +65,11 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cpus", type=int, help="vCPUs (default: the reproducer's, 2 for perf-refresh)")
     g.add_argument("--memory", type=int, metavar="MB", help="guest memory (default 1024; a syzkaller "
                    "reproducer's: 2048, syzbot's smallest machine)")
-    g.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
-                   help="auto: KVM if a probe boot proves it works, else TCG (default)")
+    g.add_argument("--accel", choices=ACCELS, default="auto",
+                   help="auto: KVM if a probe boot proves it works, else TCG (default); tcg-single: one host "
+                   "thread runs every vCPU in turn, each for up to 100 ms, which holds a vCPU off inside a race's "
+                   "window the way a busy host does (a clean run under plain TCG on a quiet host is weak evidence "
+                   "for such a race)")
     g.add_argument("--vmlinux", type=Path, help="vmlinux with DWARF: GDB shows inlined frames")
     g.add_argument("--cmdline", default="", help="extra kernel command line")
     g.add_argument("--no-snapshot", action="store_true",
@@ -542,7 +547,7 @@ def _kernel_parsers(sub) -> None:
     s = sub.add_parser("symbols", help="capture (or show) a kernel's symbols (text, variables) and BTF from a guest")
     s.add_argument("kernel")
     s.add_argument("--refresh", action="store_true", help="capture again even if cached")
-    s.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    s.add_argument("--accel", choices=ACCELS, default="auto")
     s.add_argument("--debuginfo", nargs="?", const=True, metavar="FILE",
                    help="fetch the kernel's vmlinux with DWARF instead (for attach and inspect; never needed for "
                    "a verdict): from Debian's -dbg package, streamed, keeping only the vmlinux; or from FILE (a "
@@ -571,7 +576,7 @@ def _matrix_parsers(sub) -> None:
     mx.add_argument("--only", action="append", metavar="PATTERN",
                     help="cells whose kernel, reproducer or KERNEL/REPRO id matches (glob; repeatable)")
     mx.add_argument("--exclude", action="append", metavar="PATTERN", help="leave these cells out (repeatable)")
-    mx.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    mx.add_argument("--accel", choices=ACCELS, default="auto")
     mx.add_argument("--arch", choices=arch_choices(), help="the architecture of the rows that name none "
                     "(a row's `arch`, or [defaults] arch; default amd64)")
     mx.add_argument("--attempts", type=int, default=2)

@@ -59,7 +59,7 @@ def likely(requested: str) -> str:
     """The accelerator a run of a kernel of the host's architecture will
     most likely get, before its kernel is known: for sizing a run, never for
     judging one (its record says what it ran under)."""
-    if requested in ("kvm", "tcg"):
+    if requested in ("kvm", "tcg", "tcg-single"):
         return requested
     if not kvm_available()[0]:
         return "tcg"
@@ -69,8 +69,8 @@ def likely(requested: str) -> str:
 
 
 def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], None]) -> str:
-    if requested == "tcg":
-        return "tcg"
+    if requested in ("tcg", "tcg-single"):  # asked for by name: no probe
+        return requested
     if kernel.arch != arch.host().name:  # KVM runs guests of the host's own architecture only
         if requested == "kvm":
             raise VMError(f"--accel kvm: a {kernel.arch} kernel on an {arch.host().name} host runs under TCG only")
