@@ -47,6 +47,15 @@ def test_affected_kernel_is_vulnerable_with_culprit_and_victim(tmp_path):
         assert (Path(doc["results_dir"]) / f).exists(), f
 
 
+def test_a_run_asked_for_under_tcg_single_hangs_under_it(tmp_path):
+    # --accel tcg-single: one host thread takes the vCPUs in turn; the hang
+    # still forms, and every attempt runs under it
+    rc, doc, err = verify_json(tmp_path, "debian:6.16.12", "perf-refresh", "--accel", "tcg-single")
+    assert rc == 1 and doc["verdict"] == "VULNERABLE", err
+    assert doc["vm"]["accel"] == "tcg-single" and {a["accel"] for a in doc["attempts"]} == {"tcg-single"}, doc
+    assert "probing" not in err  # asked for by name: no KVM probe
+
+
 @pytest.mark.parametrize("version", ["6.17.8", "6.12.107"])
 def test_fixed_kernels_are_not_reproduced_with_a_stated_p_miss(tmp_path, version):
     rc, doc, err = verify_json(tmp_path, f"debian:{version}", "perf-refresh")
