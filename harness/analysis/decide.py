@@ -83,10 +83,11 @@ def _ran_out_of_memory(f: Findings, said: str) -> Verdict | None:
     st = f.starvation
     if st is None or not st.events or any(OOM_PANIC in t for t in titles_of(f.repro.syzbot)):
         return None
-    st.mostly, st.why = True, f"starved for {st.starved_s} of {st.seconds} s"
+    # the panic is in why: a report's cell (starved (WHY: event)) says how the run ended
+    st.mostly, st.why = True, f"starved for {st.starved_s} of {st.seconds} s, then {said}"
     return Verdict(VerdictKind.INCONCLUSIVE, f"the program did not run as intended: the guest ran out of memory "
                    f"with no task left that the OOM killer may kill ({said}): {st.text()}",
-                   summary=f"{st.why}, then {said} ({st.events[0]})")
+                   summary=f"{st.why} ({st.events[0]})")
 
 
 def _timeout(f: Findings) -> Verdict:

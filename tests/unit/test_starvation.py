@@ -138,6 +138,7 @@ def test_the_oom_killers_panic_after_a_starved_run_is_inconclusive_unless_it_is_
     assert v.verdict == VerdictKind.INCONCLUSIVE and st is not None and st.mostly
     assert v.line().startswith("INCONCLUSIVE: starved for 34 of 50 s, then kernel panic: System is deadlocked on "
                              "memory (the OOM killer killed 169 tasks (in 33 s))"), v.line()
+    assert st.why == "starved for 34 of 50 s, then kernel panic: System is deadlocked on memory"  # the cells' text
     # with no account of the guest starving, the panic is what it says
     v, _ = judged(repro, None)
     assert v.verdict == VerdictKind.CRASHED
