@@ -13,6 +13,7 @@ from typing import Callable
 from harness.analysis import bug_record
 from harness.analysis.bug_record import BugRecord, Prediction
 from harness.base import arch as arches
+from harness.drivers import preflight
 from images.kernels import changelog, schemes
 from images.kernels.kernel import Kernel, SpecError
 
@@ -73,17 +74,15 @@ def explain(spec: str, repro: str | None, cve: str | None, vulns: Path | None, e
 
 
 def before_boot(kernel: Kernel, repro) -> dict:
-    """What verify's check before booting finds for repro on kernel: a need
-    that blocks the run (its verdict then comes without a guest), or the
-    modules the guest loads first. A kernel kstall cannot boot at all is
-    blocked too, as verify's ERROR."""
-    from harness.drivers import preflight
+    """What verify's check before booting finds for repro on kernel:
+    {"verdict": the verdict it gives with no boot (INCONCLUSIVE for a need the
+    kernel lacks, ERROR for a kernel kstall cannot boot at all) or None when
+    the run would boot, "reason": why ('' when nothing is missing)}."""
     try:
         c = preflight.check(kernel, repro)
     except SpecError as e:
-        return {"blocked": True, "verdict": "ERROR", "reason": str(e), "modules": []}
-    reason = (c.summary() or c.reason()) if c.blocked else ""
-    if not c.config_checked:
-        reason = reason or "kstall has no config of this kernel: nothing checked"
-    return {"blocked": c.blocked, "verdict": "INCONCLUSIVE" if c.blocked else None, "reason": reason,
-            "modules": [m.stem for m in c.modules]}
+        return {"verdict": "ERROR", "reason": str(e)}
+    if c.blocked:
+        return {"verdict": "INCONCLUSIVE", "reason": c.summary() or c.reason()}
+    unchecked = "kstall has no config of this kernel: nothing checked"
+    return {"verdict": None, "reason": "" if c.config_checked else unchecked}

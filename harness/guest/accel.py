@@ -55,11 +55,15 @@ def probe_config(kernel: Kernel, initrd: Path, log_dir: Path) -> VMConfig:
                     arch=m.arch, cmdline=m.kernel_cmdline("kstall.repro=none"))
 
 
+# the accelerators a user names that need no probe to be given (KVM's must work first)
+BY_NAME = ("tcg", "tcg-single")
+
+
 def likely(requested: str) -> str:
     """The accelerator a run of a kernel of the host's architecture will
     most likely get, before its kernel is known: for sizing a run, never for
     judging one (its record says what it ran under)."""
-    if requested in ("kvm", "tcg", "tcg-single"):
+    if requested == "kvm" or requested in BY_NAME:
         return requested
     if not kvm_available()[0]:
         return "tcg"
@@ -69,7 +73,7 @@ def likely(requested: str) -> str:
 
 
 def choose(requested: str, kernel: Kernel, initrd: Path, echo: Callable[[str], None]) -> str:
-    if requested in ("tcg", "tcg-single"):  # asked for by name: no probe
+    if requested in BY_NAME:
         return requested
     if kernel.arch != arch.host().name:  # KVM runs guests of the host's own architecture only
         if requested == "kvm":

@@ -70,11 +70,10 @@ def explain_text(kernel: Kernel, record: BugRecord | None, p: Prediction, reprod
     out = [head, f"predicted: {p.status}"] + [f"  {r}" for r in p.reasons]
     if record is not None and not reproducer:
         out.append("  kstall has no reproducer for it: a prediction only, nothing measured")
-    if before is not None:
-        if before["blocked"]:
-            out.append(f"before booting: {before['verdict']}, with no boot: {before['reason']}")
-        else:  # (the modules it would load are in --json: mostly the agent's own virtio ones)
-            out.append(f"before booting: {before['reason'] or 'nothing the reproducer needs is missing'}")
+    if before is not None and before["verdict"]:
+        out.append(f"before booting: {before['verdict']}, with no boot: {before['reason']}")
+    elif before is not None:
+        out.append(f"before booting: {before['reason'] or 'nothing the reproducer needs is missing'}")
     return "\n".join(out)
 
 

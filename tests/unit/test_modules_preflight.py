@@ -214,9 +214,10 @@ def test_explain_says_what_the_check_before_booting_finds(tmp_path):
     program = reproducers.resolve(str(FIX.parent / "syzkaller-programs" / "needs_raw_gadget.c"))
     env = AGENT_OK + "".join(f"CONFIG_{o}=y\n" for o in program.needs.options)
     blocked = explain.before_boot(kernel_with(tmp_path, env + "# CONFIG_USB_RAW_GADGET is not set\n"), program)
-    assert blocked == {"blocked": True, "verdict": "INCONCLUSIVE", "modules": [],
+    assert blocked == {"verdict": "INCONCLUSIVE",
                        "reason": "the reproducer needs /dev/raw-gadget, which this kernel's config leaves out"}
     k = kernel_with(tmp_path, env + "CONFIG_USB_RAW_GADGET=y\n")
+    assert explain.before_boot(k, program) == {"verdict": None, "reason": ""}
     p = explain.predict(k, None)
     said = text.explain_text(k, None, p, program.name, explain.before_boot(k, program)).splitlines()
     assert said[-1] == "before booting: nothing the reproducer needs is missing"
@@ -225,4 +226,4 @@ def test_explain_says_what_the_check_before_booting_finds(tmp_path):
                         "which this kernel's config leaves out")
     # a kernel whose config lacks what the agent needs: verify's ERROR, before anything boots
     lacking = explain.before_boot(kernel_with(tmp_path, "CONFIG_PERF_EVENTS=y\n"), program)
-    assert lacking["blocked"] and lacking["verdict"] == "ERROR" and "guest agent needs" in lacking["reason"]
+    assert lacking["verdict"] == "ERROR" and "guest agent needs" in lacking["reason"]
