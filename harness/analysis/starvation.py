@@ -129,13 +129,13 @@ def judge(health: dict | None, r: Reach | None = None, rules_: Rules | None = No
         # memory to spare: alloc_pid() fails ENOMEM in a pid namespace whose
         # init has exited (syzkaller's sandbox gave up, and its parent's
         # fork loop went on forking into the dead namespace), not for want
-        # of memory; the program stopped there, no starvation
+        # of memory; named for what it is, and counted all the same: the
+        # program stopped running there, whatever stopped it
         dead = errors.pop("ENOMEM")
-        failed -= dead
         st.events.append(f"{dead} of its {total} forks failed ENOMEM with memory to spare: the pid namespace "
                          "they forked into had lost its first process (its sandbox ended before its time)")
-    if failed:
-        st.events.append(f"{failed} of its {total} forks failed ("
+    if errors:
+        st.events.append(f"{sum(errors.values())} of its {total} forks failed ("
                          + ", ".join(f"{e} {c}" for e, c in sorted(errors.items(), key=lambda x: -x[1]))
                          + ": no pids or memory left)")
     busy, own = n.get("busy_ms", 0), n.get("cpu_ms", 0)

@@ -124,6 +124,7 @@ class BlobReader:
     skipped whole, and a header that lies beyond MAX_BYTES drops the stream
     until the next header line."""
     MAX_BYTES = 256 << 20
+    MAX_REFUSED = 32  # refused headers named; the rest only counted (a guest may send millions)
 
     def __init__(self, sock: socket.socket | None) -> None:
         self.sock = sock
@@ -131,7 +132,8 @@ class BlobReader:
         self.head: tuple[str, int] | None = None
         self.skip = 0  # bytes of a refused blob still to come
         self.expected: dict[str, int] = {}  # tag -> the most bytes kstall will take
-        self.refused: list[str] = []  # 'TAG n' of the blobs skipped
+        self.refused: list[str] = []  # 'TAG n' of the first blobs skipped
+        self.refused_count = 0  # all of them
         self.blobs: dict[str, bytes] = {}
         self.arrived: dict[str, float] = {}
         self.eof = sock is None
@@ -194,7 +196,9 @@ class BlobReader:
             return False
         tag = m.group(1).decode()
         if size > self.expected.get(tag, -1):
-            self.refused.append(f"{tag} {size}")
+            self.refused_count += 1
+            if len(self.refused) < self.MAX_REFUSED:
+                self.refused.append(f"{tag} {size}")
             self.skip = size
         else:
             self.head = (tag, size)

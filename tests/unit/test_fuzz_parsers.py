@@ -265,3 +265,15 @@ def test_the_kernels_records_read_from_hostile_memory_stay_bounded():
                 waits.holders(lock, n, 0, set())
         assert all(len(v) <= 31 for v in out.get("rqspinlock", {}).values())
     run_bounded(one, range(N // 20))
+
+
+def test_a_guest_that_sends_millions_of_blob_headers_costs_no_memory():
+    """A root program may open the symbols port whenever the agent is not
+    sending on it: 7 MiB of 'A 0' headers kept 2,000,000 refused names
+    (116 MiB of host memory). The first few are named, the rest counted."""
+    r = BlobReader(None)
+    chunk = b"A 0\n" * 20_000
+    for _ in range(10):
+        r.feed(chunk)
+    assert r.refused_count == 200_000 and len(r.refused) == BlobReader.MAX_REFUSED
+    assert not r.buf and not r.blobs

@@ -312,3 +312,23 @@ def test_syzbots_table_says_starved_weaker_and_the_record_beside_each_cell(tmp_p
     page = html.render(doc | {"totals": {"pass": 3}, "wall_s": 1, "started": "", "finished": "",
                               "host": {"cores": 2, "jobs": 1}})
     assert 'id="syzbot"' in page and 'data-outcome="starved"' in page and 'id="grid"' not in page
+
+
+def test_summary_md_shows_titles_and_program_text_as_written_never_as_markup(tmp_path):
+    """A syzbot title, a reason or a kernel's name is text from outside:
+    a '|' in it split its table row, and '<b>' or '[x](y)' rendered."""
+    progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
+    m = matrix_file.load(progs, kernels=["debian:6.1.170"], duration=30)
+    doc = matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)
+    doc["bugs"]["syz-aaaa00000000"] |= {"title": "INFO: task hung in a|b <img src=x> [x](javascript:y)",
+                                         "link": "javascript:alert(1)"}
+    base = matrix_doc.cell_doc(matrix.CellResult(matrix.Cell("k", "r"), "pass"), tmp_path) | {"line": ""}
+    doc["cells"] = [base | {"kernel": "debian:6.1.170", "reproducer": "syz-aaaa00000000", "verdict": "VULNERABLE",
+                            "id": "a|1`", "status": "regression", "failing": True, "expect": "NOT_REPRODUCED",
+                            "line": "VULNERABLE: a different hang: x | y\n| forged | row |",
+                            "syzbot": {"matched": None}}]
+    md = markdown.render(doc | {"totals": {"regression": 1}, "wall_s": 1})
+    row = next(l for l in md.splitlines() if l.startswith("| [aaaa"))
+    assert len(re.findall(r"(?<!\\)\|", row)) == 4, row  # bug, title, one kernel: no cell split by its text
+    assert "a\\|b \\<img src=x\\> \\[x\\](javascript:y)" in row and "](javascript" not in row.split(" | ")[0]
+    assert "| forged | row |" not in md and "`a|1'`" in md

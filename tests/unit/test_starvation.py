@@ -97,11 +97,29 @@ def test_forks_failing_enomem_with_memory_to_spare_are_a_sandbox_that_ended_not_
     lines = ["KSTALL hist sys_exit { id: sys_clone                     [ 56] } hitcount:         53",
              f"KSTALL hist sys_exit {{ id: sys_clone                     [ 56], ret: {2**64 - 12} }} hitcount:  15"]
     st = starvation.judge(calm, reach.analyse(lines, [], ENV, None), cpus=2)
-    assert st is not None and not st.mostly
-    assert st.events[0].startswith("15 of its 53 forks failed ENOMEM with memory to spare: the pid namespace")
+    assert st is not None and not st.mostly  # 15 of 53: under fork_failed
+    assert st.events == ["15 of its 53 forks failed ENOMEM with memory to spare: the pid namespace they forked "
+                         "into had lost its first process (its sandbox ended before its time)"], st.events
     starved = health | {"oom_kills": "3"}  # with the OOM killer at work, ENOMEM is memory's
     st = starvation.judge(starved, reach.analyse(lines, [], ENV, None), cpus=2)
     assert "15 of its 53 forks failed (ENOMEM 15: no pids or memory left)" in st.events
+
+
+def test_a_sandbox_that_died_early_is_a_program_that_stopped_running_not_a_clean_run():
+    """1,000 clones, 990 of them ENOMEM into a pid namespace that had lost
+    its first process, no OOM kill: the program stopped there for most of
+    its time. It was NOT_REPRODUCED "weaker", while the same counts as
+    EAGAIN were INCONCLUSIVE; whatever stopped it, it is INCONCLUSIVE."""
+    health, _, _ = recorded()
+    calm = health | {"starved_s": "0", "oom_kills": "0", "oom_s": "0", "lowmem_s": "0", "memstall_s": "0",
+                     "killed": "-"}
+    for errno_value in (12, 11):  # ENOMEM, EAGAIN
+        lines = ["KSTALL hist sys_exit { id: sys_clone                     [ 56] } hitcount:       1000",
+                 f"KSTALL hist sys_exit {{ id: sys_clone                     [ 56], ret: {2**64 - errno_value} }} "
+                 "hitcount:  990"]
+        st = starvation.judge(calm, reach.analyse(lines, [], ENV, None), cpus=2)
+        assert st is not None and st.mostly, (errno_value, st)
+        assert st.why == "990 of its 1000 forks failed", st.why
 
 
 def test_a_run_the_guest_never_ended_is_inconclusive_with_its_running_account_and_an_error_without():
