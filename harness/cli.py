@@ -87,6 +87,10 @@ def add_vm_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--freeze-after", type=float, help="heartbeat silence that means a freeze (s); default: 0.3 s "
                    "plus what the host held the guest back by meanwhile, at most 0.8 s")
     r.add_argument("--stuck-after", type=float, help="progress-count silence that means stuck CPUs (s)")
+    r.add_argument("--hang-after", type=float, metavar="S", help="a syzkaller program's kernel report (a hung "
+                   "task, a soft lockup, an RCU stall) is a hang once what it reports was stuck S seconds (default: "
+                   "syzbot's detector's time, scaled for the accelerator: 280 s for a hung task under TCG); "
+                   "one that ends sooner is a slow wait")
     r.add_argument("--samples", type=int, default=3, help="GDB samples of every vCPU (default 3)")
     r.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
 
@@ -123,7 +127,7 @@ def add_bisect_options(p: argparse.ArgumentParser, what: str) -> None:
 
 # the options `bisect git` hands on to each `bisect-step` (name, takes a value)
 FORWARDED = (("cpus", True), ("memory", True), ("accel", True), ("cmdline", True), ("duration", True),
-             ("attempts", True), ("freeze_after", True), ("stuck_after", True), ("samples", True),
+             ("attempts", True), ("freeze_after", True), ("stuck_after", True), ("hang_after", True), ("samples", True),
              ("vmlinux", True), ("config", True), ("debuginfo", False), ("jobs", True), ("build_timeout", True),
              ("step_pmiss", True), ("no_snapshot", False))
 
@@ -155,7 +159,7 @@ def options_from(a: argparse.Namespace):
         run=o.RunOptions(duration=a.duration, count=a.count,
                          pmiss_target=o.DEFAULT_PMISS if a.pmiss is None else a.pmiss, pmiss_given=a.pmiss is not None,
                          repro_args=list(a.repro_args or []), attempts=a.attempts, freeze_after=a.freeze_after,
-                         stuck_after=a.stuck_after),
+                         stuck_after=a.stuck_after, hang_after=a.hang_after),
         debug=o.DebugOptions(samples=a.samples, vmlinux=a.vmlinux, hold=getattr(a, "hold", None),
                              vmcore=getattr(a, "vmcore", False)), results_root=a.results)
 
@@ -319,7 +323,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
     out = rundir.RunDir(label, a.results)
     base = Options(guest=GuestOptions(accel=a.accel, memory_mb=a.memory, snapshot=not a.no_snapshot),
                    run=RunOptions(attempts=a.attempts, pmiss_target=DEFAULT_PMISS if a.pmiss is None else a.pmiss,
-                                  pmiss_given=a.pmiss is not None))
+                                  pmiss_given=a.pmiss is not None, hang_after=a.hang_after))
     runner = matrix.Runner(cells, out, jobs, a.cores, echo_stderr, base, verbose=a.verbose)
     echo_stderr(f"{len(cells)} cells over {len({c.kernel for c in cells})} kernels from {a.file}"
                 f"{f', shard {a.shard}' if a.shard else ''}; {jobs} jobs on {runner.budget.cores} cores "
@@ -582,6 +586,8 @@ def _matrix_parsers(sub) -> None:
     mx.add_argument("--attempts", type=int, default=2)
     mx.add_argument("--memory", type=int, metavar="MB", help="guest memory (default: as verify's)")
     mx.add_argument("--pmiss", type=float, help="target P(miss) for NOT_REPRODUCED cells (as verify's --pmiss)")
+    mx.add_argument("--hang-after", type=float, metavar="S", help="as verify's --hang-after, for every cell "
+                    "(a reproducer row's hang_after wins)")
     mx.add_argument("--no-snapshot", action="store_true", help="boot every guest cold (no snapshots)")
     mx.add_argument("--results", type=Path, help="results root (default: results/ or $KSTALL_RESULTS)")
     mx.add_argument("--verbose", action="store_true", help="every cell's progress, not only its verdict")

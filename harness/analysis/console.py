@@ -63,6 +63,7 @@ class Patterns:
     impossible: tuple[tuple[re.Pattern, str], ...] = ()
     die_header: re.Pattern | None = None  # [titles] die_header: the line die() prints
     die_header_within: int = 0
+    trace_end: re.Pattern | None = None  # [frames] trace_end: where one CPU's trace ends
 
     def die_header_of(self, new: "Report", prev: "Report", lines_since: int) -> bool:
         """Whether new's line is the die() header of the oops prev began a
@@ -100,6 +101,9 @@ class Report:
     _func: tuple | None = None  # (excerpt length, end, function): computed once per state
     _own: tuple | None = None   # (excerpt length, end, own_lines()): the same
     _titled: tuple | None = None  # (excerpt length, end, title): the same (a watch asks it often)
+    # a detector's report as a candidate hang (candidates.py): what is stuck, how long, and its state
+    stuck: dict | None = None
+    before_program: bool = False  # came before the program started: the boot's, never the program's
 
     def ends_at(self, report: "Report", index: int) -> None:
         """report starts at this excerpt's line index: this one's lines end
@@ -176,7 +180,9 @@ class Report:
     def to_json(self) -> dict:
         return {"kind": self.kind, "name": self.name, "title": self.title, "message": self.message,
                 "function": self.func, "guest_time": self.guest_time, "fields": self.fields,
-                "reason": self.reason, "excerpt": self.excerpt}
+                "reason": self.reason, "excerpt": self.excerpt} | (
+            {"stuck": dict(self.stuck)} if self.stuck is not None else {}) | (
+            {"before_program": True} if self.before_program else {})
 
 
 def load_patterns(path: Path = PATTERNS) -> Patterns:
@@ -192,8 +198,10 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
     impossible = tuple((re.compile(i["regex"]), i["reason"]) for i in doc.get("impossible", ()))
     titles = doc.get("titles", {})
     die = re.compile(titles["die_header"]) if "die_header" in titles else None
+    ends = doc["frames"].get("trace_end")
     return Patterns(pats, skip, rules, frozenset(titles.get("not_a_new_report", ())), impossible, die,
-                    titles.get("die_header_within", 0))
+                    titles.get("die_header_within", 0),
+                    re.compile("|".join(f"(?:{r})" for r in ends)) if ends else None)
 
 
 @functools.cache
@@ -243,12 +251,14 @@ def frame_function(line: str) -> tuple[str, bool] | None:
     return base_name(m.group("func")), not m.groupdict().get("unreliable")
 
 
-def report_frames(lines: list[str], func_from: str) -> list[str]:
+def report_frames(lines: list[str], func_from: str, ends: re.Pattern | None = None) -> list[str]:
     """The reliable frames of a report's own trace, from its first kernel
-    RIP ("rip") or "Call Trace:" ("trace") to </TASK>: lines that are not
-    frames (other CPUs' output, register dumps) and "? " frames (stale
+    RIP ("rip") or "Call Trace:" ("trace") to its end (ends, else [frames]
+    trace_end: </TASK>, or the next CPU's report or dump): lines that are
+    not frames (register dumps, interleaved output) and "? " frames (stale
     words a stack scan found) are passed over. With printk caller ids, only
     the lines of the report's own caller count."""
+    ends = ends or default_patterns().trace_end
     lines = lines[:TRACE_LINES]
     caller = caller_id(lines[0]) if lines else None
     if caller:
@@ -261,12 +271,19 @@ def report_frames(lines: list[str], func_from: str) -> list[str]:
             start = i
             break
     if start is None and func_from == "rip":  # a report without registers: its trace
-        return report_frames(lines, "trace")
-    out = []
-    for line in lines[start:] if start is not None else []:
-        if strip_prefix(line)[0].strip() == "</TASK>":
-            break
+        return report_frames(lines, "trace", ends)
+    out: list[str] = []
+    traces = int(func_from == "trace")  # trace headers passed: a second one is another CPU's
+    for i, line in enumerate(lines[start:] if start is not None else []):
+        body = strip_prefix(line)[0].strip()
+        if i and body in _TRACE_START:
+            traces += 1
+            if traces > 1 and out:
+                break
+            continue
         f = frame_function(line)
+        if f is None and i and ends is not None and ends.search(body) and (out or body == "</TASK>"):
+            break
         if f and f[1]:
             out.append(f[0])
     return out
@@ -329,15 +346,18 @@ class Tracker:
     """A live console, a line at a time: the reports it holds (each taking
     its following lines until it has enough to be named), the first report
     that ends a run (a panic, an oops, an emulator fault, a boot or agent
-    failure) and when it came, and the last lines for a boot failure's reason."""
+    failure) and when it came, and the last lines for a boot failure's
+    reason. Every report, kept or not, is handed to on_report (a detector's
+    report is a candidate hang there: candidates.py); one it returns True
+    for is kept even past MAX_REPORTS."""
     MAX_REPORTS = 100  # kept per run; the rest are only counted
     ENDS_RUN = ("panic", "oops", "infra", "boot", "agent")
     SAID = ("stall", "infra", "panic", "oops")  # said as they come
 
-    def __init__(self, patterns: Patterns, say=None, ends: tuple[str, ...] = ()) -> None:
+    def __init__(self, patterns: Patterns, say=None, on_report=None) -> None:
         self.patterns = patterns
         self.say = say
-        self.ends = ends  # the names of patterns whose reports end this run too
+        self.on_report = on_report  # (report, now) -> keep it
         self.reports: list[Report] = []
         self.dropped = 0  # past MAX_REPORTS: a guest that repeats itself
         self.open: list[Report] = []  # still taking their lines
@@ -356,12 +376,13 @@ class Tracker:
             return
         for o in self.open:
             o.ends_at(r, len(o.excerpt) - 1)
-        if len(self.reports) >= self.MAX_REPORTS:
+        keep = bool(self.on_report(r, now)) if self.on_report else False
+        if len(self.reports) >= self.MAX_REPORTS and not keep:
             self.dropped += 1
             return
         self.reports.append(r)
         self.open.append(r)
-        if (r.kind in self.ENDS_RUN or r.name in self.ends) and self.pending is None:
+        if r.kind in self.ENDS_RUN and self.pending is None:
             self.pending, self.pending_since = r, now
         if r.kind in self.SAID and self.say:
             self.say(f"console: {r.message}")

@@ -10,7 +10,7 @@ from harness.analysis import console, cpu_state, hang_kinds, hang_verdicts, pmis
 from harness.analysis.classify import base_name
 from harness.analysis.findings import Findings
 from harness.analysis.ktap import Ktap
-from harness.analysis.outcome import OutcomeKind
+from harness.analysis.outcome import NO_AGENT, OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import paths
@@ -33,7 +33,8 @@ def run_hangs(v: Verdict, f: Findings) -> list[syzbot.Hang]:
     elif isinstance(f.hang, cpu_state.Hang):
         frames = tuple(base_name(fr.get("function", "")) for c in f.classes for fr in c.frames)
     ours = [syzbot.Hang(v.title, frames)] if v.title else []
-    return ours + [syzbot.report_hang(r) for r in f.reports if r.get("kind") in console.TITLED_KINDS]
+    return ours + [syzbot.report_hang(r) for r in f.reports if r.get("kind") in console.TITLED_KINDS
+                   and not r.get("before_program") and r.get("stuck", {}).get("state") != "went on"]
 
 
 def against_syzbot(v: Verdict, f: Findings) -> Verdict:
@@ -125,7 +126,9 @@ def _error(prefix: str = "", suffix: str = "") -> Callable[[Findings], Verdict]:
 
 ENDINGS: dict[OutcomeKind, Callable[[Findings], Verdict]] = {
     OutcomeKind.INFRA: _emulator_fault,
-    OutcomeKind.BOOT_FAILURE: _error("boot failure: "),
+    OutcomeKind.BOOT_FAILURE: lambda f: Verdict(VerdictKind.ERROR, f"boot failure: {f.outcome.detail}",
+                                                retry=Retry.SILENT_BOOT if f.outcome.detail.startswith(NO_AGENT)
+                                                else None),
     OutcomeKind.AGENT_ERROR: _error("the guest agent could not run: "),
     OutcomeKind.PANIC: _crash,
     OutcomeKind.OOPS: _crash,
@@ -141,7 +144,8 @@ def program_failure(ktap: Ktap, tail: int = 12) -> Verdict | None:
     result says it exited non-zero, or the program's own TAP has a failed test.
     FAILED, with the end of its output; never a hang."""
     final = ktap.results[-1]
-    own = [r for r in ktap.results[:-1] if not r["ok"] and r["directive"] not in ("SKIP", "TODO")]
+    own = [r for r in ktap.program_results + ktap.results[:-1]
+           if not r["ok"] and r["directive"] not in ("SKIP", "TODO")]
     if final["ok"] and not own:
         return None
     why = final["reason"] if not final["ok"] else f"its test {own[0]['number']} {own[0]['name']} failed"
@@ -266,6 +270,11 @@ def timeboxed(f: Findings) -> Verdict:
         return Verdict(VerdictKind.INCONCLUSIVE, f"its setup failed every run (exit {SYZ_FAIL}, syzkaller's "
                        f"fail()): {' | '.join(said) or 'it said nothing'}; {ran}",
                        summary=f"its setup failed: {said[-1] if said else f'exit {SYZ_FAIL}'}")
+    if still := [c for c in f.candidates if c.get("state") == "open"]:
+        return Verdict(VerdictKind.INCONCLUSIVE, f"the kernel reported what was still stuck when the run ended, "
+                       f"not yet for long enough to be a hang, nor seen to go on: "
+                       f"{'; '.join(map(hang_verdicts.stuck_text, still))}; {ran}",
+                       summary=f"still stuck at the end, not yet a hang: {still[0]['title']}")
     reach = f.reach
     if reach is not None and reach.needs:
         return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs what this guest lacks: "
@@ -279,6 +288,11 @@ def timeboxed(f: Findings) -> Verdict:
     what = reach.text() if reach is not None else (
         f"what its calls reached is unknown (a {f.repro.abi} program's calls are not counted)" if f.repro.abi
         else "what its calls reached is unknown (no system call count)")
-    return weakened(Verdict(VerdictKind.NOT_REPRODUCED, f"{ran} without a hang; {what}; {f.pmiss.get('text', '')}",
-                            summary=f"{ran} without a hang, {f.pmiss.get('text', 'P(miss) unknown')}",
+    slow = [c for c in f.candidates if c.get("state") == "went on"]
+    waits = f"; slow waits the kernel reported, none a hang: {'; '.join(map(hang_verdicts.stuck_text, slow))}" \
+        if slow else ""
+    n_slow = f" ({len(slow)} slow wait{'s' * (len(slow) != 1)})" if slow else ""
+    return weakened(Verdict(VerdictKind.NOT_REPRODUCED, f"{ran} without a hang; {what}{waits}; "
+                            f"{f.pmiss.get('text', '')}",
+                            summary=f"{ran} without a hang{n_slow}, {f.pmiss.get('text', 'P(miss) unknown')}",
                             confidence="low", p_miss=f.pmiss), f)

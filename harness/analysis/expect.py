@@ -63,6 +63,7 @@ class Cell:
     args: list[str] = field(default_factory=list)
     duration: float | None = None
     count: int | None = None
+    hang_after: float | None = None  # --hang-after for this row's cells
     spec: str = ""  # what verify runs: a user's reproducer's path; the name for a built-in
 
     @property
@@ -105,7 +106,8 @@ def parse(doc: dict, path: Path, known: set[str], specs: dict[str, str]) -> Matr
             cells.append(Cell(kernel=k["spec"], reproducer=r["name"], expect=want,
                               xfail=k.get("xfail", {}).get(r["name"]), skip=k.get("skip", {}).get(r["name"]),
                               cpus=r.get("cpus"), args=list(r.get("args", [])), duration=r.get("duration"),
-                              count=r.get("count"), spec=specs.get(r["name"], r["name"])))
+                              count=r.get("count"), hang_after=r.get("hang_after"),
+                              spec=specs.get(r["name"], r["name"])))
     return Matrix(path, [k["spec"] for k in kernels], [r["name"] for r in repros], cells)
 
 

@@ -46,6 +46,8 @@ class Findings:
     starvation: Starvation | None = None  # whether the kernel let the program run (starvation.py)
     # the looks the run went on after: no culprit, or one left to the kernel's detectors (attempt.py note_silence)
     silences: list[dict] = field(default_factory=list)
+    # the kernel detectors' reports, each thing they said was stuck (candidates.py to_json)
+    candidates: list[dict] = field(default_factory=list)
 
     @property
     def stalled(self) -> bool:

@@ -147,9 +147,22 @@ def stall(f: Findings) -> Verdict:
                    retry=Retry.CUT_SHORT)
 
 
+def stuck_text(c: dict) -> str:
+    """A candidate hang as a verdict says it: 'INFO: task hung in x (pid 177):
+    stuck 45 s, then went on (a hang here after 280 s; syzbot's detector 140 s)'."""
+    who = f" ({c['who']})" if c.get("who") else ""
+    held = f", {c['held_s']:.0f} s of it the host's" if c.get("held_s", 0) >= 1 else ""
+    what = {"hang": "", "went on": ", then went on", "open": ", still so when the run ended"}.get(c["state"], "")
+    return (f"{c['title']}{who}: stuck {c['stuck_s']:.0f} s{held}{what} (a hang here after {c['hang_s']:g} s; "
+            f"syzbot's detector {c['syzbot_s']:g} s)")
+
+
 def kernel_report(f: Findings) -> Verdict:
     """The kernel's own detector reported a hang (a hung task, a soft lockup,
-    an RCU stall), in a run whose environment lets its detectors judge."""
+    an RCU stall) and what it reported stayed stuck for syzbot's time (candidates.py),
+    in a run whose environment lets its detectors judge."""
     title = f.outcome.detail
-    return Verdict(VerdictKind.VULNERABLE, f"{_what(f)}; the kernel's own detector reported it",
+    hang = next((c for c in f.candidates if c.get("state") == "hang"), None)
+    said = f": {stuck_text(hang)}" if hang else ""
+    return Verdict(VerdictKind.VULNERABLE, f"{_what(f)}; the kernel's own detector reported it{said}",
                    summary=f"the kernel reported: {title}", confidence="high", title=title)

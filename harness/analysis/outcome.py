@@ -42,6 +42,12 @@ class OutcomeKind(StrEnum):
         return self.hang or self in (OutcomeKind.SLEEPING, OutcomeKind.REPORTED)
 
 
+# a boot failure's detail when the guest's agent never spoke: the one boot
+# failure that may be the host's (twice on a cold make test, the console
+# empty), not the kernel's, and so booted once more (retry.py)
+NO_AGENT = "no guest agent within"
+
+
 @dataclass
 class Outcome:
     kind: OutcomeKind

@@ -34,6 +34,9 @@ class Evidence:
     health: dict | None = None
     # the looks the run went on after (attempt.py _Run.note_silence)
     silences: list[dict] = field(default_factory=list)
+    # what the kernel's detectors said was stuck, and whether each became a hang (candidates.py)
+    candidates: list[dict] = field(default_factory=list)
+    reports_before_program: int = 0  # detector reports during the boot: never the program's
 
     @property
     def latency(self) -> dict | None:
@@ -56,7 +59,8 @@ class Evidence:
                 "console_reports": self.console_reports, "console_titles": self.console_titles,
                 "console_reports_dropped": self.console_reports_dropped, "debug_method": self.debug_method,
                 "debug_errors": self.debug_errors, "reach": self.reach, "health": self.health,
-                "silences": self.silences}
+                "silences": self.silences, "candidates": self.candidates,
+                "reports_before_program": self.reports_before_program}
 
 
 @dataclass
@@ -132,7 +136,8 @@ class RunRecord:
                                      console_reports_dropped=ev.get("console_reports_dropped", 0),
                                      debug_method=ev.get("debug_method"), debug_errors=ev.get("debug_errors", []),
                                      reach=ev.get("reach"), health=ev.get("health"),
-                                     silences=ev.get("silences", [])),
+                                     silences=ev.get("silences", []), candidates=ev.get("candidates", []),
+                                     reports_before_program=ev.get("reports_before_program", 0)),
                    cpus=doc.get("cpus", []), hang=doc.get("hang"), waits=doc.get("waits"), process=doc.get("process"),
                    prediction=doc.get("prediction"), guest=doc.get("guest", {}),
                    symbols=doc.get("symbols", {}), timings=doc.get("timings", {}), attempts=doc.get("attempts", []),

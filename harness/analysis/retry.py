@@ -18,6 +18,7 @@ class Retry(StrEnum):
     CUT_SHORT = "cut short"             # a stall run ended before its counters had what a verdict needs
     SILENT = "silent"                   # the reproducer printed nothing: the agent's or the channel's doing
     SNAPSHOT = "snapshot"               # a guest restored from a snapshot did not come up: the snapshot's fault
+    SILENT_BOOT = "silent boot"         # no agent within the boot timeout (where its vCPUs were is recorded)
 
 
 # one try more than --attempts for a verdict that the host's delay decides:

@@ -191,7 +191,17 @@ def read(mem: "Reader | Memory", lay: dict, ncpus: int, syms: Kallsyms | None = 
     everyone = tasks(mem, t, bound)
     if not everyone:
         return {"error": "no task could be read from init_task's list"}
-    waits = [w for task in everyone.values() if may_wait(task, t) and (w := lock_of(mem, task, t, lk, everyone, syms))]
+    # each task in D state costs a read of its stack (16 KiB): the walk's bound holds for them too
+    # (a syzkaller program's thousands of sleepers)
+    sleepers = [task for task in everyone.values() if may_wait(task, t)]
+    waits = []
+    for i, task in enumerate(sleepers):
+        if time.monotonic() > bound.deadline:
+            bound.stopped = bound.stopped or (f"more than {WALK_S:g}s, with the stacks of {len(sleepers) - i} of "
+                                              f"{len(sleepers)} tasks in D state unread")
+            break
+        if w := lock_of(mem, task, t, lk, everyone, syms):
+            waits.append(w)
     named = {a for a, task in everyone.items() if asleep(task, t)} | \
         {everyone[a].addr for a in everyone if any(w["pid"] == everyone[a].pid for w in waits)}
     waiting = {w["pid"] for w in waits}

@@ -7,6 +7,7 @@ disks and the agent's steps), the watch (the kernel reports that end a run)
 and the judge (what the program may need that a kernel lacks)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import tomllib
 from dataclasses import dataclass
@@ -34,6 +35,18 @@ class AliasNeed:
 
 
 @dataclass(frozen=True)
+class ConfirmRule:
+    """When a kernel detector's report is a hang ([report.confirm.NAME])."""
+    name: str          # console-patterns.toml name
+    syzbot_s: float    # syzbot's detector waits this long before it reports
+    after_s: float     # this guest's detector: its first report comes this long into the wait
+    repeat_s: float    # and it says it again this often while it lasts
+    who: str = ""      # the report's field naming what is stuck ("": one thing at a time)
+    stated: str = ""   # the field with the seconds the kernel says it has been stuck ("": none)
+    hang_s: float = 0.0  # stuck this long here, it is a hang (confirm_for: syzbot's, scaled)
+
+
+@dataclass(frozen=True)
 class GuestEnv:
     name: str
     summary: str
@@ -51,8 +64,7 @@ class GuestEnv:
     boot_steps: tuple[str, ...]        # the agent's environment steps as it boots (repro/agent/env.c)
     steps: tuple[str, ...]             # and at the GO
     host_tools: tuple[str, ...]        # host programs a guest of the host's architecture gets
-    report_ends: tuple[str, ...]       # console-patterns.toml names that end a run
-    report_linger: float               # seconds the guest lives on after the first of them
+    report_ends: tuple[str, ...]       # console-patterns.toml names that end a run, once confirmed
     # seconds a CPU kstall found stuck leaves the kernel's detectors to report it (0: none)
     report_wait: float
     alias_needs: tuple[AliasNeed, ...]
@@ -64,10 +76,19 @@ class GuestEnv:
     # device paths whose absence the environment's own setup goes on without:
     # no need known before the boot (preflight.py)
     setup_goes_on: tuple[str, ...] = ()
+    confirm: tuple[ConfirmRule, ...] = ()  # when a report of report_ends is a hang
+    confirm_scale: tuple[tuple[str, float], ...] = ()  # accelerator -> how much longer than syzbot's
+    detect_s: float = 0.0  # a task asleep in D state at the time-up: the kernel's time to report it first
 
     def seconds_for(self, accel: str) -> float:
         """Its time box under an accelerator ("tcg", "kvm", ...)."""
         return self.seconds * dict(self.scale).get(accel, 1)
+
+    def confirm_for(self, accel: str, hang_after: float | None = None) -> tuple[ConfirmRule, ...]:
+        """The confirmation rules under an accelerator, syzbot's seconds
+        scaled (or every one hang_after, the user's)."""
+        scale = dict(self.confirm_scale).get(accel, 1)
+        return tuple(dataclasses.replace(r, hang_s=hang_after or r.syzbot_s * scale) for r in self.confirm)
 
     def family(self, number: int) -> str:
         return dict(self.families).get(number, f"family {number}")
@@ -82,6 +103,9 @@ def get(name: str) -> GuestEnv:
     with open(env_file(name), "rb") as f:
         d = tomllib.load(f)
     run, kernel, needs = d["run"], d["kernel"], d.get("needs", {})
+    report = d.get("report", {})
+    confirm = dict(report.get("confirm", {}))
+    scale, detect_s = confirm.pop("scale", {}), float(confirm.pop("detect_s", 0))
     return GuestEnv(
         name=name, summary=d["summary"], cflags=tuple(d["build"]["cflags"]),
         fixed_mappings=tuple((int(a), int(b)) for a, b in d["build"].get("fixed_mappings", ())),
@@ -94,12 +118,14 @@ def get(name: str) -> GuestEnv:
                                       x.get("bus", "virtio-blk")) for x in d.get("disk", ())),
         boot_steps=tuple(d["guest"].get("boot", ())), steps=tuple(d["guest"]["steps"]),
         host_tools=tuple(d["guest"].get("host_tools", ())),
-        report_ends=tuple(d.get("report", {}).get("ends", ())),
-        report_linger=float(d.get("report", {}).get("linger_s", 0)),
-        report_wait=float(d.get("report", {}).get("wait_s", 0)),
+        report_ends=tuple(report.get("ends", ())),
+        report_wait=float(report.get("wait_s", 0)),
         alias_needs=tuple(AliasNeed(a["pattern"], a["what"], tuple(a.get("calls", ())), tuple(a.get("errors", ())),
                                    a.get("named", ""))
                           for a in needs.get("alias", ())),
         families=tuple((int(k), v) for k, v in needs.get("families", {}).items()),
         need_options=tuple(needs.get("options", {}).items()),
-        setup_goes_on=tuple(needs.get("setup_goes_on", ())))
+        setup_goes_on=tuple(needs.get("setup_goes_on", ())),
+        confirm=tuple(ConfirmRule(name, float(c["syzbot_s"]), float(c["after_s"]), float(c["repeat_s"]),
+                                  c.get("who", ""), c.get("stated", "")) for name, c in confirm.items()),
+        confirm_scale=tuple((k, float(v)) for k, v in scale.items()), detect_s=detect_s)

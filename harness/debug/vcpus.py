@@ -23,7 +23,7 @@ from typing import Callable, Literal
 import pexpect
 
 from harness.base import paths, rundir
-from harness.guest.qmp import QMP, QMPError
+from harness.guest.qmp import QMP, QMPError, QMPTimeout
 
 from harness.analysis import kernel_waits, unwind
 from harness.base.arch import Arch
@@ -283,24 +283,56 @@ def _with_console(doc: dict, path: Path, console: Path | None) -> dict:
 
 
 MAIN_LOOP_TIMEOUT = 3.0  # QMP answers in milliseconds when QEMU's main loop runs
+# a QMP that answers late is a busy QEMU (another guest, a kernel unpacking
+# beside it on a 2-core host: 0.32 s of silence, then QMP timed out within
+# 3 s, an ERROR): it is asked again, each bound 3 times the last and at least
+# twice what the host held QEMU back by during it, up to this in all; only a
+# QEMU silent that long, or gone, is not answering
+MAIN_LOOP_PATIENCE_S = 30.0
+
+
+def main_loop_answers(qmp: QMP, host_delay: Callable[[float, float], float | None] | None = None,
+                      qemu_gone: Callable[[], str | None] | None = None) -> tuple[str, float]:
+    """Whether QEMU's main loop (QMP, and the gdbstub with it) answers:
+    ("", the bound it answered within), or (why not, the time spent)."""
+    bound, spent, tries = MAIN_LOOP_TIMEOUT, 0.0, 0
+    while True:
+        t = time.monotonic()
+        tries += 1
+        try:
+            qmp.cmd("query-status", timeout=bound)
+            return "", bound
+        except QMPTimeout:
+            spent += time.monotonic() - t
+        except (QMPError, OSError) as e:
+            return f"query-status: {e}", spent
+        if qemu_gone is not None and (why := qemu_gone()):
+            return f"query-status: {why}", spent
+        held = host_delay(t, time.monotonic()) if host_delay is not None else None
+        if spent >= MAIN_LOOP_PATIENCE_S:
+            return (f"query-status: QMP timed out {tries} times in {spent:.0f}s (the host held QEMU back "
+                    f"{(held or 0) / 1e3:.1f}s of the last)"), spent
+        bound = min(max(bound * 3, 2 * (held or 0) / 1e3), MAIN_LOOP_PATIENCE_S - spent)
 
 
 def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int = 3, interval: float = 0.2,
            resume: bool = False, prepared: Prepared | None = None, console: Path | None = None,
-           qemu_gone: Callable[[], str | None] | None = None) -> Samples:
+           qemu_gone: Callable[[], str | None] | None = None,
+           host_delay: Callable[[float, float], float | None] | None = None) -> Samples:
     """count samples of every vCPU, interval seconds of guest run apart.
     With resume the guest keeps running afterwards (a possible false alarm).
     A prepared GDB is used when it started; either way it is taken. console:
     the guest's console log, whose size each sample records. qemu_gone: what
-    ended QEMU (killed, stopped from outside) or None, asked while GDB waits."""
+    ended QEMU (killed, stopped from outside) or None, asked while GDB waits.
+    host_delay: (t0, t1) -> ms the host held QEMU back then, to wait on a busy one."""
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     result = Samples()
-    try:  # QMP and the gdbstub share QEMU's main loop: when one is dead, GDB would wait out its timeouts
-        qmp.cmd("query-status", timeout=MAIN_LOOP_TIMEOUT)
-    except (QMPError, OSError) as e:
-        result.errors.append(f"qmp: query-status: {e} within {MAIN_LOOP_TIMEOUT:.0f}s (QEMU's main loop, which "
-                             "also serves the gdbstub, is not answering: GDB not tried)")
+    # QMP and the gdbstub share QEMU's main loop: when one is dead, GDB would wait out its timeouts
+    why, bound = main_loop_answers(qmp, host_delay, qemu_gone)
+    if why:
+        result.errors.append(f"qmp: {why} (QEMU's main loop, which also serves the gdbstub, is not answering: "
+                             "GDB not tried)")
         if prepared is not None:
             prepared.close()
         result.seconds = round(time.monotonic() - t0, 2)
@@ -314,7 +346,7 @@ def sample(gdb_socket: Path, qmp: QMP, out_dir: Path, target: Target, count: int
         syms = Kallsyms.load(target.symbols) if target.symbols and target.symbols.exists() else None
         lay = json.loads(target.layout.read_text()) if target.layout and target.layout.exists() else None
         try:
-            qmp.cmd("stop", timeout=MAIN_LOOP_TIMEOUT)  # a GDB that hung may have met a QEMU that did
+            qmp.cmd("stop", timeout=bound)  # a GDB that hung may have met a QEMU that did
             for i in range(count):
                 if i:
                     qmp.cmd("cont")

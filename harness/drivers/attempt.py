@@ -23,14 +23,14 @@ from harness.analysis.classify import Role
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
 from harness.analysis.hang_kinds import Reading, way_for
-from harness.analysis.outcome import Outcome, OutcomeKind
+from harness.analysis.outcome import NO_AGENT, Outcome, OutcomeKind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict
 from harness.base import arch as arches
 from harness.base import background, guest_env, paths, reproducers, syscall_numbers
 from harness.base.kernel_cache import KernelKey
 from harness.base.reproducers import HangIn
-from harness.base.syzkaller import base_title, titles_of
+from harness.base.syzkaller import titles_of
 from harness.base.procs import Interrupted
 from harness.analysis.kallsyms import Kallsyms
 from harness.debug import inlines, process, vcpus as debug, vmcore
@@ -138,15 +138,16 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     # a program run for its time (a guest environment's) completes no count to watch: its
     # hangs are the kernel's detectors', a freeze, a task asleep
     stuck_after = math.inf if repro.timebox else opts.run.stuck_after or repro.stuck_after_s
-    # after its time: the tasks that do not die their time to, and a kernel report its linger
-    after = env.dying_s + env.report_linger if env else 0
+    confirm = env.confirm_for(c.accel, opts.run.hang_after) if env else ()
+    # after its time: the kernel's time to report a task asleep then, a candidate's to
+    # become a hang (the kill is held meanwhile), and the tasks that do not die their time to
+    after = env.detect_s + max((r.hang_s for r in confirm), default=0) + env.dying_s if env else 0
     limits = Limits(boot_timeout=opts.run.boot_timeout, freeze_after=opts.run.freeze_after or FREEZE_CEILING,
                     freeze_floor=None if opts.run.freeze_after else FREEZE_FLOOR,
                     stuck_after=stuck_after, run_timeout=duration + 60 + after,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "",
-                    report_ends=env.report_ends if env else (), report_linger=env.report_linger if env else 0.0,
-                    sought_titles=tuple(base_title(t) for t in titles_of(repro.syzbot)))
+                    report_ends=env.report_ends if env else (), confirm=confirm)
     if repro.generic and (opts.run.duration or repro.timebox) and not opts.run.count:
         target = 0  # --duration alone: again and again until the time is up
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)
@@ -154,7 +155,7 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     if repro.generic:  # the agent repeats it: until target runs or the time is up, whichever comes first
         go += f" repeat={target or UNTIL_THE_TIME_IS_UP} seconds={math.ceil(duration)}"
     if env:
-        go += f" dying={math.ceil(env.dying_s)}"
+        go += f" dying={math.ceil(env.dying_s)} detect={math.ceil(env.detect_s)}"
     if repro.sleep_after_s:
         go += f" sleep={math.ceil(repro.sleep_after_s)}"
     if repro.command:  # the user's arguments join the command, which travels hex-encoded
@@ -278,7 +279,8 @@ class _Run:
         prepared, self.prepared = self.prepared, None
         self.samples = debug.sample(vm.gdb_socket, vm.qmp, self.out_dir, self.debug_target(), self.opts.debug.samples,
                                     self.opts.debug.sample_interval, resume=True, prepared=prepared,
-                                    console=vm.console_log, qemu_gone=vm.gone)
+                                    console=vm.console_log, qemu_gone=vm.gone,
+                                    host_delay=self.host_wait.silence if self.host_wait else None)
         self.timings["debug_s"] = round(time.monotonic() - t, 2)
         # a lower bound on the hang: from the last sign of life to the last sample
         self.timings["hang_observed_s"] = round(time.monotonic() - since, 2)
@@ -589,7 +591,7 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             r.keep_symbols(w)
             way = way_for(outcome.kind, r.repro)
             if way is None:
-                return outcome, None
+                return where_it_booted(r, vm, outcome), None
             if way.reading != Reading.VCPUS:
                 READERS[way.reading](r, vm, w, outcome)
                 return outcome, None
@@ -639,6 +641,25 @@ def watch_until_decided(r: _Run, vm: VM, w: Watch, nmi: NmiInjector) -> tuple[Ou
             KeyboardInterrupt()
     except Interrupted as e:
         return Outcome(OutcomeKind.INTERRUPTED, f"interrupted ({e})", time.monotonic()), e
+
+
+def where_it_booted(r: _Run, vm: VM, outcome: Outcome) -> Outcome:
+    """A guest whose agent never spoke: where its vCPUs were, read over QMP
+    before QEMU is stopped (firmware, the decompressor, the kernel and
+    where in it), in the outcome and the run's sample-0.json. Twice a cold
+    boot's console stayed empty for its 120 s, and nothing said where."""
+    if outcome.kind != OutcomeKind.BOOT_FAILURE or not outcome.detail.startswith(NO_AGENT) or not vm.alive():
+        return outcome
+    a = arches.get(r.kernel.arch)
+    try:
+        vm.qmp.cmd("stop", timeout=10)
+        doc = debug.sample_with_qmp(vm.qmp, r.out_dir, Kallsyms.load(r.syms_path) if r.syms_path else None, 0, a)
+    except (QMPError, OSError) as e:
+        return Outcome(outcome.kind, f"{outcome.detail}; its vCPUs could not be read ({e})", outcome.at)
+    where = "; ".join(f"CPU{c['cpu']} at {c['frames'][0]['text'] if c['frames'] else c['regs'].get(a.pc, '?')}"
+                      f"{' (user mode)' if a.in_user_mode({k: int(v, 16) for k, v in c['regs'].items()}) else ''}"
+                      for c in doc["cpus"])
+    return Outcome(outcome.kind, f"{outcome.detail}; its vCPUs then: {where or 'none answered'}", outcome.at)
 
 
 def _read_threads(r: _Run, vm: VM, w: Watch, outcome: Outcome) -> None:
@@ -714,7 +735,8 @@ def conclude(r: _Run, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         stall, ProcessReading(r.process, r.process_error) if r.dumped else None, r.hang,
                         ended_by(repro, plan, w.agent.count), reports,
                         reached := program_reach(r, w), w.agent.leftovers,
-                        starved := starvation.judge(w.agent.health, reached, cpus=plan.cpus), r.silences))
+                        starved := starvation.judge(w.agent.health, reached, cpus=plan.cpus), r.silences,
+                        candidates=w.candidates.to_json()))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
                    accel=plan.vm.accel, reach=reached.to_json() if reached else None, wait_graph=r.wait_graph,

@@ -162,7 +162,7 @@ class Runner:
         opts = dataclasses.replace(
             b, guest=dataclasses.replace(b.guest, cpus=cell.cpus or b.guest.cpus),
             run=dataclasses.replace(b.run, duration=cell.duration or b.run.duration, count=cell.count or b.run.count,
-                                    repro_args=cell.args),
+                                    hang_after=cell.hang_after or b.run.hang_after, repro_args=cell.args),
             hooks=dataclasses.replace(b.hooks, budget=self.budget, cancel=self.cancel),
             results_root=self.out.work / "runs")
 

@@ -57,6 +57,9 @@ class RunOptions:
     freeze_after: float | None = None  # None: FREEZE_FLOOR adapted to the host, up to FREEZE_CEILING
     stuck_after: float | None = None
     boot_timeout: float = 120.0
+    # a kernel detector's report is a hang once what it reports was stuck this long
+    # (None: syzbot's detector's time, scaled for the accelerator: guest_env.confirm_for)
+    hang_after: float | None = None
 
 
 @dataclass

@@ -65,15 +65,19 @@ class AgentChannel:
         self.health: dict = {}  # whether the program ran as intended (harness/analysis/starvation.py)
         self.tasks: dict[int, dict] = {}  # the tasks the host asked about (TASKS), by tid
         self.tasks_ended = 0  # how many TASKS answers have ended
+        # the agent reports for the program (a program that knows nothing of kstall, a
+        # time-boxed one): its own "KTAP version 1" came, and the program's lines are output only
+        self.framed = False
 
     def feed(self, line: str, now: float) -> None:
         if line.startswith(PROGRAM):  # the reproducer's own line: never the agent's, whatever it says
-            self._reproducer_says(line[len(PROGRAM):], now)
+            self._reproducer_says(line[len(PROGRAM):], now, program=self.framed)
         elif (m := _HB.match(line)) is not None:
             self._heartbeat(m, now)
         elif line.startswith("KSTALL "):
             self._agent_says(line, now)
-        else:
+        else:  # the agent's own: a framed run's KTAP, or an older agent's forwarding
+            self.framed = self.framed or line == "KTAP version 1"
             self._reproducer_says(line, now)
 
     def _heartbeat(self, m: re.Match, now: float) -> None:
@@ -125,7 +129,11 @@ class AgentChannel:
             if self.sleeping_at is None:
                 self.sleeping_at = now
 
-    def _reproducer_says(self, line: str, now: float) -> None:
+    def _reproducer_says(self, line: str, now: float, program: bool = False) -> None:
+        """A line of the run's TAP. program: a program the agent reports for
+        printed it: its output, never the run's progress or result (a
+        program that printed "ok 1" or "# result count=9" once ended the
+        stuck watch, or set the count)."""
         if self.repro_started_at is None:
             self.repro_started_at = self.count_changed_at = now
             if self.on_repro_start:
@@ -136,6 +144,11 @@ class AgentChannel:
                     if self.last_hb_at is not None:
                         self.last_hb_at = now
         line = unnest(line)
+        if program:
+            self.ktap.feed(line, program=True)
+            if self.on_line:
+                self.on_line(line)
+            return
         if line.startswith("# progress "):
             f = dict(KV.findall(line))
             for key, value in f.items():  # PREFIX_max_ns: a timed path's longest latency so far

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.analysis import console
+from harness.analysis.candidates import QUIET_SLACK_S, Candidates
 from harness.base import procs
-from harness.base.syzkaller import base_title
-from harness.analysis.outcome import Outcome, OutcomeKind
+from harness.base.guest_env import ConfirmRule
+from harness.analysis.outcome import NO_AGENT, Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.vm import VM
@@ -39,6 +40,11 @@ HUNG_TASK_TOLD_S = 1.0
 # the agent lists the reproducer's threads from /proc at once on CORE, before the
 # kernel writes the core: no line by then means the agent never read the request
 CORE_ANSWER_S = 20.0
+# while a kernel report is a candidate hang, the agent's time-up kill is held
+# (HOLD S: not before S seconds from now), renewed this often, each lease at
+# most this long: a host that stops renewing frees the guest soon
+HOLD_RENEW_S = 5.0
+HOLD_LEASE_S = 30.0
 
 
 @dataclass
@@ -56,14 +62,10 @@ class Limits:
     stalls: int = 0  # > 0: end with "stall" once the progress line's over= reaches this
     stall_measure: str = "measurement"  # what the reproducer times (its data file's [stall] measure)
     # console-patterns.toml names of the kernel's reports that end the run as a hang
-    # (a guest environment's: its kernel detectors are the judges)
+    # (a guest environment's: its kernel detectors are the judges), once confirmed
     report_ends: tuple[str, ...] = ()
-    # how long the guest lives on after the first of those, so that the
-    # kernel reports the hang's other tasks too (the environment's [report] linger_s)
-    report_linger: float = 0.0
-    # syzbot's titles for the program (without "(N)"): a report of one of them
-    # ends the linger, since no later report can match better than that
-    sought_titles: tuple[str, ...] = ()
+    # when one of those is a hang (harness/analysis/candidates.py); one without a rule is at once
+    confirm: tuple[ConfirmRule, ...] = ()
 
 
 @dataclass
@@ -104,8 +106,12 @@ class Watch:
         self.agent = AgentChannel(self._say, vm.cfg.cpus, limits.stalls, self.calls.on_repro_start,
                                   self.calls.on_line, time.monotonic)
         self.agent.t0 = self.t0
-        self.console = console.Tracker(patterns or console.default_patterns(), self._say, limits.report_ends)
-        self._sought_at: float | None = None  # when a report first carried one of syzbot's titles
+        self.console = console.Tracker(patterns or console.default_patterns(), self._say, self._on_report)
+        ruled = {r.name for r in limits.confirm}
+        self.candidates = Candidates(limits.confirm + tuple(ConfirmRule(n, 0, 0, 0) for n in limits.report_ends
+                                                            if n not in ruled),
+                                     lambda t0, t1: self.calls.host_delay(t0, t1) if self.calls.host_delay else None)
+        self._held_at: float | None = None  # when the agent's time-up kill was last held (HOLD)
         self._console_lines = LineReader(vm.console, max_line=4096)  # printk lines are under 1 KiB
         self._agent_lines = LineReader(vm.agent)
         self.syms = BlobReader(vm.syms)
@@ -159,6 +165,7 @@ class Watch:
     def _decide(self, now: float) -> Outcome | None:
         if not self.vm.alive():
             self._drain()
+        self._hold(now)
         out = self._ended(now)
         if out is not None or self.agent.hello_at is None:
             return out
@@ -179,32 +186,62 @@ class Watch:
         if self.vm.alive() and self.vm.stopped():
             return Outcome(OutcomeKind.QEMU_STOPPED, "QEMU was stopped from outside kstall (SIGSTOP or SIGTSTP): "
                            "the guest's silence is no freeze", now)
+        # a report that ends the run is its answer however the run ended: the
+        # agent's exit waits for its lines as much as the guest's life does
         r = self.console.pending
-        over = r is not None and now - self.console.pending_since >= L.report_grace
-        if r is not None and r.name in L.report_ends and L.report_linger > L.report_grace:
-            over = now - self.console.pending_since >= L.report_linger or self._sought_for(now) >= L.report_grace
-        if r is not None and (over or not self.vm.alive()):
+        if r is not None and now - self.console.pending_since < L.report_grace and self.vm.alive():
+            return None
+        if r is not None:
             if r.kind in ("oops", "panic") and (why := self.console.patterns.impossible_state(r)):
                 return Outcome(OutcomeKind.INFRA, f"{r.title}: {why}", now)
-            if r.name in L.report_ends:
-                return Outcome(OutcomeKind.REPORTED, r.title, now)
             return Outcome(REPORT_ENDS.get(r.kind) or OutcomeKind(r.kind), r.title, now)
+        if (h := self.candidates.hang) is not None:
+            if now - (h.decided_at or now) < L.report_grace and self.vm.alive():
+                return None
+            return Outcome(OutcomeKind.REPORTED, h.first.title, now)
         if a.exit_code is not None and (a.poweroff or not self.vm.alive()):
             return Outcome(OutcomeKind.DONE, f"reproducer exited with code {a.exit_code}", now)
         if not self.vm.alive():
             return self._qemu_gone(now)
         if a.hello_at is None and now - self.t0 > L.boot_timeout:
-            return Outcome(OutcomeKind.BOOT_FAILURE, f"no guest agent within {L.boot_timeout:.0f}s of boot", now)
+            tail = " | ".join(l for l in self.console.tail[-3:] if l.strip())
+            return Outcome(OutcomeKind.BOOT_FAILURE, f"{NO_AGENT} {L.boot_timeout:.0f}s of boot; console: "
+                           f"{tail or 'empty'}", now)
         return None
 
-    def _sought_for(self, now: float) -> float:
-        """How long a report that ends the run has carried one of syzbot's
-        titles (its lines their grace to come in, like any report's); 0: none yet."""
-        L = self.limits
-        if self._sought_at is None and L.sought_titles and any(
-                base_title(r.title) in L.sought_titles for r in self.console.reports if r.name in L.report_ends):
-            self._sought_at = now
-        return 0.0 if self._sought_at is None else now - self._sought_at
+    def _on_report(self, r: console.Report, now: float) -> bool:
+        """Each kernel report as it comes: a detector's that ends the run is a
+        candidate hang (kept when it is a new thing's first); one before the
+        program started is the boot's (the command line's detectors are set
+        for the boot), never the program's."""
+        if r.name not in self.limits.report_ends:
+            return False
+        if self.agent.repro_started_at is None:
+            r.before_program = True
+            self.candidates.before_program += 1
+            return False
+        return self.candidates.feed(r, now, self._guest_now())
+
+    def _guest_now(self) -> float | None:
+        """The guest's clock at its last heartbeat (seconds); None before one."""
+        return self.agent.last_hb_guest_ns / 1e9 if self.agent.hb_count else None
+
+    def _hold(self, now: float) -> None:
+        """While a candidate hang is open, hold the agent's time-up kill, so
+        that the task it reports stays as it is until it is a hang or went
+        on (a kill frees a holder that is killable, and the hang with it)."""
+        self.candidates.update(now, self._guest_now())
+        if self.go_at is None or not self.agent.running:
+            return
+        if still := self.candidates.open:
+            # until it would be a hang, and the kernel's next word on it after that
+            lease = self.candidates.due_in(now) + max(2 * c.rule.repeat_s for c in still) + QUIET_SLACK_S
+            if self._held_at is None or now - self._held_at >= HOLD_RENEW_S:
+                self._send(f"HOLD {math.ceil(min(lease, HOLD_LEASE_S))}\n".encode())
+                self._held_at = now
+        elif self._held_at is not None:
+            self._send(b"HOLD 0\n")
+            self._held_at = None
 
     def _qemu_gone(self, now: float) -> Outcome:
         rc = self.vm.proc.returncode if self.vm.proc else None
@@ -247,11 +284,10 @@ class Watch:
             return Outcome(OutcomeKind.SLEEPING, f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in "
                            f"{t['wchan']}" + (f" (and {len(a.sleeping) - 1} more)" if len(a.sleeping) > 1 else ""),
                            now)
-        r = self.console.pending
-        if r is not None and r.name in L.report_ends:
-            # a kernel detector spoke: its linger ends the run, with the later reports it waits
-            # for, not a silence (9157524e6230 on 6.1.170: a soft lockup's report, then a freeze
-            # read from the CPUs 7 s before syzbot's "task hung in jfs_commit_inode" came)
+        if any(now - c.last_at < 2 * c.rule.repeat_s + QUIET_SLACK_S for c in self.candidates.open):
+            # a kernel detector spoke and is to speak again: the candidate decides, not a
+            # silence (9157524e6230 on 6.1.170: a soft lockup's report, then a freeze read
+            # from the CPUs 7 s before syzbot's "task hung in jfs_commit_inode" came)
             return None
         if a.stall_at is not None:
             return Outcome(OutcomeKind.STALL, f"the reproducer measured {a.progress.get('over')} "
@@ -410,7 +446,8 @@ class Watch:
 
     def _hung_task_told(self, now: float) -> bool:
         """The kernel reported a hung task, HUNG_TASK_TOLD_S ago: done printing it."""
-        if self._hung_task_at is None and any(r.name == "hung-task" for r in self.console.reports):
+        if self._hung_task_at is None and any(r.name == "hung-task" and not r.before_program
+                                              for r in self.console.reports):
             self._hung_task_at = now
         return self._hung_task_at is not None and now - self._hung_task_at >= HUNG_TASK_TOLD_S
 
@@ -467,4 +504,5 @@ class Watch:
                 "last_heartbeat_guest_s": round(a.last_hb_guest_ns / 1e9, 3) if a.hb_count else None,
                 "count": a.count, "exit_code": a.exit_code, "syms": a.syms_info,
                 "console_reports": [r.to_json() for r in self.console.reports],
-                "console_reports_dropped": self.console.dropped}
+                "console_reports_dropped": self.console.dropped, "candidates": self.candidates.to_json(),
+                "reports_before_program": self.candidates.before_program}

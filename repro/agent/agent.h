@@ -25,7 +25,7 @@
  * command line, and what must differ between guests restored from one
  * snapshot:
  *   GO repro=NAME args=A,B,C syms=1 seed=HEX time=SEC.NSEC repeat=N seconds=S sleep=S
- *      hostfs=TAG cmd=HEX cwd=HEX health=L,P,M dying=S
+ *      hostfs=TAG cmd=HEX cwd=HEX health=L,P,M dying=S detect=S
  * repro, args and syms as on the command line (they override it), seed mixed
  * into the kernel's RNG and the CRNG reseeded, time set as CLOCK_REALTIME.
  * repeat: a program that knows nothing of kstall (a user's own) is run up to
@@ -113,7 +113,12 @@
 #define AGENT_PORT "org.kstall.agent"
 #define SYMS_PORT "org.kstall.syms"
 #define CORE_FILE "/tmp/kstall-core"
-#define MODPROBE_LOG "/tmp/kstall-modprobe.log"
+/* the agent's own accounts, where no program reaches them: a dot directory
+ * of the guest's root, which a program's own root (env root) leaves out and
+ * no program's directory names (a root program could write or delete
+ * /tmp's, and so the "needs" the host reads from it) */
+#define AGENT_DIR "/.kstall"
+#define MODPROBE_LOG AGENT_DIR "/modprobe.log"
 #define TRACING "/sys/kernel/tracing"
 #define MAX_CHECKS 32
 
@@ -193,7 +198,9 @@ void health_say(void);
 extern atomic_int repro_pid, stop_sent;
 void kill_all(unsigned bound_ms, int say_leftovers);
 int run_repro(const char *name, char *args, unsigned long long deadline, int *cut);
-int run_timeboxed(const char *name, const char *args, unsigned long long seconds, unsigned dying_s);
+int run_timeboxed(const char *name, const char *args, unsigned long long seconds, unsigned dying_s,
+		  unsigned detect_s);
+void hold_for(unsigned long long seconds);
 int run_repeated(const char *name, const char *args, unsigned long long repeat, unsigned long long seconds);
 
 #endif

@@ -217,6 +217,8 @@ void host_commands(const char *until)
 				atomic_store(&syms_acked, 1);
 			if (!strncmp(buf, "TASKS ", 6))
 				say_tasks(buf + 6);
+			if (!strncmp(buf, "HOLD ", 5))
+				hold_for(strtoull(buf + 5, NULL, 10));
 			have -= nl + 1 - buf;
 			memmove(buf, nl + 1, have + 1);
 		}

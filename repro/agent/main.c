@@ -61,6 +61,7 @@ int main(int argc, char **argv)
 	 * environment's (each load says how it went): the requests the account
 	 * reports are the program's alone (sd_mod's crc-t10dif asks for
 	 * crypto-crct10dif-all, which no module answers) */
+	mkdir(AGENT_DIR, 0700);
 	unlink(MODPROBE_LOG);
 	if (cmdline_get(cmdline, "kstall.gate", val, sizeof(val)) && val[0] == '1' && agent_fd >= 0) {
 		say("KSTALL ready");
@@ -90,9 +91,12 @@ int main(int argc, char **argv)
 			repeat = strtoull(val, NULL, 10);
 		if (cmdline_get(go_line, "seconds", val, sizeof(val)))
 			seconds = strtoull(val, NULL, 10);
-		if (env_timebox && seconds)
-			code = run_timeboxed(repro, args, seconds,
-					     cmdline_get(go_line, "dying", val, sizeof(val)) ? atoi(val) : 5);
+		if (env_timebox && seconds) {
+			unsigned dying = cmdline_get(go_line, "dying", val, sizeof(val)) ? atoi(val) : 5;
+
+			code = run_timeboxed(repro, args, seconds, dying,
+					     cmdline_get(go_line, "detect", val, sizeof(val)) ? atoi(val) : 0);
+		}
 		else
 			code = repeat ? run_repeated(repro, args, repeat, seconds) : run_repro(repro, args, 0, NULL);
 		health_say();

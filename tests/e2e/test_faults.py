@@ -141,6 +141,25 @@ def test_qmp_not_answering_is_an_error_naming_it_never_a_verdict_about_the_kerne
     print(f"ERROR after {took:.1f}s: {doc['reason']}")
 
 
+def test_a_guest_whose_agent_never_speaks_says_where_its_vcpus_were_and_boots_once_more(tmp_path):
+    """Twice a cold boot's console stayed empty for its 120 s, and the ERROR
+    said nothing of where the guest was. Here the agent cannot speak in time
+    (a boot timeout of 1.5 s, under the seconds a boot takes): the record
+    names where each vCPU was, and the run boots once more before its ERROR,
+    which is never a verdict about the kernel."""
+    from harness.drivers import verify
+    from harness.drivers.options import GuestOptions, Options, RunOptions
+    res = verify.verify("debian:6.17.8", "perf-refresh", Options(guest=GuestOptions(snapshot=False),
+                        run=RunOptions(boot_timeout=1.5), results_root=tmp_path), lambda m: None)
+    doc = res.doc
+    assert doc["verdict"] == "ERROR" and len(doc["attempts"]) == 2, (doc["reason"], doc["attempts"])
+    for a in doc["attempts"]:
+        detail = a["outcome"]["detail"]
+        assert detail.startswith("no guest agent within 2s of boot; console: "), detail
+        assert "; its vCPUs then: CPU0 at 0x" in detail and "CPU1 at " in detail, detail
+    assert (res.run_dir / "sample-0.json").exists() and kstall_processes() == []
+
+
 USER = "kstall-user"
 
 

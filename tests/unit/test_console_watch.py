@@ -303,23 +303,199 @@ def test_nothing_a_program_prints_is_read_as_the_agents():
     assert a.exit_code == 0
 
 
-def test_a_report_of_syzbots_title_ends_the_linger_and_any_other_waits_it_out():
-    """A syzkaller environment's guest lives on after a hung task's report, so
-    that the kernel reports the hang's other tasks too: syzbot's title need
-    not be the first. A report that carries syzbot's title already ends it
-    once its lines are in (two test programs each waited 30 s more for nothing)."""
-    text = (FIXTURES / "consoles" / "6.1.192-hung-task.log").read_text()
-    for sought, ends_at in (((), 30.0), (("INFO: task hung in pipe_write",), 1.5),
-                            (("INFO: task hung in fuse_lookup",), 30.0)):
-        vm = SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=2),
-                             alive=lambda: True, stopped=lambda: False)
-        w = Watch(vm, Limits(report_ends=("hung-task",), report_linger=30.0, sought_titles=sought))
-        for line in text.splitlines():
-            w.console.feed(line, 0.0)
-        assert w._ended(0.0) is None  # the report's lines have their grace whatever it says
-        assert w._ended(ends_at - 0.1) is None, sought
-        out = w._ended(ends_at)
-        assert out is not None and out.detail == "INFO: task hung in pipe_write", sought
+def test_a_program_the_agent_reports_for_cannot_end_its_run_or_set_its_count_with_tap_of_its_own():
+    """The agent frames a program that knows nothing of kstall with KTAP of
+    its own, unprefixed; the program's lines come behind "| ". A program that
+    printed "ok 1" ended the stuck watch (a later hang ran to the bound), and
+    its "# result count=9" or "# progress count=" set the count."""
+    from harness.guest.agent import AgentChannel
+    a = AgentChannel(lambda s: None, 2)
+    for line in ("KTAP version 1", "1..1", "| ok 1 my own test", "| # result count=9 elapsed_ms=1",
+                 "| # progress count=77", "| not ok 2 another # FAIL it broke"):
+        a.feed(line, 1.0)
+    assert a.framed and a.ktap.results == [] and a.ktap.result_fields == {} and a.count == 0 and a.running
+    assert [r["name"] for r in a.ktap.program_results] == ["my own test", "another"]
+    a.feed("# progress count=1 elapsed_ms=100", 2.0)  # the agent's own: one run done
+    a.feed("# result count=1 elapsed_ms=100 exit=1", 2.0)
+    a.feed("not ok 1 prog # FAIL it exited 1 on run 1", 2.0)
+    assert a.count == 1 and not a.running and a.ktap.results[-1]["name"] == "prog"
+    from harness.analysis.decide import program_failure
+    v = program_failure(a.ktap)
+    assert v is not None and "it exited 1 on run 1" in v.reason
+    # a reproducer of kstall's own (not framed) speaks for itself
+    b = AgentChannel(lambda s: None, 2)
+    b.feed("| KTAP version 1", 1.0)
+    b.feed("| # result count=9 elapsed_ms=1", 1.0)
+    b.feed("| ok 1 perf-refresh", 1.0)
+    assert not b.framed and b.count == 9 and b.ktap.results and not b.running
+
+
+HUNG = (FIXTURES / "consoles" / "6.1.192-hung-task.log").read_text()
+
+
+def hung_task(pid: int, seconds: int) -> list[str]:
+    """A recorded hung-task report (6.1.192, "task hung in pipe_write"), as
+    the kernel says it again of one task at a later check."""
+    lines = HUNG.splitlines()[2:]
+    return [lines[0].replace("blocked-writer:92", f"blocked-writer:{pid}").replace("more than 2 seconds",
+                                                                                 f"more than {seconds} seconds"),
+            *lines[1:]]
+
+
+def syz_watch(accel: str = "tcg", vm=None) -> Watch:
+    """A Watch as a syzkaller program's run has it, its program started."""
+    from harness.base import guest_env
+    env = guest_env.get("syzkaller")
+    vm = vm or SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=2),
+                               alive=lambda: True, stopped=lambda: False)
+    w = Watch(vm, Limits(freeze_after=0.8, report_ends=env.report_ends, confirm=env.confirm_for(accel)))
+    w.agent.hello_at = w.agent.ready_at = w.go_at = 0.0
+    w.agent.repro_started_at = 0.0
+    return w
+
+
+def beat(w: Watch, guest_s: float, now: float) -> None:
+    w.agent.feed(f"HB {int(guest_s * 20)} {int(guest_s * 1e9)} 0", now)
+
+
+def test_a_hung_task_is_a_candidate_until_it_has_been_blocked_for_syzbots_time_scaled():
+    """The guest's detector reports a task after 30 s: a candidate. Under
+    TCG it is a hang once the kernel says it has been blocked 280 s
+    (syzbot's 140 s, twice), not before; its title is the first report's."""
+    w = syz_watch()
+    for t, secs in ((30.0, 30), (35.0, 35), (200.0, 200)):
+        beat(w, t, t)
+        for line in hung_task(92, secs):
+            w.console.feed(line, t)
+        assert w._ended(t + 5) is None, secs
+    [c] = w.candidates.open
+    assert c.rule.hang_s == 280 and 79 < w.candidates.due_in(200.0) <= 80
+    for line in hung_task(92, 281):
+        w.console.feed(line, 281.0)
+    assert w._ended(281.0) is None  # its lines their grace
+    out = w._ended(283.0)
+    assert out is not None and out.kind == "kernel-report" and out.detail == "INFO: task hung in pipe_write"
+    [doc] = w.summary()["candidates"]
+    assert doc["state"] == "hang" and doc["stuck_s"] == 281 and doc["who"] == "pid 92" and doc["reports"] == 4
+
+
+def test_a_blocked_task_the_kernel_stops_reporting_while_the_guest_goes_on_is_a_slow_wait():
+    """A task in D state for 45 s, reported at 30, 35, 40 and 45 s, then no
+    more while the heartbeats go on: it went on, and the run that ends is
+    NOT_REPRODUCED, saying so, never VULNERABLE."""
+    from harness.analysis import decide
+    from harness.analysis.findings import Findings
+    from harness.base import reproducers
+    from recorded import FIXTURES as F
+    pairs, guest, vm = _socket_vm()
+    w = syz_watch(vm=vm)
+    for secs in (30, 35, 40, 45):
+        beat(w, secs, secs)
+        for line in hung_task(92, secs):
+            w.console.feed(line, float(secs))
+        w._hold(float(secs))
+    beat(w, 64.0, 64.0)
+    w._hold(64.0)
+    assert w.candidates.open, "said again within twice its period and the slack: not yet gone on"
+    beat(w, 66.0, 66.0)
+    w._hold(66.0)
+    assert not w.candidates.open and w.candidates.went_on
+    # the agent's time-up kill was held while it was a candidate, and let go once it went on
+    sent = guest.recv(4096).decode().splitlines()
+    assert sent[0].startswith("HOLD ") and int(sent[0].split()[1]) == 30 and sent[-1] == "HOLD 0", sent
+    for a, b in pairs:
+        a.close()
+        b.close()
+    w.agent.feed("KSTALL exit code=0", 70.0)
+    w.agent.feed("KSTALL poweroff", 70.0)
+    out = w._ended(70.0)
+    assert out.kind == "done"
+    k = Ktap()
+    for line in ["KTAP version 1", "1..1", "# result count=3 elapsed_ms=120000 exit=0 timebox=1 cut=1 failed=0 "
+                 "codes=-", "ok 1 prog # ran for 120 s"]:
+        k.feed(line)
+    repro = reproducers.resolve(str(F / "syzkaller-programs" / "busy_forks.c"))
+    summary = w.summary()
+    v = decide.decide(Findings(out, repro, k, reports=summary["console_reports"], candidates=summary["candidates"]))
+    assert v.verdict == "NOT_REPRODUCED", v.line()
+    assert "slow waits the kernel reported, none a hang: INFO: task hung in pipe_write (pid 92): stuck 45 s, then " \
+        "went on (a hang here after 280 s; syzbot's detector 140 s)" in v.reason, v.reason
+    assert "(1 slow wait)" in v.summary
+
+
+def test_a_report_that_ends_the_run_is_its_answer_when_the_agent_powers_off_at_once():
+    """A report whose grace had not run out when the agent said exit and
+    poweroff was dropped: the run ended DONE and NOT_REPRODUCED. A hang
+    confirmed, an oops pending, or a candidate still open when the agent
+    powers off each answer for the run."""
+    from harness.analysis import decide
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import OutcomeKind
+    from harness.base import reproducers
+    from recorded import FIXTURES as F
+    repro = reproducers.resolve(str(F / "syzkaller-programs" / "busy_forks.c"))
+    k = Ktap()
+    for line in ["KTAP version 1", "1..1", "# result count=1 elapsed_ms=120000 exit=0 timebox=1 cut=1 failed=0 "
+                 "codes=-", "ok 1 prog # ran for 120 s"]:
+        k.feed(line)
+
+    def ended(lines: list[str], at: float = 100.0):
+        w = syz_watch()
+        beat(w, at, at)
+        for line in lines:
+            w.console.feed(line, at)
+        w.agent.feed("KSTALL exit code=0", at + 0.1)
+        w.agent.feed("KSTALL poweroff", at + 0.1)
+        assert w._ended(at + 0.2) is None  # the report's lines have their grace, the agent's exit or not
+        out = w._ended(at + 2.0)
+        summary = w.summary()
+        return out, decide.decide(Findings(out, repro, k, reports=summary["console_reports"],
+                                           candidates=summary["candidates"]))
+
+    out, v = ended(hung_task(92, 290))
+    assert out.kind == OutcomeKind.REPORTED and v.verdict == "VULNERABLE", v.line()
+    assert "stuck 290 s" in v.reason
+    oops = ["[  100.1] BUG: kernel NULL pointer dereference, address: 0000000000000000",
+            "[  100.2] RIP: 0010:pipe_write+0x10/0x20"]
+    out, v = ended(oops)
+    assert out.kind == OutcomeKind.OOPS and v.verdict == "CRASHED", v.line()
+    w = syz_watch()
+    beat(w, 100.0, 100.0)
+    for line in hung_task(92, 40):
+        w.console.feed(line, 100.0)
+    w.agent.feed("KSTALL exit code=0", 101.0)
+    w.agent.feed("KSTALL poweroff", 101.0)
+    out = w._ended(103.0)
+    summary = w.summary()
+    v = decide.decide(Findings(out, repro, k, reports=summary["console_reports"], candidates=summary["candidates"]))
+    assert v.verdict == "INCONCLUSIVE" and v.summary.startswith("still stuck at the end, not yet a hang"), v.line()
+
+
+def test_a_report_before_the_program_starts_is_the_boots_never_the_programs():
+    """The command line's detectors are set for the boot (a hung task after
+    4 s): a report then, before the environment's thresholds and the
+    program, is recorded as the boot's and neither ends the run nor
+    matches syzbot's title."""
+    from harness.analysis import decide
+    from harness.analysis.findings import Findings
+    from harness.analysis.verdict import Verdict, VerdictKind
+    from harness.base import reproducers
+    from recorded import FIXTURES as F
+    w = syz_watch()
+    w.agent.repro_started_at = None
+    for line in hung_task(92, 290):
+        w.console.feed(line, 5.0)
+    assert w._ended(10.0) is None and not w.candidates.things and w.candidates.before_program == 1
+    w.agent.repro_started_at = 11.0
+    w.agent.feed("KSTALL exit code=0", 130.0)
+    w.agent.feed("KSTALL poweroff", 130.0)
+    assert w._ended(130.0).kind == "done"
+    summary = w.summary()
+    assert summary["reports_before_program"] == 1 and summary["console_reports"][0]["before_program"]
+    repro = reproducers.resolve(str(F / "syzkaller-programs" / "pipe_hang.c"))
+    f = Findings(w._ended(130.0), repro, reports=summary["console_reports"])
+    v = Verdict(VerdictKind.VULNERABLE, "x", title="INFO: task hung in something_else")
+    assert decide.against_syzbot(v, f).summary.startswith("a different hang"), "the boot's report matched"
 
 
 def test_an_agent_deaf_to_the_core_request_is_told_apart_from_a_slow_core(monkeypatch):
@@ -413,18 +589,25 @@ def test_a_culprit_in_a_program_run_for_its_time_waits_for_the_kernels_detectors
     assert detectors_wait(r, vm, w, froze) == 0
 
 
-def test_a_silence_during_a_kernel_reports_linger_is_no_freeze():
+def test_a_silence_while_a_kernel_report_is_a_candidate_is_no_freeze_until_the_kernel_falls_silent_too():
     """9157524e6230 ("task hung in jfs_commit_inode") on 6.1.170: a soft
-    lockup's report came, the guest fell silent during its linger, and the
-    freeze read from the CPUs ended the run 7 s before syzbot's hung-task
-    report did (2 of 3 tries "a different hang"). The linger decides."""
-    text = (FIXTURES / "consoles" / "6.1.192-hung-task.log").read_text()
-    for ends, kind in ((("hung-task",), None), ((), "freeze")):
-        vm = SimpleNamespace(console=None, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=2),
-                             alive=lambda: True, stopped=lambda: False)
-        w = Watch(vm, Limits(freeze_after=0.8, report_ends=ends, report_linger=30.0))
-        w.agent.hello_at, w.agent.last_hb_at = 0.0, 1.0
-        for line in text.splitlines():
+    lockup's report came, the guest fell silent, and the freeze read from
+    the CPUs ended the run 7 s before syzbot's hung-task report did (2 of 3
+    tries "a different hang"). While the kernel is to say a candidate again,
+    it decides; once it has not for twice its period and the slack, a
+    silence is a freeze again."""
+    for ends, kind in ((True, None), (False, "freeze")):
+        w = syz_watch()
+        if not ends:
+            w.limits.report_ends, w.candidates.rules = (), {}
+        w.agent.last_hb_at = 1.0
+        for line in hung_task(92, 30):
             w.console.feed(line, 1.0)
         out = w._hung(5.0)  # 4 s without a heartbeat
         assert (out.kind if out else None) == kind, ends
+    w = syz_watch()
+    w.agent.last_hb_at = 1.0
+    for line in hung_task(92, 30):
+        w.console.feed(line, 1.0)
+    assert w._hung(1.0 + 2 * 5 + 10 - 0.1) is None
+    assert w._hung(1.0 + 2 * 5 + 10 + 0.1).kind == "freeze"  # the kernel fell silent too

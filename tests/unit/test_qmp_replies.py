@@ -55,3 +55,36 @@ def test_a_late_reply_is_not_the_next_commands_answer(tmp_path):
     assert [e["event"] for e in q.events] == ["RESUME"]
     q.close()
     t.join(5)
+
+
+def test_a_qemu_held_back_longer_than_the_first_bound_is_asked_again_not_called_wedged(tmp_path, monkeypatch):
+    """A real QEMU stopped (SIGSTOP: as a host that gives it no CPU) for 4 s,
+    past the first 3-s bound: on a 2-core host unpacking a kernel, that was
+    "QEMU did not answer QMP or its gdbstub", an ERROR. It is asked again with
+    a longer bound and answers; one stopped for good is not answering."""
+    import os
+    import signal
+    import subprocess
+    from harness.debug import vcpus
+    from harness.guest.qmp import QMP
+    path = tmp_path / "qmp.sock"
+    qemu = subprocess.Popen(["qemu-system-x86_64", "-S", "-nodefaults", "-display", "none", "-machine", "none",
+                             "-qmp", f"unix:{path},server=on,wait=off"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        q = QMP(path, timeout=5)
+        q.connect(time.monotonic() + 10, alive=lambda: qemu.poll() is None)
+        assert vcpus.main_loop_answers(q) == ("", vcpus.MAIN_LOOP_TIMEOUT)
+        os.kill(qemu.pid, signal.SIGSTOP)
+        threading.Timer(4.0, os.kill, (qemu.pid, signal.SIGCONT)).start()
+        t0 = time.monotonic()
+        why, bound = vcpus.main_loop_answers(q)
+        assert why == "" and bound > vcpus.MAIN_LOOP_TIMEOUT and 3.9 < time.monotonic() - t0 < 12, (why, bound)
+        os.kill(qemu.pid, signal.SIGSTOP)
+        monkeypatch.setattr(vcpus, "MAIN_LOOP_PATIENCE_S", 4.0)
+        why, _ = vcpus.main_loop_answers(q)
+        assert why.startswith("query-status: QMP timed out 2 times in 4s"), why
+        q.close()
+    finally:
+        qemu.kill()
+        qemu.wait(10)

@@ -560,3 +560,37 @@ def test_a_program_of_pseudo_calls_only_says_its_calls_are_not_counted_not_that_
     assert r.to_json()["pseudo_calls"] == ["syz_emit_vhci"]
     plain = reach.analyse(lines, reach.program_calls(source), ENV, reach.Aliases(""))
     assert plain.text() == "no call of its own was counted"
+
+
+def test_a_reports_own_trace_ends_where_the_next_cpus_begins_on_an_arm64_console():
+    """arm64 (s390x, ppc64, riscv) print no </TASK>: the frames of CPU1's
+    backtrace after a soft lockup on CPU0 were taken for the lockup's own,
+    and "BUG: soft lockup in bar_wait" matched a lockup in foo_spin."""
+    from harness.analysis import console
+    text = """[  100.0] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [syz:123]
+[  100.0] Modules linked in:
+[  100.0] CPU: 0 PID: 123 Comm: syz Not tainted 6.12.0-arm64 #1
+[  100.0] Hardware name: linux,dummy-virt (DT)
+[  100.0] pstate: 80000005 (Nzcv daif -PAN -UAO -TCO -DIT -SSBS BTYPE=--)
+[  100.0] pc : foo_spin+0x20/0x40
+[  100.0] lr : foo_caller+0x30/0x80
+[  100.0] sp : ffff800080003e00
+[  100.0] Call trace:
+[  100.0]  foo_spin+0x20/0x40
+[  100.0]  foo_caller+0x30/0x80
+[  100.0]  __arm64_sys_ioctl+0xa8/0xf0
+[  100.0] Sending NMI from CPU 0 to CPUs 1:
+[  100.0] NMI backtrace for cpu 1
+[  100.0] CPU: 1 PID: 124 Comm: syz Not tainted 6.12.0-arm64 #1
+[  100.0] pc : bar_wait+0x10/0x30
+[  100.0] Call trace:
+[  100.0]  bar_wait+0x10/0x30
+[  100.0]  bar_caller+0x20/0x60
+"""
+    [r] = [r for r in console.scan(text) if r.name == "soft-lockup"]
+    h = syzbot.report_hang(r.to_json())
+    assert h.frames == ("foo_spin", "foo_caller", "__arm64_sys_ioctl"), h.frames
+    assert syzbot.match(["BUG: soft lockup in bar_wait"], [h]) is None
+    assert syzbot.match(["BUG: soft lockup in foo_caller"], [h]).how == "stack"
+    # the same trace with no header after it ends with the excerpt, and x86's still at </TASK>
+    assert console.report_frames(text.splitlines()[:12], "trace") == ["foo_spin", "foo_caller", "__arm64_sys_ioctl"]
