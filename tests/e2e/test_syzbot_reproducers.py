@@ -188,9 +188,10 @@ def test_a_root_program_cannot_write_the_agents_account_of_what_it_asked_the_ker
     agent's modprobe account once was (/tmp, bound into its root), and where
     it is now: the account, and so the needs, are the kernel's requests alone."""
     c = cell(matrix, "afaf")
-    assert c["verdict"] == "NOT_REPRODUCED", c["line"]
+    assert c["verdict"] == "INCONCLUSIVE" and "socket family 12 (AF_DECnet)" in c["line"], c["line"]
     agent_log = (Path(matrix["_dir"]) / c["run_dir"] / "agent.log").read_text()
-    assert "kstall-forged-module" not in agent_log and "KSTALL modprobe " in agent_log, agent_log[-3000:]
+    assert "kstall-forged-module" not in agent_log, "the program wrote the agent's account"
+    assert "name=net-pf-12" in agent_log, "the kernel's own request is missing from the account"
 
 
 def test_the_reports_give_one_row_per_bug(matrix):
@@ -201,7 +202,7 @@ def test_the_reports_give_one_row_per_bug(matrix):
     # ffff's hang is syzbot's title too when the kernel's detector speaks before the time is up
     assert re.search(f"- {KERNEL}: reproduced [12], ", summary) and "starved 1" in summary, summary
     assert any("needs socket family 12 (AF_DECnet)" in r for r in rows)
-    assert any("needs /dev/raw-gadget" in r for r in rows) and "needs 2" in summary, summary
+    assert any("needs /dev/raw-gadget" in r for r in rows) and "needs 3" in summary, summary
     assert kstall_processes() == []
 
 
