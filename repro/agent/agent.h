@@ -122,17 +122,22 @@
 #define TRACING "/sys/kernel/tracing"
 #define MAX_CHECKS 32
 
+/* files.c: a value written, a small file read, a directory made */
+void write_file(const char *path, const char *val);
+void read_small(const char *path, char *out, size_t len);
+void make_dirs(const char *path, mode_t mode);
+
 /* channel.c: lines and blobs to the host, its commands in */
 extern int agent_fd;
 extern char go_line[8192];		/* the host's GO, with its parameters */
 unsigned long long mono_ns(void);
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void say_fd(int fd, const char *buf, size_t len);
+void env_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "# kstall-env: ..." */
 int open_port(const char *name);
 int send_blob(const char *tag, const char *buf, size_t len);
-void write_file(const char *path, const char *val);
-void read_small(const char *path, char *out, size_t len);
 int cmdline_get(const char *cmdline, const char *key, char *out, size_t outlen);
+void on_command(const char *word, void (*serve)(const char *arg));
 void host_commands(const char *until);
 void *command_reader(void *arg);
 void power_off(void);
@@ -149,6 +154,9 @@ extern char repro_exe[256];
 extern atomic_int core_requested, core_acked, syms_sent, syms_acked;
 void send_kallsyms(void);
 void request_core(int pid);
+void core_command(const char *arg);	/* CORE, CORE-OK, SYMS-OK */
+void core_ok_command(const char *arg);
+void syms_ok_command(const char *arg);
 int store_core(void);
 void send_core(void);
 void flatten_stack(char *stack);
@@ -159,7 +167,7 @@ extern int watch_all;			/* env watch-all: every user process */
 int kernel_thread(const char *p);
 void say_task(const char *tag, const char *task_dir, const char *tid, int pid, unsigned long long secs,
 	      char *stack);
-void say_tasks(char *list);
+void tasks_command(const char *arg);	/* TASKS tid,tid,.. */
 void *sleep_watch(void *arg);
 
 /* heartbeat.c: the heartbeat, and what a GO brings */
@@ -177,8 +185,6 @@ void exec_host_command(void);
 /* env.c: a guest environment's steps */
 extern char env_cwd[256], env_root[256], env_checks[MAX_CHECKS][256];
 extern int env_trace, env_timebox, env_nchecks;
-void env_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void make_dirs(const char *path, mode_t mode);
 void setup_env(const char *name);
 
 /* devices.c: request_module()'s modprobe, device nodes and links */
@@ -200,7 +206,12 @@ void kill_all(unsigned bound_ms, int say_leftovers);
 int run_repro(const char *name, char *args, unsigned long long deadline, int *cut);
 int run_timeboxed(const char *name, const char *args, unsigned long long seconds, unsigned dying_s,
 		  unsigned detect_s);
-void hold_for(unsigned long long seconds);
+void stop_command(const char *arg);	/* STOP */
+
+/* timeup.c: whether a time box's kill may come yet */
+extern unsigned detect_s;	/* GO detect=S: the kernel's time to report a task asleep at the time-up */
+void hold_command(const char *arg);	/* HOLD S */
+int time_up(unsigned long long *grace_from);
 int run_repeated(const char *name, const char *args, unsigned long long repeat, unsigned long long seconds);
 
 #endif

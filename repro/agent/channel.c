@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The agent's channel to the host: lines out (say), blobs out (send_blob), the
- * host's commands in (host_commands), and the kernel command line and GO read. */
+ * host's commands in (host_commands, each served by the job on_command named),
+ * the clock, and the kernel command line and GO read. It calls nothing of the
+ * agent's but files.c: every other file is above it. */
 #include "agent.h"
 
 unsigned long long mono_ns(void)
@@ -50,29 +52,15 @@ void say(const char *fmt, ...)
 	pthread_mutex_unlock(&agent_lock);
 }
 
-void write_file(const char *path, const char *val)
+void env_say(const char *fmt, ...)
 {
-	int fd = open(path, O_WRONLY);
+	char buf[512];
+	va_list ap;
 
-	if (fd < 0) {
-		fprintf(stderr, "kstall-agent: %s: %s\n", path, strerror(errno));
-		return;
-	}
-	say_fd(fd, val, strlen(val));
-	close(fd);
-}
-
-/* a small /proc file into out, newline-trimmed; "" if unreadable */
-void read_small(const char *path, char *out, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, out, len - 1) : -1;
-
-	out[n > 0 ? n : 0] = 0;
-	while (n > 0 && out[n - 1] == '\n')
-		out[--n] = 0;
-	if (fd >= 0)
-		close(fd);
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	say("# kstall-env: %s", buf);
 }
 
 void power_off(void)
@@ -172,8 +160,38 @@ int send_blob(const char *tag, const char *buf, size_t len)
 	return 0;
 }
 
-/* read host commands a line at a time until `until` arrives (NULL: forever);
- * "STOP" ends the reproducer */
+/* the host's commands, each served by the job it concerns: registered by
+ * main.c (on_command), so that the wire calls nothing above it */
+#define MAX_COMMANDS 16
+static struct {
+	const char *word;
+	void (*serve)(const char *arg);
+} commands[MAX_COMMANDS];
+static int n_commands;
+
+void on_command(const char *word, void (*serve)(const char *arg))
+{
+	if (n_commands < MAX_COMMANDS) {
+		commands[n_commands].word = word;
+		commands[n_commands++].serve = serve;
+	}
+}
+
+/* "WORD" or "WORD ARG": its server, with ARG ("" for none) */
+static void serve(const char *line)
+{
+	for (int i = 0; i < n_commands; i++) {
+		size_t n = strlen(commands[i].word);
+
+		if (!strncmp(line, commands[i].word, n) && (line[n] == 0 || line[n] == ' ')) {
+			commands[i].serve(line[n] ? line + n + 1 : "");
+			return;
+		}
+	}
+}
+
+/* read host commands a line at a time until `until` arrives (NULL: forever),
+ * each served as it comes (on_command) */
 void host_commands(const char *until)
 {
 	char buf[sizeof(go_line)];
@@ -205,20 +223,7 @@ void host_commands(const char *until)
 				snprintf(go_line, sizeof(go_line), "%s", buf);
 				return;
 			}
-			if (!strcmp(buf, "STOP") && atomic_load(&repro_pid) > 0) {
-				atomic_store(&stop_sent, 1);
-				kill(atomic_load(&repro_pid), SIGTERM);
-			}
-			if (!strcmp(buf, "CORE") && atomic_load(&repro_pid) > 0 && !atomic_load(&core_requested))
-				request_core(atomic_load(&repro_pid));
-			if (!strcmp(buf, "CORE-OK"))
-				atomic_store(&core_acked, 1);
-			if (!strcmp(buf, "SYMS-OK"))
-				atomic_store(&syms_acked, 1);
-			if (!strncmp(buf, "TASKS ", 6))
-				say_tasks(buf + 6);
-			if (!strncmp(buf, "HOLD ", 5))
-				hold_for(strtoull(buf + 5, NULL, 10));
+			serve(buf);
 			have -= nl + 1 - buf;
 			memmove(buf, nl + 1, have + 1);
 		}

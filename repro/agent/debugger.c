@@ -150,6 +150,26 @@ static void report_threads(int pid)
 }
 
 /* the kernel's core of a stuck reproducer, piped to `init --core` */
+/* the host's CORE, CORE-OK and SYMS-OK */
+void core_command(const char *arg)
+{
+	(void)arg;
+	if (atomic_load(&repro_pid) > 0 && !atomic_load(&core_requested))
+		request_core(atomic_load(&repro_pid));
+}
+
+void core_ok_command(const char *arg)
+{
+	(void)arg;
+	atomic_store(&core_acked, 1);
+}
+
+void syms_ok_command(const char *arg)
+{
+	(void)arg;
+	atomic_store(&syms_acked, 1);
+}
+
 void request_core(int pid)
 {
 	char self[256], pattern[300], path[64];

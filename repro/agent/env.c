@@ -43,33 +43,6 @@ int env_trace, env_timebox;
 char env_checks[MAX_CHECKS][256];
 int env_nchecks;
 
-void env_say(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	say("# kstall-env: %s", buf);
-}
-
-/* mkdir -p */
-void make_dirs(const char *path, mode_t mode)
-{
-	char buf[256];
-
-	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p == '/') {
-			*p = 0;
-			mkdir(buf, mode);
-			*p = '/';
-		}
-	}
-	mkdir(buf, mode);
-}
-
 /* /dev/vdX of the virtio disk whose serial is serial */
 static int find_disk(const char *serial, char *dev, size_t len)
 {

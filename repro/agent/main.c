@@ -2,6 +2,19 @@
 /* The agent's main(): the guest's /init, wiring the other files together. */
 #include "agent.h"
 
+/* the host's commands and the jobs that serve them (channel.c reads them) */
+static const struct {
+	const char *word;
+	void (*serve)(const char *arg);
+} served[] = {
+	{ "STOP", stop_command },	/* end the program early, its results still printed */
+	{ "CORE", core_command },	/* dump a stuck program's threads and core */
+	{ "CORE-OK", core_ok_command },	/* the host has the core */
+	{ "SYMS-OK", syms_ok_command },	/* the host has the symbols */
+	{ "TASKS", tasks_command },	/* these tasks' stacks and states */
+	{ "HOLD", hold_command },	/* no time-up kill for S seconds */
+};
+
 int main(int argc, char **argv)
 {
 	char cmdline[4096] = "", repro[64] = "none", args[1024] = "", val[32], init_comm[32] = "";
@@ -33,6 +46,8 @@ int main(int argc, char **argv)
 		hb_ms = atoi(val);
 
 	load_modules();
+	for (size_t i = 0; i < sizeof(served) / sizeof(served[0]); i++)
+		on_command(served[i].word, served[i].serve);
 	agent_fd = open_port(AGENT_PORT);
 	if (agent_fd < 0)
 		fatal("no virtio port %s: the kernel has no virtio console (CONFIG_VIRTIO_CONSOLE, "

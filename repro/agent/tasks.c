@@ -132,11 +132,12 @@ static unsigned long long idle_secs(const char *task_dir)
  *   KSTALL task tid=T pid=0 comm=C state=S secs=S wchan=W kstack=F1,F2..
  *   KSTALL tasks-end
  */
-void say_tasks(char *list)
+void tasks_command(const char *arg)
 {
-	char *tid, *save = NULL;
+	char list[2048], *tid, *save = NULL;
 	int n = 0;
 
+	snprintf(list, sizeof(list), "%s", arg);
 	for (tid = strtok_r(list, ",", &save); tid && n < 256; tid = strtok_r(NULL, ",", &save), n++) {
 		char task_dir[64];
 
