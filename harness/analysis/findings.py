@@ -44,7 +44,7 @@ class Findings:
     reach: Reach | None = None
     leftovers: list[dict] = field(default_factory=list)  # its tasks that did not die when its time was up
     starvation: Starvation | None = None  # whether the kernel let the program run (starvation.py)
-    # the looks the run went on after: no culprit, or one left to the kernel's detectors (attempt.py note_silence)
+    # the looks the run went on after: no culprit, or one left to the kernel's detectors (run_state.py note_silence)
     silences: list[dict] = field(default_factory=list)
     # the kernel detectors' reports, each thing they said was stuck (candidates.py to_json)
     candidates: list[dict] = field(default_factory=list)

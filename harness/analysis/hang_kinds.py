@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The kinds of hang kstall knows, in one table: for each, the watch outcome
 that detects it (harness/guest/watch.py), how the attempt reads it
-(harness/drivers/attempt.py has one reader per Reading) and how it is judged
+(harness/drivers/readings.py has a row per Reading) and how it is judged
 (hang_verdicts.py). A new kind is a row here, plus its reader or judge when
 no existing one fits."""
 from __future__ import annotations

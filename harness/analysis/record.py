@@ -32,7 +32,7 @@ class Evidence:
     reach: dict | None = None          # a guest environment's program: what its calls reached (reach.py)
     # whether the kernel let the program run: the agent's account and its judgement (starvation.py)
     health: dict | None = None
-    # the looks the run went on after (attempt.py _Run.note_silence)
+    # the looks the run went on after (run_state.py RunState.note_silence)
     silences: list[dict] = field(default_factory=list)
     # what the kernel's detectors said was stuck, and whether each became a hang (candidates.py)
     candidates: list[dict] = field(default_factory=list)

@@ -23,7 +23,8 @@ from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import procs, rundir
 from harness.base.procs import Interrupted
 from harness.drivers import case as cases, explain
-from harness.drivers.attempt import Attempt, run_attempt
+from harness.drivers.attempt import run_attempt
+from harness.drivers.run_state import Attempt
 from harness.drivers.case import Case, Loaded
 from harness.drivers.options import Options
 from harness.guest.cores import Cancelled

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from harness.drivers import preflight  # noqa: E402
 from harness.base import paths, reproducers  # noqa: E402
-from harness.drivers.attempt import kernel_cmdline  # noqa: E402
+from harness.drivers.plan import kernel_cmdline  # noqa: E402
 from harness.guest import machine as machines  # noqa: E402
 from harness.guest.vm import VM, VMConfig  # noqa: E402
 from images.guest import initramfs  # noqa: E402

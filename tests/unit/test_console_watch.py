@@ -202,7 +202,7 @@ def test_a_hang_with_no_culprit_on_a_host_that_held_the_guest_back_is_looked_at_
     it, every CPU moving between samples: INCONCLUSIVE "stuck" on its third
     look. A run resumes twice from a hang with no culprit; on such a host, four times."""
     from harness.analysis.outcome import Outcome
-    from harness.drivers.attempt import FALSE_ALARMS, false_alarms_allowed
+    from harness.drivers.watching import FALSE_ALARMS, false_alarms_allowed
     held: list[float | None] = [5740.0]
     w = SimpleNamespace(agent=SimpleNamespace(count_changed_at=10.0, last_hb_at=18.9),
                         calls=Calls(host_delay=lambda t0, t1: held[0]))
@@ -224,7 +224,7 @@ def test_a_culprit_found_while_another_cpu_went_on_on_a_busy_host_is_looked_at_t
     callback CPU0 ran, which the host kept from running (56 % of the run)."""
     from harness.analysis.classify import Role
     from harness.analysis.outcome import Outcome
-    from harness.drivers.attempt import seen_again
+    from harness.drivers.watching import seen_again
 
     def cpu(role, stuck, name="x"):
         return SimpleNamespace(signature=SimpleNamespace(role=role, name=name), stuck=stuck)
@@ -556,7 +556,7 @@ def test_a_program_run_for_its_time_doubles_its_thresholds_at_every_look_so_its_
     """A timer storm's heartbeats come seconds apart: with the thresholds
     fixed after the second look, every gap past 0.8 s was a look. Doubling at
     each, a run of 245 s has room for few."""
-    from harness.drivers.attempt import FALSE_ALARMS, widens
+    from harness.drivers.watching import FALSE_ALARMS, widens
     from harness.drivers.options import FREEZE_CEILING
     assert [widens(n, FALSE_ALARMS, False) for n in (1, 2, 3, 9)] == [True, True, False, False]
     assert all(widens(n, FALSE_ALARMS, True) for n in (1, 2, 3, 9, 160))
@@ -574,7 +574,7 @@ def test_a_culprit_in_a_program_run_for_its_time_waits_for_the_kernels_detectors
     kstall's own reproducers, and a look with no samples, do not."""
     from harness.analysis.outcome import Outcome
     from harness.base import guest_env, reproducers
-    from harness.drivers.attempt import detectors_wait
+    from harness.drivers.watching import detectors_wait
     from recorded import FIXTURES as F
     syz = reproducers.resolve(str(F / "syzkaller-programs" / "busy_forks.c"))
     r = SimpleNamespace(repro=syz, samples=SimpleNamespace(dumps=[{}]))

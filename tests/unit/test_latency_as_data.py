@@ -15,7 +15,7 @@ from harness.analysis.record import Evidence, RunRecord
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings
 from harness.base import reproducers
-from harness.drivers.attempt import repro_arguments
+from harness.drivers.plan import repro_arguments
 from harness.drivers.options import Options
 from harness.guest.watch import Limits, Watch
 from harness.reports import formats, matrix_doc

@@ -17,7 +17,7 @@ from harness.analysis.outcome import Outcome
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
 from harness.base import paths, reproducers
-from harness.drivers.attempt import repro_arguments
+from harness.drivers.plan import repro_arguments
 from harness.drivers.options import Options
 from images.guest import programs
 
