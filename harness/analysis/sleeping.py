@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis import classify, console, task_waits
+from harness.analysis import classify, console, wait_graph
 from harness.analysis.classify import Role, Signature, base_name
 from harness.base.untrusted import num
 
@@ -43,10 +43,10 @@ class SleepingHang:
         if not self.tasks:
             return ""
         if self.tasks[0].get("state", "D") not in ("D", "?"):  # a running task's stack /proc may not show
-            func = task_waits.asleep_in(self.tasks[0])
+            func = wait_graph.asleep_in(self.tasks[0])
             return "INFO: task can't die" + (f" in {func}" if func not in ("", "-", "0") else "")
         hung = next(p for p in console.default_patterns() if p.name == "hung-task")
-        return hung.title.format(func=task_waits.asleep_in(self.tasks[0]))
+        return hung.title.format(func=wait_graph.asleep_in(self.tasks[0]))
 
     def summary(self) -> str:
         """The title, then what the first task waits for and who holds it
@@ -57,7 +57,7 @@ class SleepingHang:
     def waits(self) -> str:
         if not self.tasks or not self.graph or "error" in self.graph:
             return ""
-        return task_waits.Graph(self.graph).finding(num(self.tasks[0]["tid"]))
+        return wait_graph.Graph(self.graph).finding(num(self.tasks[0]["tid"]))
 
     def to_json(self) -> dict:
         return {"kind": "sleeping", "title": self.title, "tasks": self.tasks,

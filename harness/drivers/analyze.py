@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis import classify, console, cpu_state, task_waits
+from harness.analysis import classify, console, cpu_state, task_waits, wait_graph
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import Kallsyms
 from harness.base import arch as arches
@@ -141,7 +141,7 @@ def _read_core_waits(doc: dict, core: dict, out: Reading) -> None:
     if "waits" not in core or "waits" not in recorded:
         return
     task_waits.with_stacks(core, {t["pid"]: t for t in recorded.get("tasks", []) if isinstance(t, dict) and "pid" in t})
-    out.waits = task_waits.Graph(core).roots()
+    out.waits = wait_graph.Graph(core).roots()
 
     def key(w: dict) -> tuple:
         return w.get("pid"), w.get("lock"), w.get("owner")

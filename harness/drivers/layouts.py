@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.analysis import kernel_waits
+from harness.analysis import kernel_layout
 from harness.base import paths
 from harness.base.arch import Arch
 from images.kernels import symcache
@@ -17,7 +17,7 @@ def cached(kallsyms: Path, a: Arch) -> Path | None:
     """The layout of the kernel of architecture a these symbols were
     captured from; None when the capture has no variables or BTF beside it."""
     out = symcache.beside(kallsyms, "layout.json")
-    key = kernel_waits.spec_key()
+    key = kernel_layout.spec_key()
     try:
         if json.loads(out.read_text()).get("spec") == key:
             return out
@@ -30,4 +30,4 @@ def cached(kallsyms: Path, a: Arch) -> Path | None:
             kallsyms.read_text(errors="replace")
     except OSError:
         return None
-    return paths.write_atomic(out, json.dumps(kernel_waits.layout(blob, text, a.kernel_from) | {"spec": key}))
+    return paths.write_atomic(out, json.dumps(kernel_layout.layout(blob, text, a.kernel_from) | {"spec": key}))

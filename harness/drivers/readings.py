@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import classify, cpu_state, kernel_waits, sleeping, task_waits, thread_hang
+from harness.analysis import classify, cpu_state, kernel_waits, sleeping, task_waits, thread_hang, wait_graph
 from harness.analysis.classify import Role
 from harness.analysis.hang_kinds import Reading
 from harness.analysis.outcome import NO_AGENT, Outcome, OutcomeKind
@@ -119,7 +119,7 @@ def read_wait_graph(r: RunState, vm: VM, w: Watch) -> dict:
                 wait["name"] = name
     doc["read_s"], doc["total_s"] = read_s, round(time.monotonic() - t, 2)
     r.timings["wait_graph_s"] = doc["total_s"]
-    graph = task_waits.Graph(doc)
+    graph = wait_graph.Graph(doc)
     findings = graph.roots() + [graph.cpus_text(), doc.get("walk_stopped", "")] if "error" not in doc else []
     doc["findings"] = [f for f in findings if f]
     r.wait_graph = doc

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import select
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from harness.analysis import console
@@ -24,6 +23,9 @@ from harness.base import procs
 from harness.base.guest_env import ConfirmRule
 from harness.analysis.outcome import NO_AGENT, Outcome, OutcomeKind
 from harness.guest.agent import AgentChannel
+from harness.guest.agent_talk import AgentTalk
+from harness.guest.limits import Calls, Limits
+from harness.guest.thresholds import Thresholds
 from harness.guest.streams import BlobReader, LineReader
 from harness.guest.vm import VM
 from images.kernels import symcache
@@ -37,9 +39,6 @@ RESTORED_SILENCE = 10.0  # a guest restored at its gate heartbeats at once; sile
 SLEEPING_GRACE = 0.5
 # a hung-task report's stack and locks take the kernel this long to print: the tasks are read after
 HUNG_TASK_TOLD_S = 1.0
-# the agent lists the reproducer's threads from /proc at once on CORE, before the
-# kernel writes the core: no line by then means the agent never read the request
-CORE_ANSWER_S = 20.0
 # while a kernel report is a candidate hang, the agent's time-up kill is held
 # (HOLD S: not before S seconds from now), renewed this often, each lease at
 # most this long: a host that stops renewing frees the guest soon
@@ -47,43 +46,7 @@ HOLD_RENEW_S = 5.0
 HOLD_LEASE_S = 30.0
 
 
-@dataclass
-class Limits:
-    boot_timeout: float = 120.0
-    # heartbeat silence that is a freeze; with freeze_floor, the most it takes:
-    # a silence of freeze_floor is a freeze once the host's own delay of the
-    # vCPUs and of QEMU's main loop over it (Calls.host_delay) is added to it
-    freeze_after: float = 0.8
-    freeze_floor: float | None = None
-    stuck_after: float = 1.0
-    run_timeout: float = 180.0
-    report_grace: float = 1.5
-    gate_timeout: float = 3600.0  # at the agent's gate, waiting for free host cores (a matrix)
-    stalls: int = 0  # > 0: end with "stall" once the progress line's over= reaches this
-    stall_measure: str = "measurement"  # what the reproducer times (its data file's [stall] measure)
-    # console-patterns.toml names of the kernel's reports that end the run as a hang
-    # (a guest environment's: its kernel detectors are the judges), once confirmed
-    report_ends: tuple[str, ...] = ()
-    # when one of those is a hang (harness/analysis/candidates.py); one without a rule is at once
-    confirm: tuple[ConfirmRule, ...] = ()
-
-
-@dataclass
-class Calls:
-    """What the watch calls back, each at its moment; every one is optional."""
-    on_repro_start: Callable[[], None] | None = None  # the reproducer started (the agent said so)
-    on_line: Callable[[str], None] | None = None      # each line the reproducer prints
-    on_ready: Callable[[], None] | None = None        # once: the guest waits at its gate (a snapshot is saved)
-    # once per arming, when heartbeats or the progress count have been still
-    # for SUSPECT_AT of their limit: time to get a debugger ready
-    on_suspect: Callable[[], None] | None = None
-    # (t0, t1) -> ms the host held the guest back then (hostwait.HostWait.silence), or None
-    host_delay: Callable[[float, float], float | None] | None = None
-    # once: the kernel reported a hung task while the guest lives on (who holds what it waits for)
-    on_hung_task: Callable[[], object] | None = None
-
-
-class Watch:
+class Watch(AgentTalk, Thresholds):
     def __init__(self, vm: VM, limits: Limits, patterns: console.Patterns | None = None,
                  echo: Callable[[str], None] | None = None, calls: Calls | None = None, gate=None, cancel=None,
                  go: str = "", restored: dict | None = None, want_syms: bool = False) -> None:
@@ -306,53 +269,6 @@ class Watch:
                            f"{now - a.count_changed_at:.2f}s while heartbeats continue", now)
         return None
 
-    def freeze_after(self, now: float) -> float:
-        """The silence that is a freeze now: the floor plus what the host held
-        the guest back by since the last heartbeat, within freeze_after; the
-        fixed freeze_after without a floor or a reading of the host."""
-        L, last = self.limits, self.agent.last_hb_at
-        if L.freeze_floor is None or self.calls.host_delay is None or last is None:
-            return L.freeze_after
-        if now - last < L.freeze_floor:  # no freeze yet, whatever the host did
-            return L.freeze_floor
-        held = self.calls.host_delay(last, now)
-        return L.freeze_after if held is None else min(L.freeze_after, L.freeze_floor + held / 1e3)
-
-    def stuck_after(self, now: float) -> float:
-        """The stillness of the progress count that is stuck now: its limit,
-        plus what the host held the guest back by since the count last moved
-        (beside another kstall's guests, a kselftest runner's start took
-        more than perf-refresh's 3 s and was called stuck)."""
-        L, since = self.limits, self.agent.count_changed_at
-        if self.calls.host_delay is None or since is None or math.isinf(L.stuck_after):
-            return L.stuck_after
-        held = self.calls.host_delay(since, now)
-        return L.stuck_after + (held or 0.0) / 1e3
-
-    def host_share(self, outcome: Outcome) -> float | None:
-        """Of a freeze's silence or a stuck count's stillness, the share the
-        host held one of the guest's threads back (0-1); None: not known. The
-        limits already allow for that wait, but a program whose every step
-        needs its vCPUs together is slowed by more than any one's wait."""
-        a = self.agent
-        since = {OutcomeKind.STUCK: a.count_changed_at, OutcomeKind.FREEZE: a.last_hb_at}.get(outcome.kind)
-        if since is None or self.calls.host_delay is None or outcome.at <= since:
-            return None
-        held = self.calls.host_delay(since, outcome.at)
-        return None if held is None else min(1.0, held / 1e3 / (outcome.at - since))
-
-    # -- talking to the agent ---------------------------------------------
-    def _send(self, command: bytes) -> None:
-        assert self.vm.agent is not None
-        self.vm.agent.setblocking(True)
-        try:
-            self.vm.agent.settimeout(5)
-            self.vm.agent.sendall(command)
-        except OSError:
-            pass  # QEMU gone: the caller's next look will see it
-        finally:
-            self.vm.agent.setblocking(False)
-
     def _send_go(self, now: float) -> None:
         wall = time.time_ns()
         self._send(f"GO {self.go} time={wall // 10**9}.{wall % 10**9:09d}\n".encode())
@@ -362,61 +278,6 @@ class Watch:
             self.agent.last_hb_at = now
         if now - self.agent.ready_at > 0.5:
             self._say(f"waited {now - self.agent.ready_at:.1f}s at the gate for free cores")
-
-    def finish(self, timeout: float = 10.0) -> bool:
-        """Ask the agent to end the reproducer now (it still prints its final
-        results) and read until it has exited; whether it did in time."""
-        self._send(b"STOP\n")
-        deadline = time.monotonic() + timeout
-        while self.agent.exit_code is None and self.vm.alive() and time.monotonic() < deadline:
-            self._pump(0.05)
-        self._pump(0)
-        return self.agent.exit_code is not None
-
-    def ask_tasks(self, tids: list[int], timeout: float = 10.0) -> dict[int, dict]:
-        """The agent's view of these tasks (their kernel stacks, wait
-        channels, states), asked for and waited on, bounded; by tid."""
-        ended = self.agent.tasks_ended
-        self._send(f"TASKS {','.join(str(t) for t in tids[:256])}\n".encode())
-        deadline = time.monotonic() + timeout
-        while self.agent.tasks_ended == ended and self.vm.alive() and time.monotonic() < deadline:
-            self._pump(0.05)
-        return {t: self.agent.tasks[t] for t in tids if t in self.agent.tasks}
-
-    def wait_for_blob(self, tag: str, timeout: float) -> bool:
-        """Read on until the guest's blob has all come (its symbols, on a
-        kernel's first run), bounded; whether it did."""
-        deadline = time.monotonic() + timeout
-        while not self.syms.complete(tag) and self.vm.alive() and time.monotonic() < deadline:
-            self._pump(0.05)
-        return self.syms.complete(tag)
-
-    def take_core(self, timeout: float = 60.0) -> bytes | None:
-        """Have the agent dump the stuck reproducer (its threads from /proc,
-        then the kernel's core of it) and wait, bounded, for the core; None
-        when the agent reported none (unanswered says so when it never
-        answered: its heartbeats came, its command reader was deaf)."""
-        self.syms.expect("CORE", self.vm.cfg.memory_mb << 20)  # no process is bigger than the guest
-        self._acks["CORE"] = b"CORE-OK\n"
-        self._send(b"CORE\n")
-        asked = time.monotonic()
-        deadline = asked + timeout
-        info = lambda: self.agent.core_info  # noqa: E731 - filled in as the agent's line arrives
-
-        def arrived() -> bool:  # the blob comes before the agent's line about it
-            return bool(info()) and ("bytes" not in info() or "CORE" in self.syms.blobs)
-        while time.monotonic() < deadline:
-            if arrived():
-                break
-            if (time.monotonic() - asked > CORE_ANSWER_S and not self.agent.proc_threads and not info()
-                    and self.agent.exit_code is None):
-                self.unanswered = f"the agent did not answer the core request in {CORE_ANSWER_S:g}s"
-                break
-            if not self.vm.alive():  # take what it sent
-                self._drain()
-                break
-            self._pump(0.05)
-        return self.syms.blobs.get("CORE") if "bytes" in info() else None
 
     # -- the loop ---------------------------------------------------------
     def watch(self) -> Outcome:
@@ -459,41 +320,6 @@ class Watch:
         if last is None:
             return 0.05
         return min(0.05, max(last + self.freeze_after(now) - now, 0.002))
-
-    def rearm(self, widen: bool = True) -> None:
-        """After a false alarm: start the freeze and stuck clocks afresh, with
-        doubled thresholds unless widen is false."""
-        now = time.monotonic()
-        if self._returned_at is not None:
-            self.looked_s += now - self._returned_at
-            self._returned_at = None
-        self.agent.restart_clocks(now)
-        if widen:
-            self.limits.stuck_after *= 2
-            self.limits.freeze_after *= 2
-            if self.limits.freeze_floor is not None:
-                self.limits.freeze_floor *= 2
-        self.suspected = False
-
-    def rearm_for(self, seconds: float) -> None:
-        """After a look whose finding waits for the kernel's own report: the
-        clocks afresh, and only a silence of that many seconds more (fixed,
-        no floor) is a freeze now."""
-        self.rearm(widen=False)
-        self.limits.freeze_after, self.limits.freeze_floor = seconds, None
-
-    def unexplained_gap(self) -> float | None:
-        """The longest heartbeat gap less what the host held the guest back
-        by meanwhile: how long a guest that went on fell silent by itself,
-        which the freeze floor must stay above. Only gaps the host was read
-        over count (the others are held to the fixed ceiling); None: none."""
-        if self.calls.host_delay is None:
-            return None
-        worst = None
-        for t0, t1 in self.agent.long_gaps:
-            if (held := self.calls.host_delay(t0, t1)) is not None:
-                worst = max(worst or 0.0, t1 - t0 - held / 1e3)
-        return None if worst is None else round(worst, 3)
 
     def summary(self) -> dict:
         a = self.agent

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """When a failed refresh of Debian's suites is worth one more apt-get update,
 on apt's own words (recorded from real runs of the private apt state)."""
-from images.kernels import debian
+from images.kernels import debian_archive
 
 # apt-get update -q through a proxy on a closed port (apt had retried each 3 times, 7 s in all)
 UNREACHABLE = """Err:1 http://deb.debian.org/debian bookworm InRelease
@@ -19,8 +19,8 @@ W: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  Could 
 
 
 def test_a_mirror_nobody_reaches_is_not_asked_again_and_a_garbled_answer_is():
-    unreachable = debian.FETCH_FAILED.findall(UNREACHABLE)
-    assert len(unreachable) == 2 and not debian.worth_retrying(unreachable)
-    garbled = debian.FETCH_FAILED.findall(GARBLED)
-    assert len(garbled) == 2 and debian.worth_retrying(garbled)
-    assert not debian.worth_retrying([])
+    unreachable = debian_archive.FETCH_FAILED.findall(UNREACHABLE)
+    assert len(unreachable) == 2 and not debian_archive.worth_retrying(unreachable)
+    garbled = debian_archive.FETCH_FAILED.findall(GARBLED)
+    assert len(garbled) == 2 and debian_archive.worth_retrying(garbled)
+    assert not debian_archive.worth_retrying([])

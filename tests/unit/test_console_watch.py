@@ -9,7 +9,7 @@ from recorded import FIXTURES
 from harness.analysis import console
 from harness.analysis.ktap import Ktap
 from harness.guest.watch import SUSPECT_AT, Calls, Limits, Watch
-from harness.guest import watch as watch_module
+from harness.guest import agent_talk
 
 
 def reports(name):
@@ -504,7 +504,7 @@ def test_an_agent_deaf_to_the_core_request_is_told_apart_from_a_slow_core(monkey
     said only "timed out". The agent lists the threads at once, so no answer
     in CORE_ANSWER_S is a deaf agent (the caller drops that snapshot), while a
     core that is slow after its threads came is waited for."""
-    monkeypatch.setattr(watch_module, "CORE_ANSWER_S", 0.3)
+    monkeypatch.setattr(agent_talk, "CORE_ANSWER_S", 0.3)
     pairs, guest, vm = _socket_vm()
     try:
         vm.cfg.memory_mb = 1024

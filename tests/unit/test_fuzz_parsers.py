@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from recorded import FIXTURES, clang_btf
 
-from harness.analysis import console, kernel_waits, latency, reach, starvation, threads
+from harness.analysis import console, kernel_layout, kernel_waits, latency, reach, starvation, threads
 from harness.analysis.kallsyms import Kallsyms
 from harness.analysis.ktap import KV, Ktap
 from harness.base import reproducers, untrusted
@@ -243,7 +243,7 @@ def test_btf_and_the_kernel_layout_survive_a_hostile_blob(real_btf):
         return bytes(b)
 
     def one(i: int) -> None:
-        lay = kernel_waits.layout(mutated(i), symbols)
+        lay = kernel_layout.layout(mutated(i), symbols)
         assert isinstance(lay, dict) and "missing" in lay
         if "csd" in lay:  # a layout that came through is walked without surprises too
             kernel_waits.read(lambda a, n: rng.randbytes(n) if rng.random() < 0.9 else None, lay, 4)

@@ -10,7 +10,7 @@ import struct
 import pytest
 from recorded import FIXTURES, clang_btf, load_samples
 
-from harness.analysis import btf, classify, cpu_state, kernel_waits
+from harness.analysis import btf, classify, cpu_state, kernel_layout, kernel_waits
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import DATA_TYPES, Kallsyms
 
@@ -49,7 +49,7 @@ SYMBOLS = ("ffffffff8283bfc0 D __per_cpu_offset\nffffffff83c6db00 d cfd_data\n"
 
 
 def test_layout_and_a_walk_over_a_guests_memory(blob):
-    lay = kernel_waits.layout(blob, SYMBOLS)
+    lay = kernel_layout.layout(blob, SYMBOLS)
     assert lay["missing"] == {} and lay["csd"]["mask_pointer"] and lay["rqspinlock"]["max"] == 31
     offs = [0xFFFF888000000000, 0xFFFF888000100000]
     mem: dict[int, bytes] = {}
@@ -81,10 +81,10 @@ def test_layout_and_a_walk_over_a_guests_memory(blob):
 
 
 def test_a_kernel_without_a_part_does_without_it(blob):
-    lay = kernel_waits.layout(blob, SYMBOLS.replace("rqspinlock_held_locks", "something_else"))
+    lay = kernel_layout.layout(blob, SYMBOLS.replace("rqspinlock_held_locks", "something_else"))
     assert "rqspinlock" not in lay and "no symbol rqspinlock_held_locks" in lay["missing"]["rqspinlock"]
     assert "csd" in lay
-    assert kernel_waits.layout(b"not btf", SYMBOLS)["missing"]["btf"]
+    assert kernel_layout.layout(b"not btf", SYMBOLS)["missing"]["btf"]
 
 
 def test_locks_are_named_by_their_variable_static_or_per_cpu():

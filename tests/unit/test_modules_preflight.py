@@ -9,7 +9,7 @@ import pytest
 
 from harness.drivers import preflight
 from harness.base import reproducers
-from images.kernels import debian, modules
+from images.kernels import debian, debian_archive, modules
 from images.guest import initramfs
 from images.kernels.kernel import Kernel, SpecError
 
@@ -23,8 +23,8 @@ def test_older_abi_queries():
     k = debian.DebKernel("6.1.192", "6.1.0-56", "amd64", "linux-image-6.1.0-56-amd64", "6.1.192-2",
                          "bookworm-security", "linux-image-6.1.0-56-amd64", "linux-image-6.1.0-56-amd64")
     assert k.release == "6.1.0-56-amd64" and debian.find([k], "6.1.0-56") == k == debian.find([k], "6.1.192")
-    assert debian._OLD_NAME.match("linux-image-6.1.0-56-rt-amd64")
-    assert not debian._OLD_NAME.match("linux-image-6.1.0-56-amd64-unsigned")
+    assert debian_archive._OLD_NAME.match("linux-image-6.1.0-56-rt-amd64")
+    assert not debian_archive._OLD_NAME.match("linux-image-6.1.0-56-amd64-unsigned")
 
 
 def tree_from_fixture(tmp_path: Path) -> modules.Tree:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from recorded import FIXTURES, load_samples
 
-from harness.analysis import backchain, classify, framewalk, unwind
+from harness.analysis import backchain, classify, framewalk, kernel_layout, unwind
 from harness.analysis.classify import Role
 from harness.analysis.kallsyms import Kallsyms
 from harness.base import arch, needs, paths, reproducers
@@ -263,7 +263,7 @@ def test_a_big_endian_kernels_btf_lays_out_a_memory_read_big_endian(tmp_path):
     little = struct.pack("<HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
     big = struct.pack(">HBBIIIII", btf.MAGIC, 1, 0, 24, 0, 0, 0, 1) + b"\0"
     assert btf.Btf(little).order == "<" and btf.Btf(big).order == ">"
-    lay = kernel_waits.layout(big, "", S390.kernel_from)
+    lay = kernel_layout.layout(big, "", S390.kernel_from)
     assert (lay["order"], lay["kernel_from"]) == (">", 0) and "btf" not in lay["missing"]
     # s390x's kernel pointers are low (its user space is another address space); ppc64's linear map's at 0xc...
     assert S390.kernel_from == 0 and PPC.kernel_from == 0xC000000000000000 == arch.get("ppc64le").kernel_from

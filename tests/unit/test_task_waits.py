@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from recorded import clang_btf
 
-from harness.analysis import kernel_waits, task_waits
+from harness.analysis import kernel_layout, task_waits, wait_graph
 from harness.analysis.kallsyms import Kallsyms
 
 SYMBOLS = "ffffffff8283bfc0 D __per_cpu_offset\nffffffff83013040 T init_task\n0000000000020000 A runqueues\n"
@@ -25,7 +25,7 @@ D, S = 0x2, 0x1  # TASK_UNINTERRUPTIBLE, TASK_INTERRUPTIBLE
 def lay(tmp_path_factory) -> dict:
     if shutil.which("clang") is None:
         pytest.skip("clang (ci/debian-packages.txt) makes the BTF")
-    out = kernel_waits.layout(clang_btf(tmp_path_factory.mktemp("btf")), SYMBOLS)
+    out = kernel_layout.layout(clang_btf(tmp_path_factory.mktemp("btf")), SYMBOLS)
     assert "tasks" in out and "locks" in out, out["missing"]
     return out
 
@@ -116,13 +116,13 @@ def test_a_chain_names_the_lock_its_holder_and_what_the_holder_waits_for(lay):
         90: {"kstack": ["handle_userfault", "__handle_mm_fault", "copy_page_from_iter", "anon_pipe_write"]},
         91: {"kstack": ["__mutex_lock", "anon_pipe_write", "vfs_write"]}})
     assert {k: v for k, v in doc["waits"][0].items() if k in mutex} == mutex
-    graph = task_waits.Graph(doc)
+    graph = wait_graph.Graph(doc)
     assert graph.finding(91) == ("waits for pipe->mutex held by pid 90 (uffd-writer), blocked in handle_userfault "
                                  "(userfaultfd) [read from the stacks]")
     assert graph.roots() == [f"pid 91 (blocked-writer) {graph.finding(91)}"]
     # a holder preempted in its critical section (TASK_RUNNING, on no CPU) is no sleeper
     next(t for t in doc["tasks"] if t["pid"] == 90)["state"] = 0
-    assert task_waits.Graph(doc).finding(91).endswith(
+    assert wait_graph.Graph(doc).finding(91).endswith(
         "held by pid 90 (uffd-writer), runnable, waiting for a CPU in handle_userfault [read from the stacks]")
 
 
@@ -132,7 +132,7 @@ def test_two_tasks_each_holding_the_mutex_the_other_waits_for_are_a_deadlock(lay
     m1, m2 = g.mutex(a), g.mutex(b)
     g.wait_on(a, m2)
     g.wait_on(b, m1)
-    graph = task_waits.Graph(task_waits.read(g.read, lay, 1))
+    graph = wait_graph.Graph(task_waits.read(g.read, lay, 1))
     assert graph.chain(40)[1] and graph.chain(41)[1]
     assert graph.finding(40).startswith("deadlock: pid 40 (abba-a) waits for a mutex")
     assert "held by pid 41 (abba-b), which waits for a mutex" in graph.finding(40)
@@ -144,7 +144,7 @@ def test_a_lock_held_by_no_task_found_and_memory_that_is_no_lock_and_a_kernel_wi
     waiter = g.task(91, "blocked-writer", D)
     m = g.mutex(0xFFFF888077770000)  # an owner that is no task the walk found: exited, or freed
     g.wait_on(waiter, m)
-    graph = task_waits.Graph(task_waits.read(g.read, lay, 1))
+    graph = wait_graph.Graph(task_waits.read(g.read, lay, 1))
     assert graph.finding(91).startswith("waits for a mutex")
     assert "held by a task on no list of the kernel's (0xffff888077770000: exited, or freed)" in graph.finding(91)
     wl = m + lay["locks"]["mutex"]["wait_list"]
@@ -154,12 +154,12 @@ def test_a_lock_held_by_no_task_found_and_memory_that_is_no_lock_and_a_kernel_wi
         g.read, {"missing": {"locks": "no struct mutex_waiter"}}, 1)["error"]
     assert task_waits.read(lambda a, n: None, lay, 1) == {"error": "no task could be read from init_task's list"}
     # a build: kernel without BTF (its capture's BTF blob is empty): omitted, with why
-    assert task_waits.read(g.read, kernel_waits.layout(b"", SYMBOLS), 1)["error"].startswith(
+    assert task_waits.read(g.read, kernel_layout.layout(b"", SYMBOLS), 1)["error"].startswith(
         "the kernel's tasks and locks cannot be laid out (no BTF: ")
 
 
 # The kernel's own layout: 6.1.170's, worked out from its real BTF
-# (kernel_waits.layout() of the BTF a run captured, recorded). There a
+# (kernel_layout.layout() of the BTF a run captured, recorded). There a
 # mutex's wait list is 16 bytes in, an rwsem's 24 and a semaphore's 8: the
 # same waiter read as another kind finds other words.
 REAL_6_1 = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "layout" /
@@ -194,10 +194,10 @@ class Guest61(Guest):
         return base, wl
 
 
-def waits_61(g: Guest61, stacks: dict[int, list[str]]) -> task_waits.Graph:
+def waits_61(g: Guest61, stacks: dict[int, list[str]]) -> wait_graph.Graph:
     doc = task_waits.read(g.read, REAL_6_1, 1, SYMS_61)
     task_waits.with_stacks(doc, {pid: {"kstack": k} for pid, k in stacks.items()})
-    return task_waits.Graph(doc)
+    return wait_graph.Graph(doc)
 
 
 def test_a_mutex_whose_neighbour_word_reads_as_an_rwsem_is_a_mutex_on_6_1():
@@ -213,10 +213,10 @@ def test_a_mutex_whose_neighbour_word_reads_as_an_rwsem_is_a_mutex_on_6_1():
                          105: ["__fdget_pos", "ksys_write"]})  # as 6.1's /proc showed it: no __mutex_lock
     assert graph.finding(105) == (f"waits for a mutex ({m:#x}) taken in __fdget_pos held by pid 104 (dstate_inode), "
                                   "blocked in handle_userfault (userfaultfd) [read from the stacks]")
-    assert task_waits.Graph(graph.doc).finding(105) == graph.finding(105)  # settled once, the same again
+    assert wait_graph.Graph(graph.doc).finding(105) == graph.finding(105)  # settled once, the same again
     # with no symbols to say (a build: kernel's vmcore), the count no kernel has rules the rwsem out
     doc = task_waits.read(g.read, REAL_6_1, 1)
-    assert task_waits.Graph(doc).wait_of(105)["kind"] == "mutex"
+    assert wait_graph.Graph(doc).wait_of(105)["kind"] == "mutex"
     assert "reader" not in json.dumps(doc["waits"])
 
 
@@ -252,8 +252,8 @@ def test_a_wait_on_no_lock_that_queues_like_one_is_no_lock_and_no_count_is_impos
     assert graph.wait_of(159) is None and graph.roots() == []
     # the lock's kind stays unknown where no symbols decide and the words vouch for no one kind
     doc = task_waits.read(g.read, REAL_6_1, 1)
-    assert task_waits.Graph(doc).wait_of(159)["kind"] == "unknown"
-    assert "cannot tell" in task_waits.Graph(doc).finding(159)
+    assert wait_graph.Graph(doc).wait_of(159)["kind"] == "unknown"
+    assert "cannot tell" in wait_graph.Graph(doc).finding(159)
 
 
 def test_a_lock_taken_in_a_system_call_is_named_alike_on_every_architecture():
@@ -265,10 +265,10 @@ def test_a_lock_taken_in_a_system_call_is_named_alike_on_every_architecture():
                      {"task": "0x20", "pid": 106, "comm": "exec", "state": 2, "kstack": ["begin_new_exec"]}],
            "waits": [{"pid": 105, "kind": "mutex", "lock": "0x1234", "owner": "0x20",
                       "how": "the task's blocker field"}]}
-    assert task_waits.Graph(doc).finding(105).startswith(
+    assert wait_graph.Graph(doc).finding(105).startswith(
         "waits for the tracee's signal->cred_guard_mutex held by pid 106 (exec)")
     doc["tasks"][0]["kstack"][1] = "__s390x_sys_nanosleep"  # a wrapper kstall has no name for the lock of
-    assert "a mutex (0x1234) taken in sys_nanosleep held by" in task_waits.Graph(doc).finding(105)
+    assert "a mutex (0x1234) taken in sys_nanosleep held by" in wait_graph.Graph(doc).finding(105)
 
 
 def test_a_task_list_the_guest_looped_costs_a_bounded_walk_and_says_so(lay):
