@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.analysis.verdict import VerdictKind
 from harness.base import leftovers, paths, procs, reproducers, rundir
-from harness.reports import formats, matrix_doc, text
+from harness.reports import formats
 from images.kernels import schemes
 from images.kernels.kernel import SpecError
 from images.guest.programs import BuildError
@@ -176,6 +176,7 @@ def build_options_from(a: argparse.Namespace):
 # -- the commands ----------------------------------------------------------------
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from harness.reports import text
     from harness.drivers import case as cases, verify
     from harness.guest.vm import VMError
     try:
@@ -201,6 +202,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_explain(a: argparse.Namespace) -> int:
+    from harness.reports import text
     from harness.analysis.bug_record import RecordError
     from harness.drivers import explain
     if bool(a.reproducer) == bool(a.cve):
@@ -305,6 +307,7 @@ def cmd_threads(a: argparse.Namespace) -> int:
 
 
 def cmd_matrix(a: argparse.Namespace) -> int:
+    from harness.reports import matrix_doc, text
     from harness.analysis import expect
     from harness.drivers import matrix
     from harness.drivers.options import DEFAULT_PMISS, GuestOptions, Options, RunOptions
@@ -345,6 +348,7 @@ def cmd_matrix(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    from harness.reports import matrix_doc, text
     try:
         docs = [matrix_doc.load_doc(d) for d in a.dirs]
     except (FileNotFoundError, ValueError) as e:

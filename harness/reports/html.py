@@ -142,6 +142,8 @@ def render(doc: dict) -> str:
             sub = []
             if c["verdict"] in (VerdictKind.VULNERABLE, VerdictKind.CRASHED) and c["line"]:
                 sub.append(c["line"].split(": ", 1)[-1])
+            elif c["verdict"] in (VerdictKind.INCONCLUSIVE, VerdictKind.ERROR) and (c["line"] or c["reason"]):
+                sub.append(views.one_line((c["line"] or c["reason"]).split(": ", 1)[-1]))  # why, in a line
             elif c.get("count") is not None:
                 sub.append(f"{c['count']} {c.get('count_name') or ''}")
             if views.predicted(c):

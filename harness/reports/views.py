@@ -111,6 +111,12 @@ def syzbot_outcome(c: dict) -> str:
     return "other"
 
 
+def one_line(text: str, width: int = 100) -> str:
+    """text on one line of at most width characters (an ellipsis where it was cut)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def syzbot_text(c: dict | None) -> str:
     """A syzkaller reproducer's cell, said as a distro maintainer asks:
     'reproduced: TITLE', 'different: TITLE', 'not reproduced (clean, 120 s)',

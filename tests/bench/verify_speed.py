@@ -16,7 +16,8 @@
   (the guest's side: TCG translates a restored guest's code anew), until the
   hang, the heartbeat silence that declares the freeze, the GDB reading, and
   the rest (process start, the prediction, writing the record);
-- for reference, time to NOT_REPRODUCED on debian:6.17.8.
+- for reference, time to NOT_REPRODUCED on debian:6.17.8;
+- `kstall --version`, the command's own start and nothing else.
 """
 import argparse
 import json
@@ -63,7 +64,11 @@ def cache_symbols(*specs: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--start-only", action="store_true", help="--version and the restored VULNERABLE only")
     a = ap.parse_args()
+    timed(["--version"])  # its byte code written first
+    start = [timed(["--version"])[0] for _ in range(a.runs)]
+    print(f"kstall --version:                                   {med(start)}")
     cache_symbols("debian:6.16.12", "debian:6.17.8")
 
     walk = verify_runs("debian:6.16.12", a.runs + 1, [])[1:]  # the first saves the snapshot the rest restore
@@ -79,6 +84,8 @@ def main() -> None:
                      ("GDB reading (3 samples)", [x["debug_s"] for x in t]),
                      ("the rest: process start, prediction, record", [w - x["total_s"] for (w, _), x in zip(walk, t)])):
         print(f"  {name + ':':<48}{med(xs)}")
+    if a.start_only:
+        return
 
     vuln = verify_runs("debian:6.16.12", a.runs, ["--cpus", "4"])
     assert all(d["verdict"] == "VULNERABLE" for _, d in vuln), [d["line"] for _, d in vuln]

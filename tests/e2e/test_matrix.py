@@ -115,6 +115,13 @@ def test_report_html_in_chromium(default_runs):
         want = {c["id"]: c["verdict"].lower() for c in doc["cells"]}
         for td in grid:
             assert f"verdict-{want[td.get_attribute('data-cell')]}" in td.get_attribute("class").split()
+        # an INCONCLUSIVE cell says why in a line, as the others say what they found
+        unsure = [(td, c) for td in grid if (c := next(c for c in doc["cells"] if c["id"] == td.get_attribute(
+            "data-cell")))["verdict"] == "INCONCLUSIVE"]
+        assert unsure, "the default matrix has INCONCLUSIVE cells (arm64's NMI path)"
+        for td, c in unsure:
+            why = " ".join(c["line"].split(": ", 1)[-1].split())[:40]
+            assert why and why in " ".join(td.text.split()), (td.text, c["line"])
         vuln = next(td for td in grid if td.get_attribute("data-cell") == "debian:6.16.12/perf-refresh")
         vuln.click()
         detail = browser.find_element(By.ID, vuln.get_attribute("data-detail"))
