@@ -8,15 +8,19 @@ accelerator, less what the host held the vCPUs back meanwhile); it "went
 on" when the kernel stopped saying it while the guest went on: a slow wait,
 which a verdict may mention and never calls a hang. The kernel says each
 again while it lasts (a blocked task at every check, "blocked for more than
-N seconds" counting from its last switch), which is what is followed here.
-The rules are data: a guest environment's [report.confirm]
+N seconds" counting from its last switch), which is what is followed here;
+where it says no duration, the reports' own times (printk's clock) measure
+it, an episode ending where they pause or where a count the kernel gives
+(an RCU stall's "t=N jiffies") starts again. A report with no rule is a
+hang at once. The rules are data: a guest environment's [report.confirm]
 (harness/base/guest_env.py ConfirmRule)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from harness.analysis.console import Report
+from harness.analysis.console import Report, own_lines
 from harness.base.guest_env import ConfirmRule
 from harness.base.untrusted import num
 
@@ -25,7 +29,11 @@ OPEN, HANG, WENT_ON = "open", "hang", "went on"
 # long (guest seconds, the guest running on) went on: a detector thread late
 # on a busy guest is no wake-up
 QUIET_SLACK_S = 10.0
-MAX_THINGS = 64  # distinct things followed; more are the same hang's, said alike
+# a gap between two reports of a rule with no stated duration this many
+# periods long: the first wait ended, the second is another
+EPISODE_GAP = 1.5
+MAX_OPEN = 64  # distinct things followed at once; more are the same hang's, said alike
+MAX_REPORTS = 32  # of one thing's reports, kept to measure it (the first and the latest)
 
 
 @dataclass
@@ -39,29 +47,77 @@ class Stuck:
     last_at: float = 0.0
     last_guest: float | None = None
     stated_s: float | None = None   # the latest the kernel said it had been stuck
-    reports: int = 0
+    reports: list[Report] = field(default_factory=list)  # this episode's, bounded
+    said_n: int = 0                 # how often the kernel said it
     state: str = OPEN
     stuck_s: float = 0.0            # how long it was stuck at its last report
     held_s: float = 0.0             # of that, the host held the vCPUs back
     decided_at: float | None = None  # host seconds it became a hang or went on
     doc: dict = field(default_factory=dict)  # shared with its reports' run.json entries
 
-    def said(self, r: Report, now: float, guest: float | None,
-             host_delay: Callable[[float, float], float | None] | None) -> None:
-        self.last_at, self.last_guest, self.reports = now, guest, self.reports + 1
+    def said(self, r: Report, now: float, guest: float | None) -> None:
+        gap = self._span_to(r, guest, now)
+        if not self.rule.stated and self.reports and gap > EPISODE_GAP * self.rule.repeat_s > 0:
+            self.restart(r, now, guest)  # the last wait ended unseen: this is another
+        self.last_at, self.last_guest, self.said_n = now, guest, self.said_n + 1
+        self.reports = (self.reports + [r])[-MAX_REPORTS:] if len(self.reports) < MAX_REPORTS else \
+            [self.reports[0], *self.reports[-(MAX_REPORTS - 2):], r]
         stated = num(r.fields.get(self.rule.stated)) if self.rule.stated else None
         if stated is not None:
             self.stated_s = float(stated)
+
+    def restart(self, r: Report, now: float, guest: float | None) -> None:
+        self.first, self.first_at, self.first_guest, self.reports = r, now, guest, []
+        self.state, self.decided_at = OPEN, None
+
+    def _span_to(self, r: Report, guest: float | None, now: float) -> float:
+        """From the episode's last report to r: printk's clock where both
+        have it, else the heartbeats', else the host's."""
+        last = self.reports[-1] if self.reports else self.first
+        if r.guest_time is not None and last.guest_time is not None:
+            return r.guest_time - last.guest_time
+        if guest is not None and self.last_guest is not None:
+            return guest - self.last_guest
+        return now - self.last_at
+
+    def measure(self, now: float, host_delay: Callable[[float, float], float | None] | None) -> None:
+        """How long it has been stuck, and whether that is a hang."""
+        if self.state != OPEN:
+            return
+        if self.rule.hang_s <= 0:  # no rule: a hang at once, whatever the host did
+            self.state, self.decided_at = HANG, now
+            self._doc()
+            return
+        if self.rule.grows:
+            self._episode_by_count()
+        if self.stated_s is not None:
             self.stuck_s = self.stated_s
         else:
-            span = (guest - self.first_guest) if guest is not None and self.first_guest is not None \
-                else now - self.first_at
+            first, last = self.reports[0] if self.reports else self.first, self.reports[-1] if self.reports else None
+            if last is not None and first.guest_time is not None and last.guest_time is not None:
+                span = last.guest_time - first.guest_time
+            elif self.last_guest is not None and self.first_guest is not None:
+                span = self.last_guest - self.first_guest
+            else:
+                span = self.last_at - self.first_at
             self.stuck_s = self.rule.after_s + max(span, 0.0)
-        held = host_delay(now - self.stuck_s, now) if host_delay is not None else None
+        held = host_delay(self.last_at - self.stuck_s, self.last_at) if host_delay is not None else None
         self.held_s = (held or 0.0) / 1e3
-        if self.state == OPEN and self.stuck_s - self.held_s >= self.rule.hang_s:
+        if self.stuck_s - self.held_s >= self.rule.hang_s:
             self.state, self.decided_at = HANG, now
         self._doc()
+
+    def _episode_by_count(self) -> None:
+        """Where the count the kernel gives in a report's lines (grows) fell
+        between two reports, a new wait began: the episode starts there."""
+        counts = [_count(r, self.rule.grows) for r in self.reports]
+        start = 0
+        for i in range(1, len(counts)):
+            a = next((c for c in reversed(counts[:i]) if c is not None), None)
+            if a is not None and (b := counts[i]) is not None and b <= a:
+                start = i
+        if start:
+            self.first, self.reports = self.reports[start], self.reports[start:]
 
     def quiet(self, now: float, guest: float | None) -> None:
         """Not said again while the guest went on: it went on."""
@@ -81,7 +137,17 @@ class Stuck:
         self.doc.update({"who": f"{self.rule.who} {self.who}".strip(), "state": self.state,
                          "stuck_s": round(self.stuck_s, 1),
                          "held_s": round(self.held_s, 1), "hang_s": self.rule.hang_s,
-                         "syzbot_s": self.rule.syzbot_s, "reports": self.reports})
+                         "syzbot_s": self.rule.syzbot_s, "reports": self.said_n})
+
+
+def _count(r: Report, pattern: str) -> int | None:
+    """The count a report's own lines give (its rule's grows: a group n)."""
+    rx = re.compile(pattern)
+    lines = own_lines(r.excerpt, r.patterns, r.end) if r.patterns else r.excerpt
+    for line in lines[:40]:
+        if m := rx.search(line):
+            return num(m.group("n"))
+    return None
 
 
 class Candidates:
@@ -106,19 +172,22 @@ class Candidates:
         s = self.things.get((r.name, who))
         new = s is None
         if s is None:
-            if len(self.things) >= MAX_THINGS:
+            if len(self.open) >= MAX_OPEN:
                 return False
             s = self.things[(r.name, who)] = Stuck(rule, who, r, now, guest)
-        if s.state == WENT_ON:  # stuck again after it went on: a new wait, counted afresh
-            s.state, s.first, s.first_at, s.first_guest, s.decided_at = OPEN, r, now, guest, None
+        elif s.state == WENT_ON:  # stuck again after it went on: a new wait, counted afresh
+            s.restart(r, now, guest)
             new = True
-        s.said(r, now, guest, self.host_delay)
+        s.said(r, now, guest)
+        s.measure(now, self.host_delay)
         r.stuck = s.doc
         return new
 
     def update(self, now: float, guest: float | None) -> None:
         for s in self.things.values():
             s.quiet(now, guest)
+            if s.state == OPEN and s.rule.grows:  # its reports' lines are in by now
+                s.measure(now, self.host_delay)
 
     @property
     def hang(self) -> Stuck | None:
@@ -137,6 +206,10 @@ class Candidates:
     def due_in(self, now: float) -> float:
         """Host seconds until the latest open candidate would be a hang (0: none open)."""
         return max((s.due_in(now) for s in self.open), default=0.0)
+
+    def held_s(self) -> float:
+        """The most the host held an open candidate back: the run's bound grows by it."""
+        return max((s.held_s for s in self.open), default=0.0)
 
     def to_json(self) -> list[dict]:
         return [{"report": s.rule.name, "title": s.first.title, **s.doc} for s in self.things.values()]

@@ -43,6 +43,9 @@ class ConfirmRule:
     repeat_s: float    # and it says it again this often while it lasts
     who: str = ""      # the report's field naming what is stuck ("": one thing at a time)
     stated: str = ""   # the field with the seconds the kernel says it has been stuck ("": none)
+    # a count in a report's lines (a regex, group n) that grows while the same wait lasts: where it
+    # falls, another began ("": none)
+    grows: str = ""
     hang_s: float = 0.0  # stuck this long here, it is a hang (confirm_for: syzbot's, scaled)
 
 
@@ -127,5 +130,6 @@ def get(name: str) -> GuestEnv:
         need_options=tuple(needs.get("options", {}).items()),
         setup_goes_on=tuple(needs.get("setup_goes_on", ())),
         confirm=tuple(ConfirmRule(name, float(c["syzbot_s"]), float(c["after_s"]), float(c["repeat_s"]),
-                                  c.get("who", ""), c.get("stated", "")) for name, c in confirm.items()),
+                                  c.get("who", ""), c.get("stated", ""), c.get("grows", ""))
+                      for name, c in confirm.items()),
         confirm_scale=tuple((k, float(v)) for k, v in scale.items()), detect_s=detect_s)

@@ -21,6 +21,8 @@ PROGRAM = "| "
 # what the host held the guest back by meanwhile (Watch.unexplained_gap)
 LONG_GAP_S = 0.08
 MAX_LONG_GAPS = 10_000
+# the agent's environment steps say how they went (repro/agent/channel.c env_say), a boot's among them
+ENV_SAYS = "# kstall-env: "
 MAX_ENV_LINES = 6_000  # the agent sends at most 4,000 histogram lines, 1,000 module requests, 32 checks
 
 
@@ -134,7 +136,7 @@ class AgentChannel:
         printed it: its output, never the run's progress or result (a
         program that printed "ok 1" or "# result count=9" once ended the
         stuck watch, or set the count)."""
-        if self.repro_started_at is None:
+        if self.repro_started_at is None and not line.startswith(ENV_SAYS):  # the environment's steps: no start
             self.repro_started_at = self.count_changed_at = now
             if self.on_repro_start:
                 self.on_repro_start()

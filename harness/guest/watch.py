@@ -44,6 +44,8 @@ HUNG_TASK_TOLD_S = 1.0
 # most this long: a host that stops renewing frees the guest soon
 HOLD_RENEW_S = 5.0
 HOLD_LEASE_S = 30.0
+# the longest the first hung-task look takes (the kernel's symbols on its first run, then its tasks)
+HUNG_TASK_LOOK_S = 90.0
 
 
 class Watch(AgentTalk, Thresholds):
@@ -239,7 +241,8 @@ class Watch(AgentTalk, Thresholds):
         if self.restored and a.hb_count == 0 and now - a.hello_at > RESTORED_SILENCE:
             return Outcome(OutcomeKind.BOOT_FAILURE, f"the guest restored from its snapshot sent nothing within "
                            f"{RESTORED_SILENCE:.0f}s", now)
-        if now - (self.go_at or a.hello_at) - self.looked_s > L.run_timeout:
+        # the bound grows by what the host held back a candidate it holds the guest for
+        if now - (self.go_at or a.hello_at) - self.looked_s > L.run_timeout + self.candidates.held_s():
             besides = f" besides {self.looked_s:.0f}s of looks at it" if self.looked_s >= 1 else ""
             return Outcome(OutcomeKind.TIMEOUT, f"run exceeded {L.run_timeout:.0f}s{besides}", now)
         if a.sleeping_at is not None and now - a.sleeping_at >= SLEEPING_GRACE:  # every such task reported
@@ -299,6 +302,9 @@ class Watch(AgentTalk, Thresholds):
                 return out
             if self.calls.on_hung_task and self._hung_task_told(now):
                 hook, self.calls.on_hung_task = self.calls.on_hung_task, None
+                if self.candidates.open:  # the look may wait a minute for symbols: no lease lapses meanwhile
+                    self._send(f"HOLD {math.ceil(HUNG_TASK_LOOK_S)}\n".encode())
+                    self._held_at = now
                 hook()
                 self.looked_s += time.monotonic() - now
                 self.agent.restart_clocks(time.monotonic())  # the guest was stopped while it was read

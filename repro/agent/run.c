@@ -295,7 +295,15 @@ int run_timeboxed(const char *name, const char *args, unsigned long long seconds
 		}
 		say("# progress count=%llu elapsed_ms=%llu", done, (mono_ns() - start) / 1000000);
 	}
+	if (!cut) {	/* it ended on its own past its time: the time-up's waits hold for the end too */
+		unsigned long long grace_from = 0;
+
+		while (!time_up(&grace_from))
+			usleep(200000);
+	}
 	kill_all(dying_s * 1000, 1);	/* what runs still, and what does not die */
+	while (held())	/* a report of what the kill left the host still follows */
+		usleep(200000);
 	say("# result count=%llu elapsed_ms=%llu exit=0 timebox=1 cut=%d failed=%llu codes=%s", done,
 	    (mono_ns() - start) / 1000000, cut, failed, codes[0] ? codes : "-");
 	say("ok 1 %s # ran for %llu s", name, seconds);

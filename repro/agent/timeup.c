@@ -19,6 +19,12 @@ void hold_command(const char *arg)
 	atomic_store(&hold_until, mono_ns() + strtoull(arg, NULL, 10) * 1000000000ULL);
 }
 
+/* whether the host holds the run's end now (its leases are 30 s at most) */
+int held(void)
+{
+	return mono_ns() < atomic_load(&hold_until);
+}
+
 /* the user threads asleep in D state at the time-up, by tid and how often
  * they had been switched: one switched since, or gone, is asleep no longer */
 #define MAX_ASLEEP 256
@@ -37,7 +43,7 @@ static unsigned long long switches_of(const char *task_dir)
 	return n;
 }
 
-/* first: note every user thread in D state; later: keep those still there, unswitched */
+/* first: note every thread in D state; later: keep those still there, unswitched */
 static void walk_asleep(int first)
 {
 	DIR *d = opendir("/proc");
@@ -64,7 +70,7 @@ static void walk_asleep(int first)
 			snprintf(path, sizeof(path), "%s/stat", task_dir);
 			read_small(path, stat, sizeof(stat));
 			p = strrchr(stat, ')');
-			if (!p || !p[1] || p[2] != 'D' || kernel_thread(p))
+			if (!p || !p[1] || p[2] != 'D')	/* a kernel thread too: a kworker behind the program */
 				continue;
 			if (first && n_asleep < MAX_ASLEEP) {
 				asleep[n_asleep].tid = tid;

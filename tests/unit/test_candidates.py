@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: GPL-2.0
+"""A kernel detector's report is a candidate hang until what it reports was
+stuck syzbot's time (harness/analysis/candidates.py): the cases a review
+found it wrong in, each on the detector's own words."""
+from __future__ import annotations
+
+from harness.analysis import console
+from harness.analysis.candidates import MAX_OPEN, Candidates
+from harness.base import guest_env
+
+P = console.default_patterns()
+
+
+def reports(text: str) -> list[console.Report]:
+    """The console's reports, each with its own lines (as the watch's Tracker gathers them)."""
+    return console.scan(text, P)
+
+
+def feed_all(c: Candidates, text: str, step: float = 1.0) -> None:
+    """Each report fed at its printk time, heartbeats (guest time) going on with it."""
+    for r in reports(text):
+        t = r.guest_time or 0.0
+        c.update(1000 + t, t)
+        c.feed(r, 1000 + t, t)
+        c.update(1000 + t + step, t + step)
+
+
+def test_a_report_with_no_rule_is_a_hang_at_once_even_on_a_busy_host():
+    """A hard lockup has no [report.confirm] row: a hang at once. The host's
+    delay over a window of no length (padded by the sampling period) made
+    it 'open', then 'went on': a slow wait."""
+    rules = guest_env.get("syzkaller").confirm_for("tcg")
+    c = Candidates(rules + (guest_env.ConfirmRule("hard-lockup", 0, 0, 0),), host_delay=lambda t0, t1: 3.0)
+    [r] = reports("[  50.0] NMI watchdog: Watchdog detected hard LOCKUP on cpu 1\n")
+    c.feed(r, 1050.0, 50.0)
+    assert c.hang is not None and c.hang.rule.name == "hard-lockup"
+
+
+RCU = """[  {t}.0] rcu: INFO: rcu_preempt self-detected stall on CPU
+[  {t}.0] rcu: \t1-....: (20999 ticks this GP) idle=4a4/1/0x4000000000000000 softirq=1/1 fqs=5000
+[  {t}.0] \t(t={j} jiffies g=5905 q=81 ncpus=2)
+[  {t}.0] CPU: 1 PID: 99 Comm: syz Not tainted 6.1.0-47-amd64 #1
+"""
+
+
+def test_separate_rcu_stalls_are_not_added_into_one_and_one_that_goes_on_is_a_hang():
+    """Three stalls each reported once (t= restarts at the timeout each
+    time), 60-70 s apart: each was a wait of about 21 s, never a hang. One
+    stall reported again and again, its t= growing, is one."""
+    rules = guest_env.get("syzkaller").confirm_for("kvm")  # a hang after 100 s
+    c = Candidates(rules)
+    feed_all(c, "".join(RCU.format(t=t, j=5250) for t in (21, 81, 150)))
+    assert c.hang is None and all(s.stuck_s < 100 for s in c.things.values()), \
+        [(s.state, s.stuck_s) for s in c.things.values()]
+    c = Candidates(rules)
+    feed_all(c, "".join(RCU.format(t=t, j=(t * 250)) for t in (21, 84, 147)))
+    assert c.hang is not None and c.hang.stuck_s >= 100, [(s.state, s.stuck_s) for s in c.things.values()]
+
+
+def test_waits_that_went_on_never_crowd_out_a_later_hang():
+    """Sixty-four short hung-task waits that went on filled the table and the
+    65th task, a real hang, was never followed."""
+    rules = guest_env.get("syzkaller").confirm_for("kvm", hang_after=60)
+    c = Candidates(rules)
+    t = 0.0
+    for pid in range(100, 100 + MAX_OPEN):
+        [r] = reports(f"[{t:8.1f}] INFO: task syz:{pid} blocked for more than 31 seconds.\n")
+        c.feed(r, 1000 + t, t)
+        t += 30.0
+        c.update(1000 + t, t)  # not said again: it went on
+    assert len(c.went_on) == MAX_OPEN and not c.open
+    for secs in (31, 61):
+        [r] = reports(f"[{t + secs:8.1f}] INFO: task syz:9999 blocked for more than {secs} seconds.\n")
+        c.feed(r, 1000 + t + secs, t + secs)
+    assert c.hang is not None and c.hang.who == "9999"
+
+
+def test_the_boots_environment_steps_do_not_start_the_program():
+    """A cold boot's agent says how its environment's steps went before its
+    gate ("# kstall-env: nodes: ..."): those lines started the program's
+    clock, and the boot's detector reports counted as the program's."""
+    from harness.guest.agent import AgentChannel
+    a = AgentChannel(lambda s: None, 2)
+    a.feed("# kstall-env: nodes: 18 device nodes load their modules on first open", 1.0)
+    assert a.repro_started_at is None
+    a.feed("KTAP version 1", 2.0)
+    assert a.repro_started_at == 2.0
