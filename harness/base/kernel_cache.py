@@ -14,6 +14,8 @@ says where a kernel's artefact lives and what its key is:
     debuginfo/<arch>-<sha>.build-id               the build IDs its image holds
     modtrees/<arch>-<sha>.ext4|.aliases           its whole module tree as a disk, and its module
                                                   aliases (images/kernels/module_tree.py)
+    testmods/<arch>-<sha>.d/                      test modules built for it from its own source, with
+                                                  their logs and records (images/kernels/test_modules.py)
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 from harness.base import paths
 
 SYMBOLS, PVH, SNAPSHOTS, DEBUGINFO, MODTREES = "symbols", "pvh", "snapshots", "debuginfo", "modtrees"
+TESTMODS = "testmods"
 
 
 @dataclass(frozen=True)

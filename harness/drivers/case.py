@@ -202,7 +202,7 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     if repro.spec.source and kernel.arch != arches.DEFAULT:  # load() built the C file for the default architecture
         program = str(build(repro.spec, kernel.arch))
         repro = dataclasses.replace(repro, spec=dataclasses.replace(repro.spec, program=program))
-    check = preflight.check(kernel, repro.spec)
+    check = preflight.check(kernel, repro.spec, echo)
     env = environment.Prepared()
     if repro.spec.env and not check.blocked:
         echo(f"{repro.name}: preparing {repro.spec.env}'s guest environment on {kernel.canonical}")

@@ -79,7 +79,7 @@ def before_boot(kernel: Kernel, repro) -> dict:
     kernel lacks, ERROR for a kernel kstall cannot boot at all) or None when
     the run would boot, "reason": why ('' when nothing is missing)}."""
     try:
-        c = preflight.check(kernel, repro)
+        c = preflight.check(kernel, repro, build=False)
     except SpecError as e:
         return {"verdict": "ERROR", "reason": str(e)}
     if c.blocked:

@@ -12,6 +12,8 @@ checked against the kernel's config when kstall has one:
 - a device a guest environment's program opens (syzkaller's /dev/raw-gadget)
   whose option the config leaves out ([needs.options]): INCONCLUSIVE at
   once, "needs" it, as the agent's account would say after the whole run;
+  unless it is a test-only interface kstall builds for the kernel from its
+  own source (images/test-modules.toml): then the guest gets that module;
 - an option that is a module (=m): its module and their dependencies (taken
   when the kernel was fetched, images/kernels/modules.py) go into the initramfs, in
   load order.
@@ -29,8 +31,8 @@ from harness.base import guest_env, syzkaller
 from harness.base import needs as kernel_needs
 from harness.base.needs import KernelNeeds
 from harness.base.reproducers import Reproducer
-from images.kernels import modules
-from images.kernels.kernel import Kernel, SpecError
+from images.kernels import modules, test_modules
+from images.kernels.kernel import Kernel, Progress, SpecError
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Check:
     # (option, kernel parameter): the reproducer's path needs the parameter on this kernel, which lacks the option
     boot_without: list[tuple[str, str]] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)  # devices its program opens that the config leaves out (reach.py)
+    # test-only modules built for the kernel that its program's devices need (test_modules.py)
+    test_modules: list[test_modules.Built] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:
@@ -76,6 +80,25 @@ class Check:
                 + ", which the reproducer's path needs (checked before booting)")
 
 
+def _test_devices(kernel: Kernel, needs: list[str], progress: Progress | None, build: bool
+                  ) -> tuple[list[str], list[test_modules.Built]]:
+    """The needs a test module built for the kernel answers taken out, and
+    those modules; one that could not be built stays a need, saying why."""
+    left, built = [], []
+    for need in needs:
+        m = test_modules.for_device(need.split(":", 1)[0])
+        if m is None or test_modules.applies(kernel, m):
+            left.append(need)
+            continue
+        b = test_modules.ensure(kernel, m, progress) if build else \
+            next((x for x in test_modules.built(kernel) if x.name == m.name), test_modules.Built(m.name))
+        if b.why:
+            left.append(f"{need}; a test device kstall could not build for it: {b.why}")
+        else:  # built, or (build=False) to be built when a run boots
+            built.append(b)
+    return left, built
+
+
 def _absent(kernel: Kernel, options: tuple[str, ...]) -> list[str]:
     return [o for o in options if kernel.config_value(f"CONFIG_{o}") not in ("y", "m")]
 
@@ -95,7 +118,9 @@ def _machine_lacks(kernel: Kernel, repro: Reproducer | None) -> str:
     return ""
 
 
-def check(kernel: Kernel, repro: Reproducer | None) -> Check:
+def check(kernel: Kernel, repro: Reproducer | None, progress: Progress | None = None, build: bool = True) -> Check:
+    """build: make the test modules the program's devices need (explain,
+    which boots nothing, only reads what was built)."""
     agent = kernel_needs.agent(arches.get(kernel.arch).virtio)
     needs: list[KernelNeeds] = [agent] + ([repro.needs] if repro else [])
     out = Check(config_checked=kernel.config is not None and kernel.config.is_file(),
@@ -108,7 +133,9 @@ def check(kernel: Kernel, repro: Reproducer | None) -> Check:
         out.missing = _absent(kernel, repro.needs.options) if repro else []
         out.boot_without = [(o, p) for o, p in (repro.needs.boot_without if repro else ()) if _absent(kernel, (o,))]
         if repro and repro.env:
-            out.needs = reach.left_out(syzkaller.device_paths(repro), guest_env.get(repro.env), kernel.config_value)
+            out.needs, out.test_modules = _test_devices(
+                kernel, reach.left_out(syzkaller.device_paths(repro), guest_env.get(repro.env), kernel.config_value),
+                progress, build)
     names = []
     for need in needs:
         for option, module in need.modules:

@@ -80,6 +80,8 @@ def _finish(run: rundir.RunDir, spec: str, c: Case, opts: Options, attempts: lis
         run.promote(adir)
     record = make_record(run, spec, c, opts, final, attempts, t_start)
     record.prediction = prediction.to_json() if prediction else None
+    if c.check.test_modules and final.accel:  # a guest ran with them: the verdict says so
+        record.verdict.reason += "; " + test_modules_note(c.check.test_modules)
     with procs.signals_deferred():
         try:
             path = _write_run(run, final, record, tb)
@@ -180,13 +182,19 @@ def _process_doc(final: Attempt) -> dict | None:
     return {"error": final.process_error} if final.process_error else None
 
 
+def test_modules_note(built: list) -> str:
+    """What the kernel ran with besides its own modules, as a verdict says it."""
+    return ("the kernel ran with a test module kstall added: " + "; ".join(b.text() for b in built)
+            + " (unsigned: it taints the kernel; the code the program reaches is the kernel's own)")
+
+
 def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: Attempt,
                 attempts: list[tuple[int, Attempt]], t_start: float) -> RunRecord:
     w = final.watch
     kernel, repro = c.kernel, c.repro.spec
     return RunRecord(
         id=run.id, verdict=final.verdict, outcome=Outcome(final.outcome.kind, final.outcome.detail, final.outcome.at),
-        kernel=kernel.to_json() | {"spec": spec},
+        kernel=kernel.to_json() | {"spec": spec, "test_modules": [b.to_json() for b in c.check.test_modules]},
         reproducer={"name": repro.name, "source": repro.source or None, "program": repro.program or None,
                     "command": repro.command or None, "args": opts.run.repro_args, "count_name": repro.count_name,
                     "min_count": repro.min_count, "count_target": final.count_target, "env": repro.env or None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import kernel_cache, paths, untrusted
-from images.kernels import cached, debian, modules, packages
+from images.kernels import cached, debian, modules, packages, test_modules
 from images.kernels.kernel import Kernel, Progress, SpecError
 
 ALIASES = "aliases"  # suffix of the kept modules.alias (with modules.builtin.alias appended)
@@ -46,14 +46,18 @@ def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None
     """The kernel's module tree as an ext4 image, made once per kernel, and
     the modules mount_with names (with what they depend on, in load order)
     taken out of it for the initramfs: the guest loads those to mount it."""
-    out = kernel_cache.path(kernel_cache.MODTREES, kernel.key, "ext4")
+    # the test modules built for it (test_modules.py) are in its tree too, under updates/kstall/:
+    # a tree made before one was built is another image, as its snapshots are other snapshots
+    extra = sorted((Path(b.ko) for b in test_modules.built(kernel) if b.ko), key=lambda p: p.name)
+    added = "+".join(p.stem for p in extra)
+    out = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"{added}.ext4" if added else "ext4")
     tag = hashlib.sha256(" ".join(mount_with).encode()).hexdigest()[:8]
     mount_dir = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"mount-{tag}")
     order = mount_dir / "order"
     if not (out.exists() and order.exists()):
         with cached.locked(out):
             if not (out.exists() and order.exists()):
-                _make(kernel, out, mount_with, mount_dir, progress)
+                _make(kernel, out, mount_with, mount_dir, progress, extra)
                 prune(out.parent, keep=out)
     os.utime(out)  # its last use: what prune() keeps
     return ModuleDisk(out, [mount_dir / f"{m}.ko" for m in order.read_text().split()])
@@ -79,11 +83,15 @@ def prune(d: Path, keep: Path, keep_bytes: int = MAX_BYTES) -> list[Path]:
     return gone
 
 
-def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Path, progress: Progress | None) -> None:
+def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Path, progress: Progress | None,
+          extra: list[Path]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modtree-", dir=out.parent) as tmp:
         root = Path(tmp) / "root"
         release = _extract(kernel, Path(tmp), root, progress)
+        for ko in extra:
+            (root / release / "updates" / "kstall").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ko, root / release / "updates" / "kstall" / ko.name)
         tree = _depmod(root, release)
         shutil.rmtree(mount_dir, ignore_errors=True)
         wanted = tree.with_soft_deps(list(mount_with))  # ext4 loads crc32c by name, not by symbol

@@ -191,6 +191,8 @@ void setup_env(const char *name);
 int modprobe_main(int argc, char **argv);
 void static_nodes(void);
 void device_links(void);
+int run_wait(char *const argv[]);	/* run a program (a full path), wait: its exit code or 128 + signal */
+void start_uevents(void);		/* env uevents: a device's driver loaded by its alias as it appears */
 
 /* account.c: what the environment saw of the program */
 void report_env(void);
@@ -211,6 +213,7 @@ void stop_command(const char *arg);	/* STOP */
 /* timeup.c: whether a time box's kill may come yet */
 extern unsigned detect_s;	/* GO detect=S: the kernel's time to report a task asleep at the time-up */
 void hold_command(const char *arg);	/* HOLD S */
+int held(void);
 int time_up(unsigned long long *grace_from);
 int run_repeated(const char *name, const char *args, unsigned long long repeat, unsigned long long seconds);
 

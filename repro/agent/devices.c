@@ -1,7 +1,78 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Devices and modules as udev and kmod would give them: request_module()'s
- * modprobe (logged), a node per module device, links by number. */
+ * modprobe (logged), a node per module device, links by number, and the
+ * driver of a device that appears loaded by its alias. */
 #include "agent.h"
+#include <linux/netlink.h>
+
+/* run argv (a full path first), wait for it; its exit code, or 128 + signal */
+int run_wait(char *const argv[])
+{
+	int status = 0;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* what udev does for a device that appears (a uevent "add" with a
+ * MODALIAS): its driver's module loaded, through modprobe (and so the
+ * account). syzbot's kernels build the drivers in; a distro's load them
+ * so, and a program's emulated USB device reaches the kernel's driver for
+ * it only then. Events are handled in turn; a flood loses some. */
+static void *uevent_loop(void *arg)
+{
+	int fd = (int)(long)arg;
+	char buf[8192];
+
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+		const char *action = NULL, *alias = NULL;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		buf[n] = 0;
+		for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
+			if (!strncmp(p, "ACTION=", 7))
+				action = p + 7;
+			else if (!strncmp(p, "MODALIAS=", 9))
+				alias = p + 9;
+		}
+		if (action && alias && !strcmp(action, "add") && strlen(alias) < 200) {
+			char *argv[] = { "/sbin/modprobe", "-q", "--", (char *)alias, NULL };
+
+			run_wait(argv);
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+void start_uevents(void)
+{
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK, .nl_groups = 1 };
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT);
+	pthread_t t;
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    pthread_create(&t, NULL, uevent_loop, (void *)(long)fd) != 0) {
+		env_say("uevents: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	pthread_detach(t);
+	env_say("uevents: a device's driver loads by its alias as it appears");
+}
 
 /*
  * `/sbin/modprobe -q -- NAME`, as the kernel's request_module() runs it:

@@ -67,22 +67,6 @@ static int find_disk(const char *serial, char *dev, size_t len)
 	return found;
 }
 
-/* run argv (a full path first), wait for it; its exit code, or 128 + signal */
-static int run_wait(char *const argv[])
-{
-	int status = 0;
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	if (pid < 0)
-		return -1;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 /*
  * env root DIR: the program's root is DIR, a disk's mount point (ext4), not
@@ -205,6 +189,8 @@ static void env_step(char *line)
 		static_nodes();
 	} else if (!strcmp(line, "devlinks")) {
 		device_links();
+	} else if (!strcmp(line, "uevents")) {
+		start_uevents();
 	} else if (!strcmp(line, "busybox")) {
 		char path[300];
 		char *argv[] = { path, "--install", NULL };

@@ -8,7 +8,10 @@ kernel lacks is a need; the machine is the one a reproducer expects; a
 program the OOM killer starves is no evidence; a device the kernel's config
 leaves out is a need before anything boots; a task that cannot die when
 the time is up, a worker whose process's leader exited, is a hang; a pid
-namespace killed when its time is up leaves no clone failed behind."""
+namespace killed when its time is up leaves no clone failed behind; a
+kernel report is a hang only once its task was blocked its time, and a
+slow wait never is; a USB device the program emulates through raw_gadget,
+built for the kernel, reaches the kernel's own drivers."""
 from __future__ import annotations
 
 import json
@@ -45,7 +48,9 @@ def matrix(tmp_path_factory) -> dict:
                  # two vCPUs: a worker cloning on one while its namespace's first process dies on the other
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["abab"]\nduration = 10\ncpus = 2\n'
                  # what its one call opens, Debian's config leaves out: nothing boots
-                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["acac"]\nduration = 120\ncpus = 1\n'
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["a1a1"]\nduration = 120\ncpus = 1\n'
+                 # a USB device through raw_gadget, which kstall builds for the kernel
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["a0a0"]\nduration = 20\ncpus = 1\n'
                  f'[[kernel]]\nspec = "{KERNEL}"\n')
     p = kstall("matrix", str(m), "--results", str(d), "--json", timeout=900)
     assert p.stdout.strip().startswith("{"), p.stderr[-3000:]
@@ -122,17 +127,34 @@ def test_a_socket_family_the_kernel_lacks_is_what_the_reproducer_needs(matrix):
 
 
 def test_a_device_the_kernels_config_leaves_out_is_a_need_known_before_it_boots(matrix):
-    """Its one call opens /dev/raw-gadget (syzkaller's USB pseudo-calls do),
-    and Debian builds no USB_RAW_GADGET: the verdict the whole run would give
-    after its 120 s, with no guest booted."""
-    c = cell(matrix, "acac")
+    """Its one call opens /dev/sequencer, the OSS sequencer Debian builds no
+    more and no test module stands in for: the verdict the whole run would
+    give after its 120 s, with no guest booted."""
+    c = cell(matrix, "a1a1")
     assert c["verdict"] == "INCONCLUSIVE", c["line"]
-    assert c["line"] == "INCONCLUSIVE: the reproducer needs /dev/raw-gadget, which this kernel's config leaves out"
-    assert c["needs"] == ["/dev/raw-gadget: the program opens it; this kernel's config leaves it out "
-                          "(CONFIG_USB_RAW_GADGET is not set)"], c["needs"]
+    assert c["line"] == "INCONCLUSIVE: the reproducer needs /dev/sequencer, which this kernel's config leaves out"
+    assert c["needs"] == ["/dev/sequencer: the program opens it; this kernel's config leaves it out "
+                          "(CONFIG_SND_SEQUENCER_OSS is not set)"], c["needs"]
     run = run_json(matrix, c)
     assert run["outcome"]["kind"] == "preflight" and run["vm"]["accel"] == "none", run["outcome"]
     assert run["reason"].endswith("(checked before booting)"), run["reason"]
+
+
+def test_a_usb_device_through_raw_gadget_built_for_the_kernel_binds_the_kernels_own_driver(matrix):
+    """Debian's kernels build no raw gadget: kstall builds raw_gadget for
+    6.1.170 from its own source, the guest loads it beside dummy_hcd, the
+    program's keyboard enumerates on the emulated bus and the kernel's own
+    usbhid and hid-generic bind to it; the run says the module was added."""
+    c = cell(matrix, "a0a0")
+    assert c["verdict"] == "NOT_REPRODUCED", c["line"]
+    run = run_json(matrix, c)
+    [mod] = run["kernel"]["test_modules"]
+    assert mod["name"] == "raw_gadget" and mod["ko"] and mod["headers"].startswith("linux-headers-6.1.0-"), mod
+    assert "the kernel ran with a test module kstall added: raw_gadget, built from" in run["reason"], run["reason"]
+    console = (Path(matrix["_dir"]) / c["run_dir"] / "console.log").read_text()
+    assert re.search(r"usb 1-1: new high-speed USB device number \d+ using dummy_hcd", console), console[-3000:]
+    assert re.search(r"hid-generic .*USB HID v1.10 Keyboard .* on usb-dummy_hcd.0-1/input0", console), \
+        console[-3000:]
 
 
 def test_the_guest_is_the_machine_a_reproducer_expects(matrix):
@@ -197,12 +219,12 @@ def test_a_root_program_cannot_write_the_agents_account_of_what_it_asked_the_ker
 def test_the_reports_give_one_row_per_bug(matrix):
     summary = (Path(matrix["_dir"]) / "summary.md").read_text()
     rows = [l for l in summary.splitlines() if l.startswith("| [")]
-    assert len(rows) == 11, summary
+    assert len(rows) == 12, summary
     assert any("INFO: task hung in pipe_write | reproduced: INFO: task hung in pipe_write" in r for r in rows)
     # ffff's hang is syzbot's title too when the kernel's detector speaks before the time is up
     assert re.search(f"- {KERNEL}: reproduced [12], ", summary) and "starved 1" in summary, summary
     assert any("needs socket family 12 (AF_DECnet)" in r for r in rows)
-    assert any("needs /dev/raw-gadget" in r for r in rows) and "needs 3" in summary, summary
+    assert any("needs /dev/sequencer" in r for r in rows) and "needs 3" in summary, summary
     assert kstall_processes() == []
 
 
