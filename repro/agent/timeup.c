@@ -16,7 +16,10 @@ unsigned detect_s;
 /* the host's HOLD S */
 void hold_command(const char *arg)
 {
-	atomic_store(&hold_until, mono_ns() + strtoull(arg, NULL, 10) * 1000000000ULL);
+	unsigned long long s = strtoull(arg, NULL, 10);
+
+	atomic_store(&hold_until, mono_ns() + s * 1000000000ULL);
+	say("KSTALL hold s=%llu", s);	/* the run's record of when its end was held */
 }
 
 /* whether the host holds the run's end now (its leases are 30 s at most) */
