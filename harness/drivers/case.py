@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from harness.analysis import bug_record, classify, pmiss
+from harness.analysis import bug_record, classify, pmiss, reach
 from harness.analysis.bug_record import BugRecord
 from harness.analysis.classify import Signature
 from harness.analysis.pmiss import Key
@@ -32,7 +33,7 @@ from harness.drivers.options import DEFAULT_MEMORY_MB, Options
 from harness.guest import accel
 from images.guest import boot_image, environment, initramfs, programs, sysroot
 from images.guest.disks import Disk
-from images.kernels import cached
+from images.kernels import cached, module_tree
 from images.kernels.build import BuildOptions
 from images.kernels.kernel import Kernel, SpecError
 from images.kernels.schemes import resolve as resolve_kernel
@@ -207,6 +208,7 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     if repro.spec.env and not check.blocked:
         echo(f"{repro.name}: preparing {repro.spec.env}'s guest environment on {kernel.canonical}")
         env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo)
+        env = environment.with_preload(env, preloads(repro.spec, kernel, echo))
     both = [*check.modules, *env.modules]
     mods = [m for i, m in enumerate(both) if m.stem not in {x.stem for x in both[:i]}]  # each once, first place
     if mods and not check.blocked:  # nothing boots: no module loads either
@@ -221,6 +223,28 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     cal, unknown = repro.calibration_for(key)
     return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk, env.disks,
                 memory_for(repro.spec, opts))
+
+
+def preloads(repro: reproducers.Reproducer, kernel: Kernel, echo: Echo) -> list[str]:
+    """The modules a syzkaller program's devices and filesystems are in, to
+    load before it starts: syzbot's kernels build them in, and under TCG a
+    program's first call that needs one waits for its modprobe while its
+    other threads go on without it (a mount with the fd of an open of
+    /dev/fuse that had not yet returned: "fuse: Bad value for 'fd'")."""
+    table = module_tree.aliases(kernel)
+    if table is None or not repro.source:
+        return []
+    aliases = reach.Aliases(table.read_text(errors="replace"))
+    try:
+        source = Path(repro.source).read_text(errors="replace")
+    except OSError:
+        return []
+    names = [f"devname:{p.removeprefix('/dev/')}" for p in syzkaller.device_paths(repro) if "#" not in p]
+    names += [f"fs-{s}" for s in sorted(reach.program_strings(source)) if re.fullmatch(r"[\w.-]{1,32}", s)]
+    out = list(dict.fromkeys(m for n in names for m in aliases.answers(n)))
+    if out:
+        echo(f"{repro.name}: loaded before it starts, as a kernel with them built in has them: {', '.join(out)}")
+    return out
 
 
 def with_accel(c: Case, accel_kind: str) -> Case:

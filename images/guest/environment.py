@@ -40,6 +40,15 @@ def env_text(env: GuestEnv, checks: list[str]) -> str:
     return "".join(f"{s}\n" for s in env.steps) + "".join(f"check {p}\n" for p in checks)
 
 
+def with_preload(p: Prepared, modules: list[str]) -> Prepared:
+    """p with these modules loaded at the GO, before the program runs: what
+    a kernel with them built in (syzbot's) has there at its first call."""
+    if not modules:
+        return p
+    steps = "".join(f"load {m}\n" for m in modules).encode()
+    return Prepared(p.files | {ENV_FILE: steps + p.files[ENV_FILE]}, p.disks, p.modules)
+
+
 def prepare(env: GuestEnv, kernel: Kernel, checks: list[str],
             progress: Callable[[str], None] | None = None) -> Prepared:
     """Everything env's guest needs on this kernel (made once, then cached)."""
