@@ -11,6 +11,7 @@ from harness.analysis.classify import base_name
 from harness.analysis.findings import Findings
 from harness.analysis.ktap import Ktap
 from harness.analysis.outcome import NO_AGENT, OutcomeKind
+from harness.analysis.reach import HOST, KERNEL, TEST_DEVICE, need_kind
 from harness.analysis.retry import Retry
 from harness.analysis.verdict import Verdict, VerdictKind
 from harness.base import paths
@@ -236,6 +237,11 @@ def weakened(v: Verdict, f: Findings) -> Verdict:
     return v
 
 
+# a need's kind as a verdict's summary says it (reach.need_kind): the kernel's, kstall's, the guest's
+LACKS = {KERNEL: "which this kernel lacks (the bug's code is not in it as configured)",
+         TEST_DEVICE: "a test device kstall could not build for this kernel",
+         HOST: "which this guest lacks"}
+
 # syzkaller's fail(): its setup could not do what the program needs
 SYZ_FAIL = 67
 # a run that died of one of these crashed on its own (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV)
@@ -279,7 +285,8 @@ def timeboxed(f: Findings) -> Verdict:
     if reach is not None and reach.needs:
         return Verdict(VerdictKind.INCONCLUSIVE, f"the reproducer needs what this guest lacks: "
                        f"{'; '.join(reach.needs)}; {ran}; {reach.text()}",
-                       summary=f"the reproducer needs {reach.needs[0].split(':')[0]}, which this guest lacks")
+                       summary=f"the reproducer needs {reach.needs[0].split(':')[0]}, "
+                       + LACKS[need_kind(reach.needs[0])])
     if reach is not None and not reach.reached_kernel:
         return Verdict(VerdictKind.INCONCLUSIVE, f"its calls did not reach the kernel: {reach.text()}; {ran}",
                        summary="its calls did not reach the kernel")

@@ -322,6 +322,29 @@ def analyse(lines: list[str], program: list[str], env: GuestEnv, aliases: Aliase
     return Reach(calls, program, requests, checks, needs, lacks, shared, list(pseudo or []))
 
 
+# a need's kind, by how analyse() and left_out() word it: an answer about the
+# kernel (the bug's code is not in it as configured), a test device kstall
+# could not build for it, or what the guest or host lacks (a harness limit)
+KERNEL, TEST_DEVICE, HOST = "not in the kernel", "test device not built", "not in the guest"
+
+
+def need_kind(need: str) -> str:
+    if "a test device kstall could not build" in need:
+        return TEST_DEVICE
+    if any(w in need for w in ("config leaves it out", "no module of this kernel answers",
+                               "this kernel does not have it")):
+        return KERNEL
+    return HOST
+
+
+def filesystems_left_out(strings: frozenset[str], env: GuestEnv, config: Callable[[str], str | None]) -> list[str]:
+    """The filesystems a program mounts (its own calls' strings, program_strings)
+    whose option this kernel's config leaves out ([needs.filesystems]), as
+    analyse() words the need its account would give after the whole run."""
+    return [f"filesystem {name}: the program mounts it; this kernel's config leaves it out (CONFIG_{option} is not set)"
+            for name, option in env.filesystems if name in strings and config(f"CONFIG_{option}") not in ("y", "m")]
+
+
 def left_out(paths: list[str], env: GuestEnv, config: Callable[[str], str | None]) -> list[str]:
     """The device paths a program opens (syzkaller.device_paths) whose option
     this kernel's config leaves out ([needs.options]), as analyse() words

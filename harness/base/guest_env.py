@@ -76,6 +76,8 @@ class GuestEnv:
     # name -> CONFIG_ option without its prefix): a need says whether this
     # kernel's config leaves it out
     need_options: tuple[tuple[str, str], ...] = ()
+    # a filesystem a program mounts -> the option that builds it ([needs.filesystems])
+    filesystems: tuple[tuple[str, str], ...] = ()
     # device paths whose absence the environment's own setup goes on without:
     # no need known before the boot (preflight.py)
     setup_goes_on: tuple[str, ...] = ()
@@ -128,6 +130,7 @@ def get(name: str) -> GuestEnv:
                           for a in needs.get("alias", ())),
         families=tuple((int(k), v) for k, v in needs.get("families", {}).items()),
         need_options=tuple(needs.get("options", {}).items()),
+        filesystems=tuple(needs.get("filesystems", {}).items()),
         setup_goes_on=tuple(needs.get("setup_goes_on", ())),
         confirm=tuple(ConfirmRule(name, float(c["syzbot_s"]), float(c["after_s"]), float(c["repeat_s"]),
                                   c.get("who", ""), c.get("stated", ""), c.get("grows", ""))

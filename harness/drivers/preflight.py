@@ -80,6 +80,14 @@ class Check:
                 + ", which the reproducer's path needs (checked before booting)")
 
 
+def _strings(repro: Reproducer) -> frozenset[str]:
+    """The strings a syzkaller program's own calls name (reach.program_strings)."""
+    try:
+        return reach.program_strings(Path(repro.source).read_text(errors="replace")) if repro.source else frozenset()
+    except OSError:
+        return frozenset()
+
+
 def _test_devices(kernel: Kernel, needs: list[str], progress: Progress | None, build: bool
                   ) -> tuple[list[str], list[test_modules.Built]]:
     """The needs a test module built for the kernel answers taken out, and
@@ -133,9 +141,10 @@ def check(kernel: Kernel, repro: Reproducer | None, progress: Progress | None = 
         out.missing = _absent(kernel, repro.needs.options) if repro else []
         out.boot_without = [(o, p) for o, p in (repro.needs.boot_without if repro else ()) if _absent(kernel, (o,))]
         if repro and repro.env:
+            env = guest_env.get(repro.env)
             out.needs, out.test_modules = _test_devices(
-                kernel, reach.left_out(syzkaller.device_paths(repro), guest_env.get(repro.env), kernel.config_value),
-                progress, build)
+                kernel, reach.left_out(syzkaller.device_paths(repro), env, kernel.config_value), progress, build)
+            out.needs += reach.filesystems_left_out(_strings(repro), env, kernel.config_value)
     names = []
     for need in needs:
         for option, module in need.modules:

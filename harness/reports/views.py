@@ -4,6 +4,7 @@ command line: a vCPU's line and backtrace, the kernel's console titles, a
 matrix's headline and grid."""
 from __future__ import annotations
 
+from harness.analysis import reach
 from harness.analysis.classify import NAMED_ROLES, Role, waits_text
 from harness.analysis.expect import FAILING, STATUS_TEXT
 
@@ -91,7 +92,9 @@ def failing_line(c: dict) -> str:
 
 
 # a syzkaller reproducer's cell, by what a kernel team asks of it, in the order its table counts them
-SYZBOT_OUTCOMES = ("reproduced", "different", "crashed", "not reproduced", "starved", "needs", "other")
+# a need's three kinds (reach.need_kind) apart: an answer about the kernel, a harness limit, the guest's
+SYZBOT_OUTCOMES = ("reproduced", "different", "crashed", "not reproduced", "starved", reach.KERNEL,
+                   reach.TEST_DEVICE, reach.HOST, "other")
 
 
 def syzbot_outcome(c: dict) -> str:
@@ -107,7 +110,7 @@ def syzbot_outcome(c: dict) -> str:
     if c["verdict"] == "INCONCLUSIVE" and (c.get("health") or {}).get("mostly"):
         return "starved"
     if c["verdict"] == "INCONCLUSIVE" and c.get("needs"):
-        return "needs"
+        return reach.need_kind(c["needs"][0])
     return "other"
 
 
@@ -142,9 +145,15 @@ def _syzbot_answer(c: dict) -> str:
         return f"not reproduced ({', '.join(filter(None, [weaker, secs]))})"
     if outcome == "starved":
         return f"starved ({health.get('why', '')}{': ' + health['events'][0] if health.get('events') else ''})"
-    if outcome == "needs":
-        return f"needs {c['needs'][0].split(':')[0]}"
+    if outcome in (reach.KERNEL, reach.TEST_DEVICE, reach.HOST):
+        return need_text(c["needs"][0])
     return f"{c['verdict'] or STATUS_TEXT[c['status']]}: {(c.get('line') or c.get('reason') or '')[:80]}"
+
+
+def need_text(need: str) -> str:
+    """'not in the kernel: filesystem sysv', 'test device not built: /dev/raw-gadget',
+    'not in the guest: /dev/kvm' (the need's kind, then what)."""
+    return f"{reach.need_kind(need)}: {need.split(':')[0]}"
 
 
 def syzbot_disagrees(c: dict) -> str:

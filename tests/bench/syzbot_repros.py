@@ -183,7 +183,7 @@ def cell_text(tries: list[dict], waits: bool = True) -> str:
     if first.get("starved"):
         return f"starved ({first['starved']}: {(first.get('health_events') or [''])[0]})"
     if first.get("needs"):
-        return f"needs {first['needs'][0].split(':')[0]}"
+        return views.need_text(first["needs"][0])
     return first["line"][:90]
 
 

@@ -15,7 +15,9 @@ START, END = "<!-- rows", "<!-- /rows -->"
 ROW = re.compile(r"^\| ([0-9a-f]{12})\b")
 # what a column's text starts with, in the order the count line gives them
 OUTCOMES = (("reproduced", "reproduced"), ("different", "different"), ("not reproduced", "not reproduced"),
-            ("starved", "starved"), ("needs", "needs"))
+            ("starved", "starved"), ("not in the kernel", "not in the kernel"),
+            ("test device not built", "test device not built"), ("not in the guest", "not in the guest"),
+            ("needs", "needs"))  # the older rows' word, before the three kinds were told apart
 
 
 def outcome(column: str) -> str:

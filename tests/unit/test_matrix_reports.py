@@ -272,15 +272,23 @@ def test_a_directory_of_syzkaller_reproducers_is_a_matrix_of_bugs(tmp_path):
                      "status": "pass", "failing": False, "line": "", "title": "INFO: task hung in anon_pipe_write",
                      "syzbot": {"matched": None}},
                     {"kernel": "debian:6.1.170", "reproducer": "syz-cccc00000000", "verdict": "INCONCLUSIVE",
-                     "status": "pass", "failing": False, "line": "", "needs": ["socket family 12 (AF_DECnet): x"]},
+                     "status": "pass", "failing": False, "line": "",
+                     "needs": ["socket family 12 (AF_DECnet): no module of this kernel answers net-pf-12"]},
+                    {"kernel": "debian:7.3.4", "reproducer": "syz-cccc00000000", "verdict": "INCONCLUSIVE",
+                     "status": "pass", "failing": False, "line": "",
+                     "needs": ["/dev/raw-gadget: the program opens it; this kernel's config leaves it out "
+                               "(CONFIG_USB_RAW_GADGET is not set); a test device kstall could not build for it: "
+                               "its headers package is gone"]},
                     {"kernel": "debian:6.1.170", "reproducer": "syz-bbbb00000000", "verdict": "NOT_REPRODUCED",
                      "status": "pass", "failing": False, "line": "", "duration_s": 300.2}]
     table = text.matrix_table(doc | {"totals": {"pass": 4}, "wall_s": 1})
     assert "INFO: task hung in pipe_write  [https://syzkaller.appspot.com/bug?extid=aaaa0000000000000001]" in table
     assert "  debian:6.1.170: reproduced: INFO: task hung in pipe_write" in table and \
         "  debian:7.3.4: different: INFO: task hung in anon_pipe_write" in table
-    assert "needs socket family 12 (AF_DECnet)" in table and "not reproduced (clean, 300 s)" in table
-    assert "debian:6.1.170: reproduced 1, not reproduced 1, needs 1" in table
+    # a need says its kind: an answer about the kernel, or a test device kstall could not build
+    assert "not in the kernel: socket family 12 (AF_DECnet)" in table and "not reproduced (clean, 300 s)" in table
+    assert "test device not built: /dev/raw-gadget" in table
+    assert "debian:6.1.170: reproduced 1, not reproduced 1, not in the kernel 1" in table
 
 
 def test_syzbots_table_says_starved_weaker_and_the_record_beside_each_cell(tmp_path):

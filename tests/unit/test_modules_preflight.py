@@ -227,3 +227,20 @@ def test_explain_says_what_the_check_before_booting_finds(tmp_path):
     # a kernel whose config lacks what the agent needs: verify's ERROR, before anything boots
     lacking = explain.before_boot(kernel_with(tmp_path, "CONFIG_PERF_EVENTS=y\n"), program)
     assert lacking["verdict"] == "ERROR" and "guest agent needs" in lacking["reason"]
+
+
+def test_a_filesystem_the_kernel_no_longer_has_is_an_answer_about_the_kernel_before_booting(tmp_path):
+    """A program mounting sysv on 7.3.4 ran 179 s of booted guest to "needs
+    filesystem sysv", which left the kernel in 6.15: its config says so
+    before anything boots, and it is the kernel's answer, not the guest's."""
+    from harness.analysis import reach
+    prog = tmp_path / "sysv.c"
+    prog.write_text((FIX.parent / "syzkaller-programs" / "needs_sequencer.c").read_text()
+                    .replace("/dev/sequencer\\000\", 15", "sysv\\000\", 5"))
+    program = reproducers.resolve(str(prog))
+    env = AGENT_OK + "".join(f"CONFIG_{o}=y\n" for o in program.needs.options)
+    c = preflight.check(kernel_with(tmp_path, env), program)
+    assert c.needs == ["filesystem sysv: the program mounts it; this kernel's config leaves it out "
+                       "(CONFIG_SYSV_FS is not set)"] and c.blocked, c.needs
+    assert reach.need_kind(c.needs[0]) == reach.KERNEL
+    assert not preflight.check(kernel_with(tmp_path, env + "CONFIG_SYSV_FS=m\n"), program).needs
