@@ -140,7 +140,10 @@ def _build(kernel: Kernel, m: TestModule, d: Path, b: Built, progress: Progress 
     compiler = _compiler(kernel)
     with tempfile.TemporaryDirectory(prefix="testmod-", dir=d) as tmp:
         work = Path(tmp)
-        debs = [_fetch(archive, f"{headers}={version}", work, progress)]
+        try:
+            debs = [_fetch(archive, f"{headers}={version}", work, progress)]
+        except SpecError:
+            raise SpecError(f"its headers package, {headers} {version}, is not in Debian's suites (any more)") from None
         for dep in _depends(debs[0], ("linux-headers-", "linux-kbuild-")):
             debs.append(_fetch(archive, dep, work, progress))
         # what the kbuild tools need to run (objtool: libelf; pahole for a module's BTF)

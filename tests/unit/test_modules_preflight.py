@@ -2,12 +2,14 @@
 """Distro kernels without booting: Debian's older ABI naming, module load
 order from a real modules.dep, preflight of a kernel config, the initramfs's
 module layout, grub's default entry."""
+import dataclasses
 import gzip
 from pathlib import Path
 
 import pytest
 
 from harness.drivers import preflight
+from harness.base import paths as paths_module
 from harness.base import reproducers
 from images.kernels import debian, debian_archive, modules
 from images.guest import initramfs
@@ -244,3 +246,27 @@ def test_a_filesystem_the_kernel_no_longer_has_is_an_answer_about_the_kernel_bef
                        "(CONFIG_SYSV_FS is not set)"] and c.blocked, c.needs
     assert reach.need_kind(c.needs[0]) == reach.KERNEL
     assert not preflight.check(kernel_with(tmp_path, env + "CONFIG_SYSV_FS=m\n"), program).needs
+
+
+def test_a_test_device_whose_kernel_has_no_headers_package_left_is_a_need_naming_the_package(tmp_path, monkeypatch):
+    """raw_gadget is built against the kernel's own headers package; one the
+    suites no longer have (6.16.3's) leaves the device a need that says so,
+    never an ERROR."""
+    from images.kernels import test_modules
+    program = reproducers.resolve(str(FIX.parent / "syzkaller-programs" / "needs_raw_gadget.c"))
+    env = AGENT_OK + "".join(f"CONFIG_{o}=y\n" for o in program.needs.options) + "CONFIG_USB_GADGET=m\n" \
+        + 'CONFIG_CC_VERSION_TEXT="x86_64-linux-gnu-gcc-14 (Debian 14.2.0-19) 14.2.0"\n'
+    k = kernel_with(tmp_path, env + "# CONFIG_USB_RAW_GADGET is not set\n")
+    k = dataclasses.replace(k, canonical="debian:6.16.3+deb13-amd64", release="6.16.3+deb13-amd64",
+                            origin={"version": "6.16.3-1~bpo13+1", "suite": "trixie-backports"})
+    monkeypatch.setattr(paths_module, "cache_dir", lambda: tmp_path / "cache")
+
+    class GoneArchive:
+        def uris(self, package: str):
+            raise SpecError(f"apt-get --print-uris download {package} failed: E: Unable to locate package")
+    monkeypatch.setattr(test_modules.debian, "archive_for", lambda name: GoneArchive())
+    c = preflight.check(k, program)
+    assert c.blocked and len(c.needs) == 1, c.needs
+    assert c.needs[0].endswith("a test device kstall could not build for it: its headers package, "
+                               "linux-headers-6.16.3+deb13-amd64 6.16.3-1~bpo13+1, is not in Debian's suites "
+                               "(any more)"), c.needs
