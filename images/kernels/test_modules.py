@@ -31,6 +31,8 @@ from images.kernels.kernel import Kernel, Progress, SpecError
 
 TABLE = paths.data_file("images", "test-modules.toml")
 BUILD_TIMEOUT = 600
+# a module that could not be built is tried again after this long (a mirror that failed, a package added)
+RETRY_FAILED_S = 3600
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def built(kernel: Kernel) -> list[Built]:
             b = Built(**json.loads(f.read_text()))
         except (OSError, ValueError, TypeError):
             continue
-        if not b.ko or Path(b.ko).is_file():
+        failed_lately = not b.ko and time.time() - f.stat().st_mtime < RETRY_FAILED_S
+        if failed_lately or (b.ko and Path(b.ko).is_file()):
             out.append(b)
     return out
 
