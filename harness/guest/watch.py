@@ -121,9 +121,17 @@ class Watch(AgentTalk, Thresholds):
         return bool(ready)
 
     def _drain(self) -> None:
-        """QEMU has exited: take everything it wrote before it went."""
+        """QEMU has exited: take everything it wrote before it went. The
+        console is read to the log file's end, whatever its tail thread has
+        marked yet: an oops QEMU wrote in its last 10 ms (a panic's reboot
+        ends it at once) was missed, and the run was "QEMU exited unexpectedly"."""
         for _ in range(1000):
-            if not (self._pump(0)):
+            got = self._pump(0)
+            now = time.monotonic()
+            lines = self._console_lines.read()
+            for line in lines:
+                self.console.feed(line, now)
+            if not (got or lines):
                 return
 
     # -- decisions -------------------------------------------------------

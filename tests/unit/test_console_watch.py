@@ -611,3 +611,28 @@ def test_a_silence_while_a_kernel_report_is_a_candidate_is_no_freeze_until_the_k
         w.console.feed(line, 1.0)
     assert w._hung(1.0 + 2 * 5 + 10 - 0.1) is None
     assert w._hung(1.0 + 2 * 5 + 10 + 0.1).kind == "freeze"  # the kernel fell silent too
+
+
+def test_an_oops_written_just_before_qemu_exits_is_the_runs_answer(tmp_path, monkeypatch):
+    """A TCG int3 oops, the panic, and QEMU gone within 10 ms (panic=-1 and
+    -no-reboot): the console's tail thread had not marked the lines, the
+    drain read nothing, and the run was an ERROR "QEMU exited unexpectedly"
+    where it was an emulator fault, retried (make run, 6.17.8 perf-refresh)."""
+    from harness.guest.streams import FileTail
+    monkeypatch.setattr(FileTail, "POLL_S", 30.0)  # the tail thread marks nothing in this test's time
+    log = tmp_path / "console.log"
+    log.write_text("")
+    tail = FileTail(log)
+    try:
+        vm = SimpleNamespace(console=tail, agent=None, syms=None, started_at=0.0, cfg=SimpleNamespace(cpus=2),
+                             alive=lambda: False, stopped=lambda: False,
+                             proc=SimpleNamespace(returncode=0), qemu_log_tail=lambda n: "")
+        w = Watch(vm, Limits())
+        w.agent.hello_at = 0.0
+        log.write_text("[    5.701705] Oops: int3: 0000 [#1] SMP NOPTI\n"
+                       "[    5.707592] RIP: 0010:__schedule+0x3d5/0xcf0\n"
+                       "[    5.714605] Kernel panic - not syncing: Fatal exception in interrupt\n")
+        out = w._decide(1.0)
+        assert out is not None and out.kind == "infra", out
+    finally:
+        tail.close()
