@@ -125,7 +125,22 @@ def _syzbot_section(doc: dict, index: dict[str, int]) -> str:
     return ('<h2>syzbot\'s bugs</h2><ul id="syzbot-counts">' + counts + '</ul>'
             '<table class="grid" id="syzbot"><thead><tr><th>bug</th><th>syzbot\'s title</th>'
             + "".join(f"<th>{e(k)}</th>" for k in doc["kernels"])
-            + f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+            + f'</tr></thead><tbody>{"".join(rows)}</tbody></table>' + _per_kernel(doc))
+
+
+def _per_kernel(doc: dict) -> str:
+    """Each kernel's page (views.per_kernel): its open syzbot hangs first."""
+    e = html.escape
+    out = ['<h2>Per kernel</h2>']
+    for k, page in views.per_kernel(doc):
+        items = [f'<li class="open">{e(x)}</li>' for x in page["open"]] or ["<li>no syzbot hang open here</li>"]
+        items += [f"<li>another hang: {e(x)}</li>" for x in page["other hang"]]
+        if page["not reproduced"]:
+            items.append(f"<li>not reproduced ({len(page['not reproduced'])}): "
+                         + ", ".join(e(x.split(":")[0]) for x in page["not reproduced"]) + "</li>")
+        items += [f"<li>not run: {e(x)}</li>" for x in page["not run"]]
+        out.append(f'<section class="kernel-page"><h3>{e(k)}</h3><ul>{"".join(items)}</ul></section>')
+    return "".join(out)
 
 
 def render(doc: dict) -> str:

@@ -57,6 +57,16 @@ def render(doc: dict) -> str:
         lines += [f"| [{esc(b.get('bug_id', '')[:12] or b['reproducer'])}]({_link(b.get('link', ''))}) | "
                   f"{esc(b.get('title', ''))} | " + " | ".join(esc(views.syzbot_text(c)) for c in row) + " |"
                   for b, row in bugs]
+    if bugs:
+        lines += ["", "### Per kernel: syzbot's hangs still open, other hangs, not reproduced, not run"]
+        for k, page in views.per_kernel(doc):
+            lines += ["", f"#### {esc(k)}", ""]
+            lines += [f"- {esc(x)}" for x in page["open"]] or ["- no syzbot hang open here"]
+            lines += [f"- another hang: {esc(x)}" for x in page["other hang"]]
+            if page["not reproduced"]:
+                lines.append(f"- not reproduced ({len(page['not reproduced'])}): "
+                             + ", ".join(esc(x.split(":")[0]) for x in page["not reproduced"]))
+            lines += [f"- not run: {esc(x)}" for x in page["not run"]]
     failing = [c for c in doc["cells"] if c["failing"]]
     if failing:
         lines += ["", "### Cells that differ from their expectation", ""]

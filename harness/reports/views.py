@@ -182,6 +182,41 @@ def syzbot_counts_text(n: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in n.items() if v)
 
 
+def per_kernel(doc: dict) -> list[tuple[str, dict[str, list[str]]]]:
+    """Each kernel's page of syzbot's bugs, as a kernel team reads it: the
+    hangs still open there (syzbot's own hang came back), each with its
+    evidence and what the bug's record says of the fix; other hangs; those
+    that did not come back; what could not be run, and why."""
+    out = []
+    rows = syzbot_rows(doc)
+    for i, k in enumerate(doc["kernels"]):
+        page: dict[str, list[str]] = {"open": [], "other hang": [], "not reproduced": [], "not run": []}
+        for bug, row in rows:
+            if (c := row[i]) is None:
+                continue
+            bid, title = (bug.get("bug_id") or bug["reproducer"])[:12], bug.get("title", "")
+            outcome, fix = syzbot_outcome(c), _fix_said(c)
+            if outcome == "reproduced":
+                said = kernel_said(c)
+                page["open"].append(f"{bid} open: {title} ({_syzbot_answer(c)}"
+                                    + (f"; {said}" if said else "") + (f"; {fix}" if fix else "") + ")")
+            elif outcome in ("different", "crashed"):
+                page["other hang"].append(f"{bid}: {title}: {_syzbot_answer(c)}")
+            elif outcome == "not reproduced":
+                page["not reproduced"].append(f"{bid}: {title}" + (f" ({fix})" if fix else ""))
+            else:
+                page["not run"].append(f"{bid}: {title}: {_syzbot_answer(c)}")
+        out.append((k, page))
+    return out
+
+
+def _fix_said(c: dict) -> str:
+    """What the bug's record and the kernel's changelog say of its fix, in a line ('' when nothing)."""
+    p = c.get("prediction") or {}
+    reason = next((r for r in p.get("reasons", []) if "fix" in r), "")
+    return f"record: {p['status']}" + (f", {reason}" if reason else "") if p.get("status") else ""
+
+
 def syzbot_rows(doc: dict) -> list[tuple[dict, list[dict | None]]]:
     """One row per syzkaller reproducer (its bug: title, link), with its cell per kernel."""
     cells = {(c["kernel"], c["reproducer"]): c for c in doc["cells"]}

@@ -225,6 +225,9 @@ def test_the_reports_give_one_row_per_bug(matrix):
     assert re.search(f"- {KERNEL}: reproduced [12], ", summary) and "starved 1" in summary, summary
     assert any("not in the kernel: socket family 12 (AF_DECnet)" in r for r in rows)
     assert any("not in the kernel: /dev/sequencer" in r for r in rows) and "not in the kernel 3" in summary, summary
+    # the kernel's own page: its open syzbot hangs first, each with its id and "open"
+    page = summary.split(f"#### {KERNEL}", 1)[1]
+    assert re.search(r"^- aaaa00000000 open: INFO: task hung in pipe_write \(reproduced", page, re.M), page
     assert kstall_processes() == []
 
 

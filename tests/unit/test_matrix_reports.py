@@ -14,7 +14,7 @@ from harness.drivers import matrix as matrix_file
 from harness.analysis.expect import judge
 from harness.analysis.ktap import Ktap
 from harness.analysis.record import RunRecord
-from harness.reports import formats, html, markdown, matrix_doc, text
+from harness.reports import formats, html, markdown, matrix_doc, text, views
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -342,3 +342,38 @@ def test_summary_md_shows_titles_and_program_text_as_written_never_as_markup(tmp
     assert len(re.findall(r"(?<!\\)\|", row)) == 4, row  # bug, title, one kernel: no cell split by its text
     assert "a\\|b \\<img src=x\\> \\[x\\](javascript:y)" in row and "](javascript" not in row.split(" | ")[0]
     assert "| forged | row |" not in md and "`a|1'`" in md
+
+
+def test_each_kernel_has_a_page_its_open_syzbot_hangs_first(tmp_path):
+    """A kernel team's question, per kernel: which of syzbot's hangs are
+    still open here (each line with the bug's id and "open", its evidence
+    and what the record says of the fix), which other hangs came, which did
+    not come back, and what could not be run, and why."""
+    progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
+    m = matrix_file.load(progs, kernels=["debian:6.1.170", "debian:6.12.118"], duration=120)
+    doc = matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)
+    base = matrix_doc.cell_doc(matrix.CellResult(matrix.Cell("k", "r"), "pass"), tmp_path) | {"line": ""}
+    doc["cells"] = [
+        base | {"kernel": "debian:6.1.170", "reproducer": "syz-aaaa00000000", "verdict": "VULNERABLE", "id": "a1",
+                "syzbot": {"matched": {"how": "title", "ours": "INFO: task hung in pipe_write"}},
+                "console_titles": [{"title": "INFO: task hung in pipe_write", "count": 3}],
+                "prediction": {"status": "affected", "reasons": ["changelog: does not list the fix \"pipe: x\""]}},
+        base | {"kernel": "debian:6.12.118", "reproducer": "syz-aaaa00000000", "verdict": "NOT_REPRODUCED",
+                "id": "a2", "duration_s": 120.0},
+        base | {"kernel": "debian:6.1.170", "reproducer": "syz-a1a100000000", "verdict": "INCONCLUSIVE", "id": "b1",
+                "needs": ["/dev/sequencer: the program opens it; this kernel's config leaves it out "
+                          "(CONFIG_SND_SEQUENCER_OSS is not set)"]}]
+    pages = dict(views.per_kernel(doc | {"totals": {"pass": 3}, "wall_s": 1}))
+    [line] = pages["debian:6.1.170"]["open"]
+    assert line.startswith("aaaa00000000 open: INFO: task hung in pipe_write (reproduced: INFO: task hung in "
+                           "pipe_write; kernel reported: INFO: task hung in pipe_write (x3); record: affected, "
+                           "changelog: does not list the fix"), line
+    assert pages["debian:6.1.170"]["not run"] == ["a1a100000000: INFO: task hung in snd_seq_oss_kstall_test: "
+                                                  "not in the kernel: /dev/sequencer"]
+    assert pages["debian:6.12.118"]["open"] == [] and pages["debian:6.12.118"]["not reproduced"]
+    md = markdown.render(doc | {"totals": {"pass": 3}, "wall_s": 1})
+    assert "#### debian:6.1.170\n\n- aaaa00000000 open: INFO: task hung in pipe" in md
+    assert "#### debian:6.12.118\n\n- no syzbot hang open here\n- not reproduced (1): aaaa00000000" in md
+    page = html.render(doc | {"totals": {"pass": 3}, "wall_s": 1, "started": "", "finished": "",
+                              "host": {"cores": 2, "jobs": 1}})
+    assert '<li class="open">aaaa00000000 open: INFO: task hung in pipe_write' in page
