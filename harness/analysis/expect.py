@@ -48,6 +48,9 @@ def judge(expect: str, verdict: str | None, xfail: str | None = None, skip: str 
     return status
 
 
+ABOUT = ("fixed_in", "fix")  # a [[reproducer]]'s words on its bug, carried into the reports
+
+
 class MatrixError(ValueError):
     pass
 
@@ -77,6 +80,9 @@ class Matrix:
     kernels: list[str]
     reproducers: list[str]
     cells: list[Cell]
+    # what the file says of a reproducer's bug beyond its cells: fixed_in (the
+    # first version of each release line without the hang), fix (the change)
+    about: dict[str, dict] = field(default_factory=dict)
 
 
 def parse(doc: dict, path: Path, known: set[str], specs: dict[str, str]) -> Matrix:
@@ -108,7 +114,11 @@ def parse(doc: dict, path: Path, known: set[str], specs: dict[str, str]) -> Matr
                               cpus=r.get("cpus"), args=list(r.get("args", [])), duration=r.get("duration"),
                               count=r.get("count"), hang_after=r.get("hang_after"),
                               spec=specs.get(r["name"], r["name"])))
-    return Matrix(path, [k["spec"] for k in kernels], [r["name"] for r in repros], cells)
+    about = {r["name"]: {k: r[k] for k in ABOUT if k in r} for r in repros if any(k in r for k in ABOUT)}
+    for name, a in about.items():
+        if not isinstance(a.get("fixed_in", []), list) or not isinstance(a.get("fix", ""), str):
+            raise MatrixError(f"{path}: reproducer {name!r}: fixed_in is a list of kernel specs, fix a string")
+    return Matrix(path, [k["spec"] for k in kernels], [r["name"] for r in repros], cells, about)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -26,8 +26,10 @@ FORMATS: dict[str, str] = {
 
 def render(name: str, doc: dict) -> str:
     module = FORMATS[name]
-    if not module:
-        return json.dumps(doc, indent=2) + "\n"
+    if not module:  # with each kernel's page of syzbot's bugs, derived afresh (a merge re-renders it)
+        from harness.reports import views
+        pages = {k: page for k, page in views.per_kernel(doc)} if doc.get("bugs") else None
+        return json.dumps(doc | ({"per_kernel": pages} if pages else {}), indent=2) + "\n"
     if module == "kcidb":
         return json.dumps(importlib.import_module("harness.reports.kcidb").from_matrix(doc), indent=2) + "\n"
     return importlib.import_module(f"harness.reports.{module}").render(doc)

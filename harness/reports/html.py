@@ -134,6 +134,7 @@ def _per_kernel(doc: dict) -> str:
     out = ['<h2>Per kernel</h2>']
     for k, page in views.per_kernel(doc):
         items = [f'<li class="open">{e(x)}</li>' for x in page["open"]] or ["<li>no syzbot hang open here</li>"]
+        items += [f'<li class="fixed">{e(x)}</li>' for x in page["fixed"]]
         items += [f"<li>another hang: {e(x)}</li>" for x in page["other hang"]]
         if page["not reproduced"]:
             items.append(f"<li>not reproduced ({len(page['not reproduced'])}): "

@@ -84,7 +84,7 @@ def _kernel_objects(cell: dict) -> tuple[dict, dict]:
     return checkout, build
 
 
-def _test(doc: dict, cell: dict, build_id: str) -> dict:
+def _test(doc: dict, cell: dict, build_id: str, page: dict[tuple[str, str], str]) -> dict:
     vm = cell.get("vm") or {}
     t = {"id": _id("test", doc["id"], cell["id"]), "build_id": build_id, "origin": ORIGIN,
          "path": "kstall." + re.sub(r"[^a-zA-Z0-9_-]", "_", cell["reproducer"]),
@@ -95,7 +95,9 @@ def _test(doc: dict, cell: dict, build_id: str) -> dict:
                   **_p_miss(cell), "count": cell.get("count"),
                   "count_name": cell.get("count_name"), "console_titles": cell.get("console_titles") or [],
                   "run_dir": cell.get("run_dir"), "matrix_run": doc["id"],
-                  "prediction": (cell.get("prediction") or {}).get("status")}}
+                  "prediction": (cell.get("prediction") or {}).get("status"),
+                  # a syzbot bug on this kernel's page: open, fixed, other hang, not reproduced, not run
+                  "syzbot_page": page.get((cell["kernel"], cell["reproducer"]))}}
     if cell.get("xfail"):
         t["waived"] = True
     if vm:
@@ -115,11 +117,12 @@ def from_matrix(doc: dict) -> dict:
     checkouts: dict[str, dict] = {}
     builds: dict[str, dict] = {}
     tests = []
+    page = {(k, r): section for k, entries in views.kernel_pages(doc) for section, r, _ in entries}
     for cell in doc["cells"]:
         checkout, build = _kernel_objects(cell)
         checkouts.setdefault(checkout["id"], checkout)
         if build["valid"] or build["id"] not in builds:  # a cell that booted the kernel knows its hash
             builds[build["id"]] = build
-        tests.append(_test(doc, cell, build["id"]))
+        tests.append(_test(doc, cell, build["id"], page))
     return {"version": SCHEMA_VERSION, "checkouts": list(checkouts.values()), "builds": list(builds.values()),
             "tests": tests}

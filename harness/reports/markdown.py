@@ -58,10 +58,11 @@ def render(doc: dict) -> str:
                   f"{esc(b.get('title', ''))} | " + " | ".join(esc(views.syzbot_text(c)) for c in row) + " |"
                   for b, row in bugs]
     if bugs:
-        lines += ["", "### Per kernel: syzbot's hangs still open, other hangs, not reproduced, not run"]
+        lines += ["", "### Per kernel: syzbot's hangs still open, fixed, other hangs, not reproduced, not run"]
         for k, page in views.per_kernel(doc):
             lines += ["", f"#### {esc(k)}", ""]
             lines += [f"- {esc(x)}" for x in page["open"]] or ["- no syzbot hang open here"]
+            lines += [f"- {esc(x)}" for x in page["fixed"]]
             lines += [f"- another hang: {esc(x)}" for x in page["other hang"]]
             if page["not reproduced"]:
                 lines.append(f"- not reproduced ({len(page['not reproduced'])}): "

@@ -108,7 +108,7 @@ def matrix_doc(m: Matrix, results: list[CellResult], root: Path, run_id: str, sh
     merge must find), by default those of results."""
     cells = [cell_doc(r, root) for r in results]
     return {"schema": SCHEMA, "id": run_id, "matrix": str(m.path), "shards": [shard] if shard else [],
-            "bugs": bugs(m),
+            "bugs": bugs(m), "about": m.about,
             "selected": selected if selected is not None else [c["id"] for c in cells],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -148,6 +148,7 @@ def merge(docs: list[dict]) -> dict:
             "wall_s": max(d["wall_s"] for d in docs), "interrupted": any(d.get("interrupted") for d in docs),
             "kernels": kernels, "reproducers": repros, "cells": merged, "totals": totals(merged),
             "bugs": {k: v for d in docs for k, v in d.get("bugs", {}).items()},
+            "about": {k: v for d in docs for k, v in d.get("about", {}).items()},
             "failing": [c["id"] for c in merged if c["failing"]], "exit_code": exit_code(merged)}
 
 

@@ -4,6 +4,8 @@ command line: a vCPU's line and backtrace, the kernel's console titles, a
 matrix's headline and grid."""
 from __future__ import annotations
 
+import re
+
 from harness.analysis import reach
 from harness.analysis.classify import NAMED_ROLES, Role, waits_text
 from harness.analysis.expect import FAILING, STATUS_TEXT
@@ -182,31 +184,50 @@ def syzbot_counts_text(n: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in n.items() if v)
 
 
+PAGE_SECTIONS = ("open", "fixed", "other hang", "not reproduced", "not run")
+
+
 def per_kernel(doc: dict) -> list[tuple[str, dict[str, list[str]]]]:
     """Each kernel's page of syzbot's bugs, as a kernel team reads it: the
     hangs still open there (syzbot's own hang came back), each with its
-    evidence and what the bug's record says of the fix; other hangs; those
-    that did not come back; what could not be run, and why."""
+    evidence and the upstream fix a backport would take; those fixed on the
+    kernel's release line, with the version that fixed them; other hangs;
+    those that did not come back; what could not be run, and why."""
+    out = []
+    for k, entries in kernel_pages(doc):
+        page: dict[str, list[str]] = {s: [] for s in PAGE_SECTIONS}
+        for section, _, text in entries:
+            page[section].append(text)
+        out.append((k, page))
+    return out
+
+
+def kernel_pages(doc: dict) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Per kernel, each syzbot bug's (section of PAGE_SECTIONS, reproducer, line)."""
     out = []
     rows = syzbot_rows(doc)
     for i, k in enumerate(doc["kernels"]):
-        page: dict[str, list[str]] = {"open": [], "other hang": [], "not reproduced": [], "not run": []}
+        entries = []
         for bug, row in rows:
             if (c := row[i]) is None:
                 continue
             bid, title = (bug.get("bug_id") or bug["reproducer"])[:12], bug.get("title", "")
             outcome, fix = syzbot_outcome(c), _fix_said(c)
             if outcome == "reproduced":
-                said = kernel_said(c)
-                page["open"].append(f"{bid} open: {title} ({_syzbot_answer(c)}"
-                                    + (f"; {said}" if said else "") + (f"; {fix}" if fix else "") + ")")
+                said, upstream = kernel_said(c), upstream_fix(c)
+                entry = ("open", f"{bid} open: {title} ({_syzbot_answer(c)}" + (f"; {said}" if said else "")
+                         + (f"; {fix}" if fix else "")
+                         + (f"; upstream fix: {upstream} (a backport candidate)" if upstream else "") + ")")
             elif outcome in ("different", "crashed"):
-                page["other hang"].append(f"{bid}: {title}: {_syzbot_answer(c)}")
+                entry = ("other hang", f"{bid}: {title}: {_syzbot_answer(c)}")
+            elif outcome == "not reproduced" and (since := fixed_on_line(doc, bug, row, i)):
+                entry = ("fixed", f"{bid} fixed: {title} ({since})")
             elif outcome == "not reproduced":
-                page["not reproduced"].append(f"{bid}: {title}" + (f" ({fix})" if fix else ""))
+                entry = ("not reproduced", f"{bid}: {title}" + (f" ({fix})" if fix else ""))
             else:
-                page["not run"].append(f"{bid}: {title}: {_syzbot_answer(c)}")
-        out.append((k, page))
+                entry = ("not run", f"{bid}: {title}: {_syzbot_answer(c)}")
+            entries.append((entry[0], bug["reproducer"], entry[1]))
+        out.append((k, entries))
     return out
 
 
@@ -215,6 +236,38 @@ def _fix_said(c: dict) -> str:
     p = c.get("prediction") or {}
     reason = next((r for r in p.get("reasons", []) if "fix" in r), "")
     return f"record: {p['status']}" + (f", {reason}" if reason else "") if p.get("status") else ""
+
+
+def upstream_fix(c: dict) -> str:
+    """The fixing commit syzbot's record names ('' when it names none)."""
+    record = (c.get("syzbot") or {}).get("record") or {}
+    return next((str(f["title"]) for f in record.get("fix-commits") or [] if isinstance(f, dict) and f.get("title")),
+                "")
+
+
+def line_version(spec: str) -> tuple[str, tuple[int, ...]] | None:
+    """A kernel spec's release line and version: debian:6.1.192 -> ('6.1', (6, 1, 192))."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", spec.split(":", 1)[-1])
+    return (f"{m[1]}.{m[2]}", tuple(int(x) for x in m.groups(0))) if m else None
+
+
+def fixed_on_line(doc: dict, bug: dict, row: list[dict | None], i: int) -> str:
+    """Why a bug not reproduced on kernel i counts as fixed on its release
+    line: the matrix file's fixed_in (the first version without the hang, as
+    a bisection over the line found it), else an older kernel of the same
+    line in this matrix where syzbot's hang came back. '' when neither."""
+    here = line_version(doc["kernels"][i])
+    if here is None:
+        return ""
+    about = doc.get("about", {}).get(bug["reproducer"], {})
+    for spec in about.get("fixed_in", []):
+        if (v := line_version(spec)) and v[0] == here[0] and v[1] <= here[1]:
+            fix = about.get("fix") or upstream_fix(next((c for c in row if c), {}))
+            return f"fixed in {spec}" + (f": {fix}" if fix else "")
+    hung = [(v[1], doc["kernels"][j]) for j, c in enumerate(row)
+            if c and syzbot_outcome(c) == "reproduced" and (v := line_version(doc["kernels"][j]))
+            and v[0] == here[0] and v[1] < here[1]]
+    return f"hung on {max(hung)[1]}, not here: fixed in between" if hung else ""
 
 
 def syzbot_rows(doc: dict) -> list[tuple[dict, list[dict | None]]]:

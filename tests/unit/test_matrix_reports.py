@@ -377,3 +377,47 @@ def test_each_kernel_has_a_page_its_open_syzbot_hangs_first(tmp_path):
     page = html.render(doc | {"totals": {"pass": 3}, "wall_s": 1, "started": "", "finished": "",
                               "host": {"cores": 2, "jobs": 1}})
     assert '<li class="open">aaaa00000000 open: INFO: task hung in pipe_write' in page
+
+
+def test_a_kernel_page_says_which_bugs_its_release_line_fixed_and_where(tmp_path):
+    """A bug that hung an older kernel of a release line and not a newer one
+    is fixed there: in the version the matrix file's fixed_in names (a
+    bisection's answer), else between the two kernels. An open one names the
+    upstream fix syzbot's record gives, the change a backport would take."""
+    progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
+    kernels = ["debian:6.1.170", "debian:6.1.192", "debian:6.12.118", "debian:6.12.95"]
+    m = matrix_file.load(progs, kernels=kernels, duration=120)
+    m.about["syz-aaaa00000000"] = {"fixed_in": ["debian:6.12.100"], "fix": "pipe: wake the writer"}
+    doc = matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)
+    base = matrix_doc.cell_doc(matrix.CellResult(matrix.Cell("k", "r"), "pass"), tmp_path) | {"line": ""}
+    hung = {"verdict": "VULNERABLE", "syzbot": {"matched": {"how": "title", "ours": "INFO: task hung in pipe_write"},
+                                                 "record": {"fix-commits": [{"title": "pipe: wake the writer"}]}}}
+    clean = {"verdict": "NOT_REPRODUCED", "duration_s": 120.0}
+    doc["cells"] = [base | {"kernel": k, "reproducer": "syz-aaaa00000000", "id": k} | (hung if k in hangs else clean)
+                    for hangs in [("debian:6.1.170", "debian:6.12.95")] for k in kernels]
+    doc |= {"totals": {"pass": 4}, "wall_s": 1}
+    pages = dict(views.per_kernel(doc))
+    assert "upstream fix: pipe: wake the writer (a backport candidate)" in pages["debian:6.1.170"]["open"][0]
+    assert pages["debian:6.1.192"]["fixed"] == ["aaaa00000000 fixed: INFO: task hung in pipe_write (hung on "
+                                                "debian:6.1.170, not here: fixed in between)"]
+    assert pages["debian:6.12.118"]["fixed"] == ["aaaa00000000 fixed: INFO: task hung in pipe_write (fixed in "
+                                                 "debian:6.12.100: pipe: wake the writer)"]
+    assert pages["debian:6.12.95"]["open"] and not pages["debian:6.12.95"]["fixed"]
+    assert "- aaaa00000000 fixed: INFO: task hung in pipe_write (fixed in debian:6.12.100" in markdown.render(doc)
+    from harness.reports import formats, kcidb
+    assert json.loads(formats.render("matrix.json", doc))["per_kernel"]["debian:6.1.192"]["fixed"]
+    pages_said = {t["misc"]["syzbot_page"] for t in kcidb.from_matrix(doc)["tests"]}
+    assert pages_said == {"open", "fixed"}
+
+
+def test_a_matrix_files_words_on_a_bug_reach_its_reports(tmp_path):
+    """[[reproducer]] fixed_in and fix: checked, and carried into matrix.json."""
+    f = tmp_path / "m.toml"
+    f.write_text('[[reproducer]]\nname = "perf-refresh"\nfixed_in = ["debian:6.1.176"]\nfix = "perf: x"\n'
+                 '[[kernel]]\nspec = "debian:6.1.170"\n')
+    m = matrix_file.load(f)
+    assert m.about == {"perf-refresh": {"fixed_in": ["debian:6.1.176"], "fix": "perf: x"}}
+    assert matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)["about"] == m.about
+    f.write_text(f.read_text().replace('["debian:6.1.176"]', '"debian:6.1.176"'))
+    with pytest.raises(matrix.MatrixError, match="fixed_in is a list"):
+        matrix_file.load(f)
