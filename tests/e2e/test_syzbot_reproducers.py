@@ -11,16 +11,18 @@ the time is up, a worker whose process's leader exited, is a hang; a pid
 namespace killed when its time is up leaves no clone failed behind; a
 kernel report is a hang only once its task was blocked its time, and a
 slow wait never is; a USB device the program emulates through raw_gadget,
-built for the kernel, reaches the kernel's own drivers."""
+built for the kernel, reaches the kernel's own drivers; two shards merged
+give each kernel the page an unsharded run gives."""
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import REPO, kstall, kstall_processes
+from helpers import KSTALL, REPO, kstall, kstall_processes
 
 pytestmark = pytest.mark.e2e
 PROGRAMS = REPO / "tests" / "fixtures" / "syzkaller-programs"
@@ -246,4 +248,39 @@ def test_a_program_run_again_on_its_kernel_is_restored_from_its_snapshot(matrix,
     assert doc.get("verdict") == c["verdict"], p.stderr[-2000:]
     again = doc["vm"]["snapshot"]
     assert again["restored"] and again["key"] == saved["key"], (saved, again)
+    assert kstall_processes() == []
+
+
+SHARDED = ("syz-ffff*", "syz-cccc*", "syz-a1a1*")  # a hang, a need found in the guest, one known before booting
+
+
+def page_ids(doc: dict, reproducers: set[str]) -> dict[str, dict[str, list[str]]]:
+    """matrix.json's page per kernel, as its sections and the bug ids in each (a run's own figures left out)."""
+    return {k: {s: sorted(x.split()[0].rstrip(":") for x in items if x.split()[0].rstrip(":")[:4] in reproducers)
+                for s, items in page.items()} for k, page in doc["per_kernel"].items()}
+
+
+def test_two_merged_shards_give_the_same_page_per_kernel(matrix, tmp_path):
+    """A CI spreads the syzbot suite over its jobs (--shard I/N) and merges
+    them (`kstall report`): each kernel's page of the merged report is the
+    unsharded run's. Three of the matrix's bugs again, as two shards side
+    by side (restored from their snapshots)."""
+    m = Path(matrix["_dir"]).parent / "syzkaller.toml"
+    only = [a for r in SHARDED for a in ("--only", r)]
+    shards = [subprocess.Popen([*KSTALL, "matrix", str(m), *only, "--shard", f"{i}/2", "--results",
+                                str(tmp_path / "shards")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for i in (1, 2)]
+    for p in shards:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, out + err  # every cell expects any verdict: only an ERROR fails
+    dirs = sorted(d for d in (tmp_path / "shards").iterdir() if d.is_dir() and not d.name.startswith("."))
+    assert len(dirs) == 2, dirs
+    kstall("report", *map(str, dirs), "--out", str(tmp_path / "merged"))
+    merged = json.loads(next((tmp_path / "merged").glob("*/matrix.json")).read_text())
+    whole = json.loads((Path(matrix["_dir"]) / "matrix.json").read_text())
+    ids = {s[4:8] for s in SHARDED}
+    assert page_ids(merged, ids) == page_ids(whole, ids), (merged["per_kernel"], whole["per_kernel"])
+    assert page_ids(merged, ids)[KERNEL]["open"] == ["ffff00000000"]
+    summary = next((tmp_path / "merged").glob("*/summary.md")).read_text()
+    assert re.search(r"^- ffff00000000 open: ", summary.split(f"#### {KERNEL}", 1)[1], re.M), summary
     assert kstall_processes() == []

@@ -220,7 +220,8 @@ def test_a_bisection_ended_by_a_signal_is_interrupted_and_by_anything_else_an_er
         {"status": "error", "error": "OSError: [Errno 28] No space left on device"}
 
 
-def _step_runs(monkeypatch, shares: list[float | None], count: int = 400, **step):
+def _step_runs(monkeypatch, shares: list[float | None], count: int = 400, reproducer: str = "perf-refresh",
+               **step):
     """run_step over recorded perf-refresh runs made NOT_REPRODUCED, each of
     count passes with its vCPUs waiting shares[i] of the run; calibrated at 10
     hangs in 10 runs of 20 passes (a rate 400 passes reach 1e-3 with)."""
@@ -253,7 +254,7 @@ def _step_runs(monkeypatch, shares: list[float | None], count: int = 400, **step
     cal = pmiss.Calibration(reproducer="perf-refresh", kernel="debian:6.16.12", cpus=4, confidence=0.95,
                             measured="", runs=[{"verdict": "VULNERABLE", "count": 20, "seconds": 1}] * 10)
     said = []
-    policy = steps.StepPolicy("perf-refresh", Options(), cal=cal)
+    policy = steps.StepPolicy(reproducer, Options(), cal=cal if reproducer == "perf-refresh" else None)
     step, recs = steps.run_step("debian:6.16.12", "step 1", policy, said.append, **step)
     return step, len(recs), said
 
@@ -297,6 +298,22 @@ def test_confirming_an_unsure_step_goes_on_from_its_runs(monkeypatch):
     step, runs, said = _step_runs(monkeypatch, [0.6, 0.6, 0.6], after=unsure)
     assert step.state == CLEAN and not step.unsure and runs == 3 and len(step.runs) == 1
     assert "over 1600 passes in 4 run(s)" in step.p_miss and "unknown" in step.p_miss
+
+
+def test_a_syzkaller_programs_clean_step_is_one_run_of_its_time_unsure_until_one_more_confirms_it(monkeypatch):
+    """syzbot's programs run for their time and have no P(miss): a clean
+    step is one clean run, never four, and the search confirms the one its
+    answer rests on with one more run (a hang there makes it reproduce)."""
+    from recorded import FIXTURES
+    prog = str(FIXTURES / "syzkaller-programs" / "pipe_hang.c")
+    step, runs, said = _step_runs(monkeypatch, [0.1], reproducer=prog, provisional=True)
+    assert step.state == CLEAN and step.unsure and runs == 1 and not said
+    assert step.p_miss.startswith("1 clean run(s) of its time") and "no P(miss)" in step.p_miss
+    again, runs, _ = _step_runs(monkeypatch, [0.1], reproducer=prog, after=step)
+    assert again.state == CLEAN and not again.unsure and runs == 1 and again.p_miss.startswith("2 clean run(s)")
+    assert again.p_miss.endswith("confirmed")
+    hung, runs, _ = _step_runs(monkeypatch, ["hangs"], reproducer=prog, after=step)
+    assert hung.state == REPRODUCES
 
 
 def _unsure_table(states: dict[str, str], truly: dict[str, str]):

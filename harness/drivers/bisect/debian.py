@@ -175,8 +175,8 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
 
     def confirm(unsure: Step) -> Step:
         procs.check_terminated()
-        echo(f"{unsure.candidate}: clean, but on a host too busy for its P(miss): confirming it before the "
-             "answer rests on it ...")
+        why = "one clean run of its time" if policy.timed else "clean, but on a host too busy for its P(miss)"
+        echo(f"{unsure.candidate}: {why}: confirming it before the answer rests on it ...")
         return learned(run_step(f"debian:{unsure.candidate}{flavour_suffix}", unsure.candidate, policy, echo,
                                 after=unsure))
 

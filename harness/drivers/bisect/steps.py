@@ -10,6 +10,10 @@ CRASHED one: a different failure says nothing about this hang. So is a hang
 other than the bad end's (another signature, or another title for a hang no
 signature names): an unrelated hang in one step is how bisections go wrong.
 A reproducer with signatures of its own is already INCONCLUSIVE on any other.
+
+A syzkaller program runs for its time and has no P(miss) to lean on: a
+clean step is one clean run of its time, unsure, and the clean step the
+answer rests on gets one more run before it counts (Bisection.confirm).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from harness.analysis import pmiss
 from harness.analysis.record import RunRecord
 from harness.analysis.verdict import Verdict, VerdictKind
-from harness.base import arch
+from harness.base import arch, syzkaller
 from harness.drivers import case as cases, verify
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Step
 from harness.drivers.options import Options
@@ -46,6 +50,12 @@ class StepPolicy:
         if self.loaded is None:
             self.loaded = cases.load(self.reproducer, lambda msg: None)
         self.own_bug = self.loaded.own_bug
+
+    @property
+    def timed(self) -> bool:
+        """A program judged by one run of its time (syzkaller's): no pass count tells a rate."""
+        assert self.loaded is not None
+        return self.loaded.spec.env == syzkaller.ENV
 
     def base(self, accel_kind: str, arch_name: str) -> pmiss.Calibration | None:
         """The calibration (self.cal when one was given) that holds for runs
@@ -74,6 +84,8 @@ class StepPolicy:
 
     def calibration(self, accel_kind: str, arch_name: str = arch.DEFAULT) -> pmiss.Calibration | None:
         """The calibration for runs under accel_kind on arch_name, with the bad end's runs."""
+        if self.timed:
+            return None
         base = self.base(accel_kind, arch_name)
         # a bad end that hung before its first pass (a program run as it is
         # hangs in its first run) tells no rate on its own
@@ -127,6 +139,12 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo, provisional: bool 
         if v != VerdictKind.NOT_REPRODUCED:
             why = f"crashed differently: {rec.verdict.reason}" if v == VerdictKind.CRASHED else rec.verdict.reason
             return Step(label, SKIP, v, why, "", seconds, runs, 0, error=v == VerdictKind.ERROR), recs
+        if policy.timed:
+            secs = rec.timings.get("repro_s") or 0
+            clean = (after.count if after else 0) + 1  # a timed step's count: its clean runs
+            return Step(label, CLEAN, v, rec.line, f"{clean} clean run(s) of its time (the last {secs:.0f} s); "
+                        "no P(miss): a syzkaller program" + (", confirmed" if after else ""), seconds, runs,
+                        clean, unsure=provisional), recs
         cal = policy.calibration(rec.vm.get("accel") or "", rec.vm.get("arch") or arch.DEFAULT)
         name = rec.evidence.count_name or "passes"
         share = rec.timings.get("vcpu_host_wait_share")
