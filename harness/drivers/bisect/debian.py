@@ -20,11 +20,12 @@ from harness.analysis.bug_record import BugRecord
 from harness.analysis.record import RunRecord
 from harness.base import background, paths, procs, rundir as results
 from harness.drivers import explain
+from harness.drivers.bisect import fix_entries
 from harness.drivers.bisect.steps import StepPolicy, run_step
 from harness.drivers.bisect.search import REPRODUCES, Bisection, Outcome, Step, TooManyErrors, ending
 from images.kernels import debian
 from images.kernels.kernel import SpecError
-from images.kernels.schemes import resolve
+from images.kernels.schemes import changelog, resolve
 
 SCHEMA = "kstall.bisect/1"
 
@@ -138,16 +139,20 @@ def beside_the_record(record: BugRecord, cands: list[str], outcome: Outcome, fla
 
 
 def record_lines(doc: dict) -> list[str]:
-    """The record's prediction printed beside the range found."""
+    """The record's prediction printed beside the range found, and what the
+    first fixed version's changelog says of the fix."""
+    fix = doc.get("fix_entries")
+    said = [f"fix: {fix['text']}", *(f"  {e['version']}: {e['subject']} ({e['why']})" for e in fix["entries"])] \
+        if fix else []
     rec = doc.get("record")
     if not rec:
-        return []
+        return said
     out = [f"{rec['text']} ({rec['cve']})"]
     for v, p in rec["found"].items():
         why = "; ".join(r for r in p["reasons"] if r.startswith(("changelog:", "the package")))
         out.append(f"debian:{v}{doc.get('flavour_suffix', '')} by its package: {p['status']}"
                    + (f" ({why})" if why else ""))
-    return out
+    return out + said
 
 
 def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Callable[[str], None],
@@ -220,8 +225,28 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
                 "seconds_per_step": round((time.time() - started) / max(len(b.steps), 1), 1)})
     if record is not None:
         doc["record"] = beside_the_record(record, cands, outcome, flavour_suffix)
+    if outcome.direction == "fix" and not crossing(outcome):
+        doc["fix_entries"] = fix_in_changelog(outcome, b.steps, record, flavour_suffix)
     save()
     return doc
+
+
+def fix_in_changelog(outcome: Outcome, steps: dict[str, Step], record: BugRecord | None, flavour_suffix: str) -> dict:
+    """The first fixed version's changelog entry that names the fix, or the
+    candidates near the hang's code (fix_entries.py), from the console of the
+    last version's run that hung."""
+    hung = steps.get(outcome.last_old)
+    console = ""
+    for run in reversed(hung.runs if hung else []):
+        if (log := Path(run) / "console.log").is_file():
+            console = log.read_text(errors="replace")
+            break
+    try:
+        log_path = changelog(resolve(f"debian:{outcome.first_new}{flavour_suffix}"))
+    except SpecError:
+        log_path = None
+    return fix_entries.answer(log_path, outcome.last_old, outcome.first_new,
+                              record.fix_subject if record else "", console)
 
 
 @dataclass

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Which entry of the first fixed version's changelog is the fix, once a
+fix hunt over Debian versions has found that version.
+
+Where the bug's record names the fixing commit, the answer is whether the
+package's changelog lists that subject (and in which version). Where it
+names none (syzbot's open bugs), the answer is a short list: the entries the
+first fixed version added since the last version with the hang, those whose
+subject names a function of the hang's stacks first, then those of the
+subsystem those functions belong to ("fuse: ..." for fuse_lookup). A list,
+never a verdict: a stable update takes hundreds of changes, and a fix may
+be far from where the tasks sleep."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from images.kernels import changelog
+
+# a stack frame as the kernel prints it: "fuse_lookup+0x8c/0x1a0" (a
+# compiler's ".isra.0" or ".constprop.0" suffix is not the function's name)
+FRAME = re.compile(r"\b([a-z_][a-z0-9_]*)(?:\.[a-z]+\.\d+)*\+0x[0-9a-f]+/0x[0-9a-f]+")
+# where every sleeping or spinning task's stack passes, whatever the bug: a
+# subsystem named by these says nothing of it
+EVERYWHERE = {"schedule", "do", "sys", "x64", "entry", "ret", "kthread", "worker", "process", "rwsem",
+              "mutex", "down", "up", "wait", "io", "lock", "rcu", "smp", "task", "kernel", "asm", "exit",
+              "get", "put", "finish", "preempt", "raw", "queued", "native", "arch", "handle", "irq",
+              "common", "syscall", "call", "new", "rt", "debug", "lockdep", "wake", "try", "out", "bit",
+              "default", "vfs", "generic", "filename", "path", "ksys"}
+# a heading over a version's changes: "New upstream stable update:" and the
+# ChangeLog's address the changelog puts under it
+HEADING = re.compile(r":(\s+\S+://\S+)?$")
+MAX_ENTRIES = 12
+MIN_NAME = 6  # shorter function names appear in subjects by chance
+
+
+def since(lines: list[changelog.Line], last_old: str) -> list[changelog.Line]:
+    """The changes listed newer than the package of upstream version
+    last_old (newest first, as the changelog lists them), without the
+    headings over them ("New upstream stable update:")."""
+    out = []
+    for line in lines:
+        if line.version.split("-")[0] == last_old:
+            break
+        if not HEADING.search(line.subject):
+            out.append(line)
+    return out
+
+
+def functions(console: str) -> list[str]:
+    """The functions of the stacks a console printed, most frequent first."""
+    seen: dict[str, int] = {}
+    for name in FRAME.findall(console):
+        seen[name] = seen.get(name, 0) + 1
+    return sorted(seen, key=lambda n: -seen[n])
+
+
+def subsystem(subject: str) -> str:
+    """'fuse' of 'fuse: fix ...', 'ntfs3' of 'fs/ntfs3: ...' ('' when the subject has no prefix)."""
+    head, sep, _ = subject.partition(":")
+    return head.strip().split("/")[-1].lower() if sep and " " not in head.strip() else ""
+
+
+def ranked(entries: list[changelog.Line], names: list[str]) -> list[tuple[str, changelog.Line]]:
+    """(why, entry) for the entries a hang through names could be fixed by, the likeliest first."""
+    # a function of the scheduler, the locks or the syscall entry is in every hang's stack
+    named = [n for n in names if len(n) >= MIN_NAME and not set(n.strip("_").split("_")) & EVERYWHERE]
+    areas = {n.strip("_").split("_")[0] for n in names} - EVERYWHERE - {""}
+    out = []
+    for e in entries:
+        hit = next((n for n in named if re.search(rf"\b{re.escape(n)}\b", e.subject)), "")
+        if hit:
+            out.append((0, f"names {hit}", e))
+        elif subsystem(e.subject) in areas:
+            out.append((1, f"in {subsystem(e.subject)}, as the hang's {subsystem(e.subject)}_* frames", e))
+    out.sort(key=lambda x: x[0])
+    return [(why, e) for _, why, e in out][:MAX_ENTRIES]
+
+
+def answer(log_path: Path | None, last_old: str, first_new: str, fix_subject: str, console: str) -> dict:
+    """What the first fixed version's changelog says of the fix: the
+    record's subject found there (and in which version), or the candidates."""
+    if log_path is None:
+        return {"text": f"debian:{first_new}'s package has no changelog to read", "entries": []}
+    lines = changelog.load(log_path)
+    if fix_subject:
+        found = changelog.find(lines, fix_subject)
+        if found and not found.reverted:
+            where = "since" if found.line in since(lines, last_old) else "already before"
+            return {"text": f"the changelog lists the record's fix \"{fix_subject}\" in {found.line.version} "
+                            f"({where} {last_old})", "entries": [{"version": found.line.version,
+                                                                   "subject": found.line.subject,
+                                                                   "why": "the record's fix"}]}
+    new = since(lines, last_old)
+    picks = ranked(new, functions(console))
+    said = (f"the changelog does not list the record's fix \"{fix_subject}\"; " if fix_subject else
+            "the record names no fix; ")
+    if not picks:
+        return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions or "
+                               "their subsystems", "entries": []}
+    return {"text": said + f"{len(picks)} of the {len(new)} entries since {last_old} are near the hang's code",
+            "entries": [{"version": e.version, "subject": e.subject, "why": why} for why, e in picks]}
