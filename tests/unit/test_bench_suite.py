@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: GPL-2.0
+"""ci/syzbot-hangs.toml is written from what the benchmark measured
+(tests/bench/syzbot_suite.py): a bug enters it once its title came back on a
+Debian kernel; a kernel expects the hang where it came in at least half of
+its tries, its absence only at or after a fix hunt's first fixed version,
+and anything elsewhere."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from recorded import FIXTURES
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import syzbot_suite  # noqa: E402
+
+from harness.drivers import matrix as matrix_file  # noqa: E402
+
+PROGRAMS = FIXTURES / "syzkaller-programs"
+
+
+def tries(state: Path, bug: str, kernel: str, outcomes: str) -> None:
+    """One cell file per try: 'm' syzbot's title, 'd' a different hang, 'c' clean."""
+    (state / "cells").mkdir(parents=True, exist_ok=True)
+    for n, o in enumerate(outcomes, 1):
+        cell = {"bug": bug, "kernel": kernel, "try": n, "duration": 120, "status": "open", "title": "t",
+                "verdict": "NOT_REPRODUCED" if o == "c" else "VULNERABLE", "line": "", "title_found": "x",
+                "matched": {"how": "title", "ours": "t"} if o == "m" else None, "reached": ["open"],
+                "needs": [], "health_events": []}
+        name = f"{bug}__{kernel.replace(':', '-')}__{n}.json"
+        (state / "cells" / name).write_text(json.dumps(cell))
+
+
+def test_the_suite_holds_every_reproduced_bug_with_what_each_kernel_must_show(tmp_path):
+    state = tmp_path / "state"
+    pipe, late, busy = "aaaa0000000000000001", "adad0000000000000001", "bbbb0000000000000002"
+    tries(state, pipe, "debian:6.1.170", "mmc")
+    tries(state, pipe, "debian:6.1.192", "c")
+    tries(state, pipe, "debian:6.12.118", "c")
+    tries(state, pipe, "debian:7.3.4", "m")
+    tries(state, late, "debian:6.1.170", "mcc")   # 1 of 3: too flaky to expect either way
+    tries(state, busy, "debian:6.1.170", "d")     # another hang: not this bug's reproduction
+    hunts = tmp_path / "hunts" / "20261203-bisect"
+    hunts.mkdir(parents=True)
+    (hunts / "bisect.json").write_text(json.dumps({
+        "reproducer": f"syz:{PROGRAMS / 'pipe_hang.c'}", "direction": "fix", "first_new": "6.1.176",
+        "fix_entries": {"text": "the record names no fix; 1 of 9 entries ...",
+                        "entries": [{"version": "6.1.176-1", "subject": "pipe: x", "why": "names pipe_write"}]}}))
+    text = syzbot_suite.suite([(state, PROGRAMS)], [tmp_path / "hunts"])
+    f = tmp_path / "syzbot-hangs.toml"
+    f.write_text(text)
+    m = matrix_file.load(f)
+    want = {("debian:6.1.170", "syz-aaaa00000000"): "vulnerable", ("debian:6.1.192", "syz-aaaa00000000"):
+            "not_reproduced", ("debian:6.12.118", "syz-aaaa00000000"): "any",
+            ("debian:7.3.4", "syz-aaaa00000000"): "vulnerable", ("debian:6.1.170", "syz-adad00000000"): "any"}
+    assert {(c.kernel, c.reproducer): c.expect for c in m.cells if (c.kernel, c.reproducer) in want} == want
+    assert m.reproducers == ["syz-aaaa00000000", "syz-adad00000000"]  # bbbb's hang was another
+    assert m.kernels == ["debian:6.1.170", "debian:6.1.192", "debian:6.12.118", "debian:7.3.4"]
+    assert m.about["syz-aaaa00000000"] == {"fixed_in": ["debian:6.1.176"]}
+    assert "#   fixed in debian:6.1.176: the record names no fix; 1 of 9 entries" in text
