@@ -168,6 +168,10 @@ def _write_run(run: rundir.RunDir, final: Attempt, record: RunRecord, tb: str) -
                                      "samples": [f"sample-{i}.json" for i in range(len(final.samples.dumps))]
                                      if final.samples else []})
         run.write_text("backtraces.txt", views.cpu_backtraces(record.cpus, benign=True))
+    if record.verdict.verdict in (VerdictKind.VULNERABLE, VerdictKind.CRASHED):
+        from harness.reports import bug_report  # only a hang's run writes one
+        files = sorted(p.name for p in run.work.iterdir())
+        run.write_text("bug-report.md", bug_report.render(record.to_json(), files))
     return run.finalize()
 
 

@@ -12,7 +12,8 @@ namespace killed when its time is up leaves no clone failed behind; a
 kernel report is a hang only once its task was blocked its time, and a
 slow wait never is; a USB device the program emulates through raw_gadget,
 built for the kernel, reaches the kernel's own drivers; two shards merged
-give each kernel the page an unsharded run gives."""
+give each kernel the page an unsharded run gives; a hang's run writes the
+report a distribution's bug tracker would take."""
 from __future__ import annotations
 
 import json
@@ -81,6 +82,10 @@ def test_a_hung_task_the_kernel_reports_reproduces_syzbots_title(matrix):
     assert run["timings"]["repro_s"] < 85, run["timings"]
     [hang] = [c for c in run["evidence"]["candidates"] if c["state"] == "hang"]
     assert hang["stuck_s"] >= 60 and hang["hang_s"] == 60 and hang["syzbot_s"] == 140, hang
+    # the report to the distribution, beside the run: the bug, the kernel's report, what to attach
+    report = (Path(matrix["_dir"]) / c["run_dir"] / "bug-report.md").read_text()
+    assert report.startswith("# linux-image-") and "INFO: task hung in pipe_write" in report, report
+    assert "`console.log`" in report.split("## Files to attach")[1] and "nothing was sent anywhere" in report
 
 
 def test_a_task_blocked_when_the_time_is_up_gets_the_kernels_time_to_report_it_and_to_be_a_hang(matrix):
