@@ -159,22 +159,43 @@ class Candidates:
         self.host_delay = host_delay  # (t0, t1) -> ms the host held a vCPU back then
         self.things: dict[tuple[str, str], Stuck] = {}
         self.before_program = 0  # reports that came before the program started
+        self.boots: set[tuple[str, str, str]] = set()  # the tasks they were of: the boot's, whenever said again
 
     def followed(self, name: str) -> bool:
         return name in self.rules
+
+    def _task(self, r: Report) -> tuple[str, str, str] | None:
+        """A report of one task: its detector, pid and name (a CPU or a pool
+        is no one's: the program may stall it later on its own)."""
+        rule = self.rules.get(r.name)
+        if rule is None or rule.who != "pid":
+            return None
+        return r.name, str(r.fields.get("pid", "?")), str(r.fields.get("task", ""))
+
+    def of_boot(self, r: Report) -> None:
+        """A report before the program started: its task stays the boot's (a
+        task stuck since the boot, said again later, is not the program's)."""
+        self.before_program += 1
+        r.before_program = True
+        if (task := self._task(r)) is not None:
+            self.boots.add(task)
 
     def feed(self, r: Report, now: float, guest: float | None) -> bool:
         """A report of a detector: whether it is a new thing's first (keep it)."""
         rule = self.rules.get(r.name)
         if rule is None:
             return False
+        if self._task(r) in self.boots:
+            self.of_boot(r)
+            return False
         who = str(r.fields.get(rule.who, "?"))[:64] if rule.who else ""
-        s = self.things.get((r.name, who))
+        key = (r.name, who)
+        s = self.things.get(key)
         new = s is None
         if s is None:
             if len(self.open) >= MAX_OPEN:
                 return False
-            s = self.things[(r.name, who)] = Stuck(rule, who, r, now, guest)
+            s = self.things[key] = Stuck(rule, who, r, now, guest)
         elif s.state == WENT_ON:  # stuck again after it went on: a new wait, counted afresh
             s.restart(r, now, guest)
             new = True

@@ -99,6 +99,11 @@ def _timeout(f: Findings) -> Verdict:
     killer's loop): no evidence either way, INCONCLUSIVE with the events,
     not kstall's error."""
     st = f.starvation
+    if still := [c for c in f.candidates if c.get("state") == "open"]:  # neither a hang nor a slow wait yet
+        return Verdict(VerdictKind.INCONCLUSIVE, f"the run did not end in its time ({f.outcome.detail}) with the "
+                       f"kernel's report still open, not yet a hang: "
+                       f"{'; '.join(map(hang_verdicts.stuck_text, still))}",
+                       summary=f"never ended, still stuck: {still[0]['title']}")
     if (st is None or not st.events) and f.silences:
         return Verdict(VerdictKind.INCONCLUSIVE, f"the run did not end in its time ({f.outcome.detail}): "
                        f"{silences_text(f.silences)}", summary=f"never ended, {silences_text(f.silences, short=True)}")

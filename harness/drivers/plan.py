@@ -75,7 +75,8 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
                     stuck_after=stuck_after, run_timeout=duration + 60 + after,
                     stalls=repro.stall.min_stalls if repro.stall else 0,
                     stall_measure=repro.stall.measure if repro.stall else "",
-                    report_ends=env.report_ends if env else (), confirm=confirm)
+                    report_ends=env.report_ends if env else (), confirm=confirm,
+                    hold_for=duration + env.detect_s if env else math.inf)
     if repro.generic and (opts.run.duration or repro.timebox) and not opts.run.count:
         target = 0  # --duration alone: again and again until the time is up
     go = go_params(repro, [] if repro.command else repro_arguments(repro, opts, target, duration), want_syms)

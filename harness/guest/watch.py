@@ -190,8 +190,7 @@ class Watch(AgentTalk, Thresholds):
         if r.name not in self.limits.report_ends:
             return False
         if self.agent.repro_started_at is None:
-            r.before_program = True
-            self.candidates.before_program += 1
+            self.candidates.of_boot(r)
             return False
         return self.candidates.feed(r, now, self._guest_now())
 
@@ -206,9 +205,9 @@ class Watch(AgentTalk, Thresholds):
         self.candidates.update(now, self._guest_now())
         if self.go_at is None or not self.agent.running:
             return
-        if still := self.candidates.open:
+        if still := [c for c in self.candidates.open if c.first_at - self.go_at <= self.limits.hold_for]:
             # until it would be a hang, and the kernel's next word on it after that
-            lease = self.candidates.due_in(now) + max(2 * c.rule.repeat_s for c in still) + QUIET_SLACK_S
+            lease = max(c.due_in(now) for c in still) + max(2 * c.rule.repeat_s for c in still) + QUIET_SLACK_S
             if self._held_at is None or now - self._held_at >= HOLD_RENEW_S:
                 self._send(f"HOLD {math.ceil(min(lease, HOLD_LEASE_S))}\n".encode())
                 self._held_at = now

@@ -246,9 +246,10 @@ def upstream_fix(c: dict) -> str:
 
 
 def line_version(spec: str) -> tuple[str, tuple[int, ...]] | None:
-    """A kernel spec's release line and version: debian:6.1.192 -> ('6.1', (6, 1, 192))."""
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", spec.split(":", 1)[-1])
-    return (f"{m[1]}.{m[2]}", tuple(int(x) for x in m.groups(0))) if m else None
+    """A kernel spec's release line, its flavour part of it, and version:
+    debian:6.1.192 -> ('6.1', (6, 1, 192)); debian:6.19.14-rt -> ('6.19-rt', ...)."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?(-[a-z][a-z0-9]*)?", spec.split(":", 1)[-1])
+    return (f"{m[1]}.{m[2]}{m[4] or ''}", tuple(int(x) for x in m.groups(0)[:3])) if m else None
 
 
 def fixed_on_line(doc: dict, bug: dict, row: list[dict | None], i: int) -> str:
@@ -259,15 +260,20 @@ def fixed_on_line(doc: dict, bug: dict, row: list[dict | None], i: int) -> str:
     here = line_version(doc["kernels"][i])
     if here is None:
         return ""
-    about = doc.get("about", {}).get(bug["reproducer"], {})
-    for spec in about.get("fixed_in", []):
-        if (v := line_version(spec)) and v[0] == here[0] and v[1] <= here[1]:
-            fix = about.get("fix") or upstream_fix(next((c for c in row if c), {}))
-            return f"fixed in {spec}" + (f": {fix}" if fix else "")
+    # the line's kernels (its flavour's) in this matrix where syzbot's hang came
     hung = [(v[1], doc["kernels"][j]) for j, c in enumerate(row)
             if c and syzbot_outcome(c) == "reproduced" and (v := line_version(doc["kernels"][j]))
-            and v[0] == here[0] and v[1] < here[1]]
-    return f"hung on {max(hung)[1]}, not here: fixed in between" if hung else ""
+            and v[0] == here[0]]
+    if any(v > here[1] for v, _ in hung):
+        return ""  # a newer kernel of the line hung: this one's clean run is no fix
+    about = doc.get("about", {}).get(bug["reproducer"], {})
+    for spec in about.get("fixed_in", []):
+        if (v := line_version(spec)) and v[0] == here[0] and v[1] <= here[1] and all(h < v[1] for h, _ in hung):
+            fix = about.get("fix") or upstream_fix(next((c for c in row if c), {}))
+            return f"fixed in {spec}" + (f": {fix}" if fix else "")
+    older = [h for h in hung if h[0] < here[1]]
+    return (f"hung on {max(older)[1]}, not here: fixed in between, unless a clean run (no P(miss)) missed it"
+            if older else "")
 
 
 def syzbot_rows(doc: dict) -> list[tuple[dict, list[dict | None]]]:

@@ -8,8 +8,9 @@ kernel, fetched by its id as its cell runs.
 
 Each kernel's expectation for a bug, from its tries there:
   vulnerable      syzbot's title in at least half of them (1 of 1, 2 of 3);
-  not_reproduced  none, on a kernel at or after the first version of its
-                  release line a fix hunt found without the hang (fixed_in);
+  not_reproduced  every try ran clean, on a kernel at or after the first
+                  version of its release line (flavour included) a fix hunt
+                  found without the hang (fixed_in);
   any             the rest: a clean run of a program with no P(miss) says
                   the hang did not come, not that it cannot, and a hang in
                   1 of 3 would make a CI red one time in two.
@@ -66,11 +67,11 @@ def fixes_found(roots: list[Path]) -> dict[str, dict]:
             h = syzkaller.read_header(path) if path.suffix == ".c" and path.is_file() else None
             if h is None or d.get("direction") != "fix" or not d.get("first_new"):
                 continue
-            entry = next((e for e in (d.get("fix_entries") or {}).get("entries", [])
-                          if e["why"] == "the record's fix"), None)
+            hunt = d.get("fix_entries") or {}
+            entry = next((e for e in hunt.get("entries", []) if e["why"] == "the record's fix"), None)
             out.setdefault(h.bug_id, {"fixed_in": [], "changelog": []})
             out[h.bug_id]["fixed_in"].append(f"debian:{d['first_new']}{d.get('flavour_suffix', '')}")
-            out[h.bug_id]["changelog"].append(entry["subject"] if entry else (d.get("fix_entries") or {}).get("text", ""))
+            out[h.bug_id]["changelog"].append(entry["subject"] if entry else hunt.get("text", ""))
     return out
 
 
@@ -79,8 +80,11 @@ def expectation(tries: list[dict], kernel: str, fixed_in: list[str]) -> str:
     if matched and 2 * matched >= len(tries):
         return "vulnerable"
     here = line_version(kernel)
-    if not matched and here and any((v := line_version(f)) and v[0] == here[0] and v[1] <= here[1]
-                                    for f in fixed_in):
+    # not_reproduced only where every try ran clean: a different hang, an INCONCLUSIVE or an ERROR
+    # there says nothing of the fix, and a CI would go red on it from its first run
+    clean = bool(tries) and all(t.get("verdict") == "NOT_REPRODUCED" for t in tries)
+    if clean and here and any((v := line_version(f)) and v[0] == here[0] and v[1] <= here[1]
+                              for f in fixed_in):
         return "not_reproduced"
     return "any"
 

@@ -314,6 +314,19 @@ def test_a_syzkaller_programs_clean_step_is_one_run_of_its_time_unsure_until_one
     assert again.p_miss.endswith("confirmed")
     hung, runs, _ = _step_runs(monkeypatch, ["hangs"], reproducer=prog, after=step)
     assert hung.state == REPRODUCES
+    # with no search to confirm it later (git bisect, bisect-step), the step takes its two runs at once
+    alone, runs, said = _step_runs(monkeypatch, [0.1, 0.1], reproducer=prog)
+    assert alone.state == CLEAN and not alone.unsure and runs == 2 and "running again" in said[0]
+    assert alone.p_miss.startswith("2 clean run(s)") and alone.p_miss.endswith("confirmed")
+
+
+def test_a_boundary_whose_confirming_run_could_not_be_judged_says_it_rests_on_one_run():
+    c = versions(5)
+    states = {**{v: REPRODUCES for v in c[:3]}, **{v: CLEAN for v in c[3:]}, "v3": "unsure"}
+    first, confirm, tested, confirmed = _unsure_table(states, {"v3": SKIP})
+    out = Bisection(c, first, confirm=confirm).run()
+    assert (out.direction, out.last_old, out.first_new) == ("fix", "v2", "v3") and confirmed == ["v3"]
+    assert "the clean step next to the boundary, v3, rests on one run" in out.message, out.message
 
 
 def _unsure_table(states: dict[str, str], truly: dict[str, str]):

@@ -423,6 +423,43 @@ def test_a_blocked_task_the_kernel_stops_reporting_while_the_guest_goes_on_is_a_
     assert "(1 slow wait)" in v.summary
 
 
+def test_only_a_candidate_from_before_the_time_up_holds_the_kill_and_a_run_that_never_ends_is_inconclusive():
+    """Held, the program goes on and may block more tasks: a candidate first
+    reported after its time (and the kernel's time to report) would hold it
+    again and again until the run's bound, and an ERROR. It holds nothing;
+    and a run that did reach its bound with a report still open is
+    INCONCLUSIVE, never an ERROR."""
+    import dataclasses
+    from harness.analysis import decide
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import Outcome
+    from harness.base import reproducers
+    from recorded import FIXTURES as F
+    pairs, guest, vm = _socket_vm()
+    w = syz_watch(vm=vm)
+    w.limits = dataclasses.replace(w.limits, hold_for=165.0)  # a 120-s program and the kernel's 45 s
+    beat(w, 200.0, 200.0)
+    for line in hung_task(92, 30):
+        w.console.feed(line, 200.0)
+    assert w.agent.running
+    w._hold(200.0)
+    assert w.candidates.open
+    guest.setblocking(False)
+    try:
+        sent = guest.recv(4096)
+    except BlockingIOError:
+        sent = b""
+    assert b"HOLD" not in sent and w._held_at is None, sent
+    out = Outcome("timeout", "run exceeded 720s", 720.0)
+    repro = reproducers.resolve(str(F / "syzkaller-programs" / "busy_forks.c"))
+    v = decide.decide(Findings(out, repro, Ktap(), candidates=w.summary()["candidates"]))
+    assert v.verdict == "INCONCLUSIVE" and "still open, not yet a hang: INFO: task hung in pipe_write" in v.reason, \
+        v.line()
+    for a, b in pairs:
+        a.close()
+        b.close()
+
+
 def test_a_report_that_ends_the_run_is_its_answer_when_the_agent_powers_off_at_once():
     """A report whose grace had not run out when the agent said exit and
     poweroff was dropped: the run ended DONE and NOT_REPRODUCED. A hang
@@ -487,11 +524,14 @@ def test_a_report_before_the_program_starts_is_the_boots_never_the_programs():
         w.console.feed(line, 5.0)
     assert w._ended(10.0) is None and not w.candidates.things and w.candidates.before_program == 1
     w.agent.repro_started_at = 11.0
+    for line in hung_task(92, 300):  # the same task, said again once the program runs: still the boot's
+        w.console.feed(line, 15.0)
+    assert w._ended(16.0) is None and not w.candidates.things and w.candidates.before_program == 2
     w.agent.feed("KSTALL exit code=0", 130.0)
     w.agent.feed("KSTALL poweroff", 130.0)
     assert w._ended(130.0).kind == "done"
     summary = w.summary()
-    assert summary["reports_before_program"] == 1 and summary["console_reports"][0]["before_program"]
+    assert summary["reports_before_program"] == 2 and summary["console_reports"][0]["before_program"]
     repro = reproducers.resolve(str(F / "syzkaller-programs" / "pipe_hang.c"))
     f = Findings(w._ended(130.0), repro, reports=summary["console_reports"])
     v = Verdict(VerdictKind.VULNERABLE, "x", title="INFO: task hung in something_else")

@@ -67,6 +67,13 @@ def test_the_records_fix_is_found_in_the_changelog_or_said_missing(tmp_path):
     assert fix_entries.answer(None, "6.1.176", "6.1.180", "", CONSOLE)["entries"] == []
 
 
+def test_a_fix_listed_in_a_version_that_still_hung_is_not_what_stopped_it(tmp_path):
+    got = fix_entries.answer(write(tmp_path), "6.1.176", "6.1.180", "net: sched: fix the old thing", CONSOLE)
+    assert all(e["why"] != "the record's fix" for e in got["entries"]), got
+    assert got["text"].startswith("the changelog lists the record's fix \"net: sched: fix the old thing\" in "
+                                  "6.1.176-1, already in 6.1.176, which still hung; 2 of the 5"), got["text"]
+
+
 def test_a_subjects_subsystem_is_its_prefix():
     assert fix_entries.subsystem("fs/ntfs3: fix x") == "ntfs3"
     assert fix_entries.subsystem("fuse: fix x") == "fuse"

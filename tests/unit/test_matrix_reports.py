@@ -399,7 +399,8 @@ def test_a_kernel_page_says_which_bugs_its_release_line_fixed_and_where(tmp_path
     pages = dict(views.per_kernel(doc))
     assert "upstream fix: pipe: wake the writer (a backport candidate)" in pages["debian:6.1.170"]["open"][0]
     assert pages["debian:6.1.192"]["fixed"] == ["aaaa00000000 fixed: INFO: task hung in pipe_write (hung on "
-                                                "debian:6.1.170, not here: fixed in between)"]
+                                                "debian:6.1.170, not here: fixed in between, unless a clean run "
+                                                "(no P(miss)) missed it)"]
     assert pages["debian:6.12.118"]["fixed"] == ["aaaa00000000 fixed: INFO: task hung in pipe_write (fixed in "
                                                  "debian:6.12.100: pipe: wake the writer)"]
     assert pages["debian:6.12.95"]["open"] and not pages["debian:6.12.95"]["fixed"]
@@ -408,6 +409,26 @@ def test_a_kernel_page_says_which_bugs_its_release_line_fixed_and_where(tmp_path
     assert json.loads(formats.render("matrix.json", doc))["per_kernel"]["debian:6.1.192"]["fixed"]
     pages_said = {t["misc"]["syzbot_page"] for t in kcidb.from_matrix(doc)["tests"]}
     assert pages_said == {"open", "fixed"}
+
+
+def test_a_clean_kernel_between_two_that_hung_is_not_fixed_nor_a_fixed_in_a_later_hang_contradicts(tmp_path):
+    progs = REPO / "tests" / "fixtures" / "syzkaller-programs"
+    kernels = ["debian:6.1.170", "debian:6.1.176", "debian:6.1.192", "debian:6.19.14-rt"]
+    m = matrix_file.load(progs, kernels=kernels, duration=120)
+    m.about["syz-aaaa00000000"] = {"fixed_in": ["debian:6.1.100", "debian:6.19.10"]}
+    doc = matrix_doc.matrix_doc(m, [], tmp_path, "id", None, 0.0, 1, 1)
+    base = matrix_doc.cell_doc(matrix.CellResult(matrix.Cell("k", "r"), "pass"), tmp_path) | {"line": ""}
+    hung = {"verdict": "VULNERABLE", "syzbot": {"matched": {"how": "title", "ours": "INFO: task hung in pipe_write"}}}
+    clean = {"verdict": "NOT_REPRODUCED", "duration_s": 120.0}
+    doc["cells"] = [base | {"kernel": k, "reproducer": "syz-aaaa00000000", "id": k}
+                    | (hung if k in ("debian:6.1.170", "debian:6.1.192") else clean) for k in kernels]
+    pages = dict(views.per_kernel(doc | {"totals": {"pass": 4}, "wall_s": 1}))
+    # 6.1.192 hung again: 6.1.176's clean run fixed nothing; 6.1.100 is no fix when 6.1.170 hung
+    assert not pages["debian:6.1.176"]["fixed"] and pages["debian:6.1.176"]["not reproduced"]
+    assert pages["debian:6.1.192"]["open"]
+    # the -rt flavour is a line of its own: a generic kernel's fixed_in is not its
+    assert views.line_version("debian:6.19.14-rt") == ("6.19-rt", (6, 19, 14))
+    assert not pages["debian:6.19.14-rt"]["fixed"]
 
 
 def test_a_matrix_files_words_on_a_bug_reach_its_reports(tmp_path):

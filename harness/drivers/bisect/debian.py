@@ -235,6 +235,7 @@ def fix_in_changelog(outcome: Outcome, steps: dict[str, Step], record: BugRecord
     """The first fixed version's changelog entry that names the fix, or the
     candidates near the hang's code (fix_entries.py), from the console of the
     last version's run that hung."""
+    assert outcome.last_old and outcome.first_new  # a fix was found: both ends are named
     hung = steps.get(outcome.last_old)
     console = ""
     for run in reversed(hung.runs if hung else []):

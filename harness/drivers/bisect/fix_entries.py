@@ -83,18 +83,23 @@ def answer(log_path: Path | None, last_old: str, first_new: str, fix_subject: st
     if log_path is None:
         return {"text": f"debian:{first_new}'s package has no changelog to read", "entries": []}
     lines = changelog.load(log_path)
+    new = since(lines, last_old)
+    said = "the record names no fix; "
     if fix_subject:
         found = changelog.find(lines, fix_subject)
-        if found and not found.reverted:
-            where = "since" if found.line in since(lines, last_old) else "already before"
+        if found and found.reverted:
+            said = f"the changelog lists the record's fix \"{fix_subject}\" and its revert; "
+        elif found and found.line in new:
             return {"text": f"the changelog lists the record's fix \"{fix_subject}\" in {found.line.version} "
-                            f"({where} {last_old})", "entries": [{"version": found.line.version,
-                                                                   "subject": found.line.subject,
-                                                                   "why": "the record's fix"}]}
-    new = since(lines, last_old)
+                            f"(since {last_old})", "entries": [{"version": found.line.version,
+                                                              "subject": found.line.subject,
+                                                              "why": "the record's fix"}]}
+        elif found:  # there already in a version that hung: not what stopped it here
+            said = (f"the changelog lists the record's fix \"{fix_subject}\" in {found.line.version}, "
+                    f"already in {last_old}, which still hung; ")
+        else:
+            said = f"the changelog does not list the record's fix \"{fix_subject}\"; "
     picks = ranked(new, functions(console))
-    said = (f"the changelog does not list the record's fix \"{fix_subject}\"; " if fix_subject else
-            "the record names no fix; ")
     if not picks:
         return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions or "
                                "their subsystems", "entries": []}

@@ -76,6 +76,7 @@ class Bisection:
         self.on_step = on_step
         self.max_errors = max_errors
         self.confirm = confirm
+        self.unconfirmed: dict[str, str] = {}  # an unsure clean step whose confirmation could not be judged: why
 
     def _state(self, candidate: str) -> Step:
         if candidate not in self.steps:
@@ -108,7 +109,8 @@ class Bisection:
         if s.state != CLEAN or not s.unsure or self.confirm is None:
             return s
         again = self.confirm(s)
-        if again.state == SKIP:
+        if again.state == SKIP:  # the answer rests on one run: said in the outcome
+            self.unconfirmed[s.candidate] = again.line
             return s
         self.steps[self.c[i]] = again
         if self.on_step:
@@ -172,8 +174,11 @@ class Bisection:
             else:
                 lo, hi = side, min(j for j in range(side + 1, len(self.c)) if self._is(j, CLEAN))
         skipped = [self.c[i] for i in range(lo + 1, hi)]
-        msg = "" if not skipped else (f"{len(skipped)} candidate(s) between could not be judged: "
-                                      f"{', '.join(skipped)}")
+        said = [f"{len(skipped)} candidate(s) between could not be judged: {', '.join(skipped)}"] if skipped else []
+        if (clean := self.c[lo if direction == "regression" else hi]) in self.unconfirmed:
+            said.append(f"the clean step next to the boundary, {clean}, rests on one run: its confirming run "
+                        f"could not be judged ({self.unconfirmed[clean]})")
+        msg = "; ".join(said)
         return Outcome(direction, self.c[lo], self.c[hi], skipped, msg)
 
     def _agree(self, state: str) -> Outcome:

@@ -141,10 +141,14 @@ def run_step(spec: str, label: str, policy: StepPolicy, echo, provisional: bool 
             return Step(label, SKIP, v, why, "", seconds, runs, 0, error=v == VerdictKind.ERROR), recs
         if policy.timed:
             secs = rec.timings.get("repro_s") or 0
-            clean = (after.count if after else 0) + 1  # a timed step's count: its clean runs
+            clean = (after.count if after else 0) + len(recs)  # a timed step's count: its clean runs
+            if not provisional and clean < 2:  # no search confirms it later (git bisect): a second run now
+                echo(f"{label}: not reproduced in one run of its time; a syzkaller program's clean step takes "
+                     "two here: running again")
+                continue
             return Step(label, CLEAN, v, rec.line, f"{clean} clean run(s) of its time (the last {secs:.0f} s); "
-                        "no P(miss): a syzkaller program" + (", confirmed" if after else ""), seconds, runs,
-                        clean, unsure=provisional), recs
+                        "no P(miss): a syzkaller program" + (", confirmed" if after or clean > 1 else ""), seconds,
+                        runs, clean, unsure=provisional), recs
         cal = policy.calibration(rec.vm.get("accel") or "", rec.vm.get("arch") or arch.DEFAULT)
         name = rec.evidence.count_name or "passes"
         share = rec.timings.get("vcpu_host_wait_share")
