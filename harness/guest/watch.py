@@ -205,7 +205,8 @@ class Watch(AgentTalk, Thresholds):
         self.candidates.update(now, self._guest_now())
         if self.go_at is None or not self.agent.running:
             return
-        if still := [c for c in self.candidates.open if c.first_at - self.go_at <= self.limits.hold_for]:
+        start = self.agent.repro_started_at or self.go_at  # the agent's time box counts from the program's start
+        if still := [c for c in self.candidates.open if c.first_at - start <= self.limits.hold_for]:
             # until it would be a hang, and the kernel's next word on it after that
             lease = max(c.due_in(now) for c in still) + max(2 * c.rule.repeat_s for c in still) + QUIET_SLACK_S
             if self._held_at is None or now - self._held_at >= HOLD_RENEW_S:
