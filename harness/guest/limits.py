@@ -28,7 +28,7 @@ class Limits:
     report_ends: tuple[str, ...] = ()
     # when one of those is a hang (harness/analysis/candidates.py); one without a rule is at once
     confirm: tuple[ConfirmRule, ...] = ()
-    # a candidate first reported this long after GO holds the time-up kill; a later one
+    # a candidate first reported this long after the program started holds the time-up kill; a later one
     # (the program went on while held) does not, so that held runs end within run_timeout
     hold_for: float = float("inf")
 
