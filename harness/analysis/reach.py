@@ -36,6 +36,7 @@ from typing import Callable
 from harness.base import paths
 from harness.base.guest_env import GuestEnv
 from harness.base.untrusted import num
+from harness.analysis.usb_console import UsbSeen
 
 _HIST = re.compile(r"^KSTALL hist sys_exit \{ id: (?:sys_)?(?P<name>\w+)\s*\[\s*(?P<nr>\d+)\]"
                    r"(?:, ret:\s*(?P<ret>\d+))? \} hitcount:\s*(?P<count>\d+)")
@@ -164,6 +165,7 @@ class Reach:
     lacks: list[str]                   # asked for, lacking, not gating
     shared: frozenset[str] = frozenset()  # its calls syzkaller's setup makes too (setup_calls)
     pseudo: list[str] = field(default_factory=list)  # its syzkaller pseudo-calls (pseudo_calls): not counted
+    usb: UsbSeen | None = None  # what its emulated USB device became (usb_console.py), read from the console
 
     def _own(self) -> list[str]:
         """Its calls that can say it ran: those its setup does not make too,
@@ -194,8 +196,8 @@ class Reach:
 
     @property
     def reached_kernel(self) -> bool:
-        return bool(self.reached()) or (not self.needs and bool(self.calls) and
-                                         not [c for c in self.program if c not in SETUP_CALLS])
+        return bool(self.reached()) or bool(self.usb and self.usb.connects) or (
+            not self.needs and bool(self.calls) and not [c for c in self.program if c not in SETUP_CALLS])
 
     def text(self) -> str:
         """What its calls did: 'its calls ran in the kernel: socket 826 ok, connect 1652 (ENODEV 826, ...)'"""
@@ -211,6 +213,8 @@ class Reach:
             parts.append("absent from this kernel: " + ", ".join(self.calls[c].text() for c in absent))
         if self.never():
             parts.append("never ran: " + ", ".join(self.never()[:8]))
+        if self.usb is not None:
+            parts.append(self.usb.text())
         if not parts and self.pseudo:
             return (f"its calls are syzkaller's pseudo-calls ({', '.join(self.pseudo[:4])}), whose system calls "
                     "go through the C library as its setup's do: not counted apart")
@@ -220,7 +224,7 @@ class Reach:
         return {"program_calls": self.program, "setup_too": sorted(self.shared & set(self.program)),
                 "reached": self.reached(), "failed": self.failed(),
                 "never_ran": self.never(), "needs": self.needs, "lacks": self.lacks,
-                "pseudo_calls": self.pseudo,
+                "pseudo_calls": self.pseudo, "usb": self.usb.to_json() if self.usb else None,
                 "calls": {n: {"count": c.count, "errors": c.errors} for n, c in self.calls.items()},
                 "requests": {n: {"count": k, "status": s} for n, (k, s) in self.requests.items()},
                 "checks": self.checks}

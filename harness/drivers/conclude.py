@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.analysis import console, latency, pmiss, reach, starvation, syzbot
+from harness.analysis import console, latency, pmiss, reach, starvation, syzbot, usb_console
 from harness.analysis.decide import decide
 from harness.analysis.findings import Findings, ProcessReading
 from harness.analysis.outcome import Outcome, OutcomeKind
@@ -108,7 +108,12 @@ def program_reach(r: RunState, w: Watch) -> reach.Reach | None:
         source = Path(r.repro.source).read_text(errors="replace") if r.repro.source else ""
     except OSError:
         source = ""
-    return reach.analyse(w.agent.env_lines, reach.program_calls(source), guest_env.get(r.repro.env),
-                         reach.Aliases(aliases.read_text(errors="replace")) if aliases else None, numbers,
-                         frozenset(reach.setup_calls(source)), r.kernel.config_value if r.kernel.config else None,
-                         reach.program_strings(source), reach.pseudo_calls(source))
+    found = reach.analyse(w.agent.env_lines, reach.program_calls(source), guest_env.get(r.repro.env),
+                          reach.Aliases(aliases.read_text(errors="replace")) if aliases else None, numbers,
+                          frozenset(reach.setup_calls(source)), r.kernel.config_value if r.kernel.config else None,
+                          reach.program_strings(source), reach.pseudo_calls(source))
+    if any(c.startswith("syz_usb_") for c in found.pseudo):  # not counted: the console says what they reached
+        found.usb = usb_console.from_log(w.vm.console_log)
+        if found.usb is not None and (need := found.usb.need()):
+            found.needs.append(need)
+    return found

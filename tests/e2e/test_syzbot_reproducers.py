@@ -162,6 +162,10 @@ def test_a_usb_device_through_raw_gadget_built_for_the_kernel_binds_the_kernels_
     assert re.search(r"usb 1-1: new high-speed USB device number \d+ using dummy_hcd", console), console[-3000:]
     assert re.search(r"hid-generic .*USB HID v1.10 Keyboard .* on usb-dummy_hcd.0-1/input0", console), \
         console[-3000:]
+    # its pseudo-calls are not counted: the verdict says what the device became, from the console
+    usb = run["evidence"]["reach"]["usb"]
+    assert usb["connects"] >= 1 and usb["ids"] and not usb["firmware_missing"], usb
+    assert "its USB device connected " in run["reason"], run["reason"]
 
 
 def test_the_guest_is_the_machine_a_reproducer_expects(matrix):
