@@ -9,6 +9,7 @@ import pytest
 from harness.base import reproducers
 from harness.drivers.bisect import git as bisect_git
 from harness import cli
+from harness.commands import bisect as bisect_cmd
 from harness.drivers.bisect.search import CLEAN, REPRODUCES, SKIP, Bisection, Step, TooManyErrors
 from images.kernels import build as kbuild
 from images.kernels.kernel import SpecError
@@ -136,7 +137,7 @@ def test_bisect_git_hands_its_options_on_to_every_step():
     a = cli.parse_args(["bisect", "git", "/tmp", "--old", "a", "--new", "b", "perf-refresh", "--cpus", "4",
                       "--debuginfo", "--config", "x.config", "--step-pmiss", "0.01", "--", "--threads", "3"])
     assert (a.tree, a.reproducer, a.kind) == (Path("/tmp"), "perf-refresh", "git")
-    fwd = cli.forwarded_args(a)
+    fwd = bisect_cmd.forwarded_args(a)
     assert fwd[:2] == ["--cpus", "4"] and "--debuginfo" in fwd and fwd[-3:] == ["--", "--threads", "3"]
     assert fwd[fwd.index("--config") + 1] == str(Path("x.config").resolve())
     s = cli.parse_args(["bisect-step", "perf-refresh", *fwd])
