@@ -11,7 +11,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PATTERNS = Path(__file__).with_name("usb-console.toml")
+from harness.base import paths
+
+PATTERNS = paths.data_file("harness", "analysis", "usb-console.toml")
 TIMESTAMP = re.compile(r"^\[\s*\d+\.\d+\]\s*")
 
 

@@ -13,20 +13,18 @@ be far from where the tasks sleep."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
+from harness.analysis.classify import base_name
+from harness.base import paths
+from harness.debug import inlines
 from images.kernels import changelog
 
-# a stack frame as the kernel prints it: "fuse_lookup+0x8c/0x1a0" (a
-# compiler's ".isra.0" or ".constprop.0" suffix is not the function's name)
-FRAME = re.compile(r"\b([a-z_][a-z0-9_]*)(?:\.[a-z]+\.\d+)*\+0x[0-9a-f]+/0x[0-9a-f]+")
-# where every sleeping or spinning task's stack passes, whatever the bug: a
-# subsystem named by these says nothing of it
-EVERYWHERE = {"schedule", "do", "sys", "x64", "entry", "ret", "kthread", "worker", "process", "rwsem",
-              "mutex", "down", "up", "wait", "io", "lock", "rcu", "smp", "task", "kernel", "asm", "exit",
-              "get", "put", "finish", "preempt", "raw", "queued", "native", "arch", "handle", "irq",
-              "common", "syscall", "call", "new", "rt", "debug", "lockdep", "wake", "try", "out", "bit",
-              "default", "vfs", "generic", "filename", "path", "ksys"}
+# words of the functions every sleeping or spinning task's stack passes through,
+# whatever the bug (fix-entries.toml): a subsystem they name says nothing of it
+EVERYWHERE = frozenset(tomllib.loads(paths.data_file("harness", "drivers", "bisect", "fix-entries.toml").read_text())
+                       ["everywhere"])
 # a heading over a version's changes: "New upstream stable update:" and the
 # ChangeLog's address the changelog puts under it
 HEADING = re.compile(r":(\s+\S+://\S+)?$")
@@ -50,7 +48,8 @@ def since(lines: list[changelog.Line], last_old: str) -> list[changelog.Line]:
 def functions(console: str) -> list[str]:
     """The functions of the stacks a console printed, most frequent first."""
     seen: dict[str, int] = {}
-    for name in FRAME.findall(console):
+    for m in [*inlines.FRAME.findall(console), *inlines.MODULE_FRAME.findall(console)]:
+        name = base_name(m[0])  # fuse_lookup of fuse_lookup.isra.0
         seen[name] = seen.get(name, 0) + 1
     return sorted(seen, key=lambda n: -seen[n])
 
