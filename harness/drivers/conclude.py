@@ -93,6 +93,9 @@ def module_debug_files(r: RunState, names: set[str]) -> dict[str, Path]:
         return {}
 
 
+RAW_GADGET = "/dev/raw-gadget"
+
+
 def program_reach(r: RunState, w: Watch) -> reach.Reach | None:
     """What a guest environment's agent said the program reached and lacked (reach.py)."""
     if not r.repro.env or not w.agent.env_lines:
@@ -112,7 +115,9 @@ def program_reach(r: RunState, w: Watch) -> reach.Reach | None:
                           reach.Aliases(aliases.read_text(errors="replace")) if aliases else None, numbers,
                           frozenset(reach.setup_calls(source)), r.kernel.config_value if r.kernel.config else None,
                           reach.program_strings(source), reach.pseudo_calls(source))
-    if any(c.startswith("syz_usb_") for c in found.pseudo):  # not counted: the console says what they reached
+    # a USB device the program emulates (syzkaller's syz_usb_* pseudo-calls, or raw_gadget driven by
+    # hand): its calls are not counted apart, the console says what they reached
+    if any(c.startswith("syz_usb_") for c in found.pseudo) or RAW_GADGET in source:
         found.usb = usb_console.from_log(w.vm.console_log)
         if found.usb is not None and (need := found.usb.need()):
             found.needs.append(need)
