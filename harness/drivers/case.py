@@ -31,7 +31,7 @@ from harness.base.reproducers import Reproducer
 from harness.drivers import preflight
 from harness.drivers.options import DEFAULT_MEMORY_MB, Options
 from harness.guest import accel
-from images.guest import boot_image, environment, initramfs, programs, sysroot
+from images.guest import boot_image, environment, firmware, initramfs, programs, sysroot
 from images.guest.disks import Disk
 from images.kernels import cached, module_tree
 from images.kernels.build import BuildOptions
@@ -161,6 +161,7 @@ class Case:
     disk: boot_image.BootDisk | None = None  # --boot-image: the image's own disk
     disks: tuple[Disk, ...] = ()                # a guest environment's (images/guest/environment.py)
     memory_mb: int = DEFAULT_MEMORY_MB          # the user's --memory, else its guest environment's
+    firmware: tuple[firmware.Carried, ...] = ()  # device firmware the guest carries (images/guest/firmware.py)
 
     @property
     def cpus(self) -> int:
@@ -209,11 +210,12 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
         echo(f"{repro.name}: preparing {repro.spec.env}'s guest environment on {kernel.canonical}")
         env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo)
         env = environment.with_preload(env, preloads(repro.spec, kernel, echo))
+    fw_files, carried = firmware_for(repro.spec, echo) if repro.spec.env and not check.blocked else ({}, [])
     both = [*check.modules, *env.modules]
     mods = [m for i, m in enumerate(both) if m.stem not in {x.stem for x in both[:i]}]  # each once, first place
     if mods and not check.blocked:  # nothing boots: no module loads either
         echo(f"modules to load first: {', '.join(m.stem for m in mods)}")
-    initrd = initramfs.build(guest, modules=mods, extra=guest_files(repro.spec, kernel.arch) | env.files)
+    initrd = initramfs.build(guest, modules=mods, extra=guest_files(repro.spec, kernel.arch) | env.files | fw_files)
     accel_kind = "none" if check.blocked else accel.choose(opts.guest.accel, kernel, initrd, echo)
     disk = None
     if opts.kernel.boot_image and not check.blocked:
@@ -222,7 +224,7 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     key = key_for(repro, opts, accel_kind, kernel.arch)
     cal, unknown = repro.calibration_for(key)
     return Case(kernel, repro, check, initrd, accel_kind, key, cal, unknown, disk, env.disks,
-                memory_for(repro.spec, opts))
+                memory_for(repro.spec, opts), tuple(carried))
 
 
 def preloads(repro: reproducers.Reproducer, kernel: Kernel, echo: Echo) -> list[str]:
@@ -245,6 +247,26 @@ def preloads(repro: reproducers.Reproducer, kernel: Kernel, echo: Echo) -> list[
     if out:
         echo(f"{repro.name}: loaded before it starts, as a kernel with them built in has them: {', '.join(out)}")
     return out
+
+
+def firmware_for(repro: reproducers.Reproducer, echo: Echo) -> tuple[dict[str, bytes], list[firmware.Carried]]:
+    """The firmware a syzkaller program's emulated device loads at probe, as
+    syzbot's images carry it. One that cannot be had is said, and the run
+    goes on without it: its console then says the driver stopped for it
+    (harness/analysis/usb_console.py), an INCONCLUSIVE, never a clean run."""
+    try:
+        rows = firmware.wanted(Path(repro.source).read_text(errors="replace")) if repro.source else []
+    except OSError:
+        return {}, []
+    if not rows:
+        return {}, []
+    try:
+        files, carried = firmware.files(rows, echo)
+    except (SpecError, OSError, subprocess.SubprocessError) as e:
+        echo(f"{repro.name}: no firmware for {', '.join(r.driver for r in rows)} ({e}): it runs without it")
+        return {}, []
+    echo(f"{repro.name}: the guest carries " + "; ".join(c.text() for c in carried))
+    return files, carried
 
 
 def with_accel(c: Case, accel_kind: str) -> Case:

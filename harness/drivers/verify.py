@@ -82,6 +82,9 @@ def _finish(run: rundir.RunDir, spec: str, c: Case, opts: Options, attempts: lis
     record.prediction = prediction.to_json() if prediction else None
     if c.check.test_modules and final.accel:  # a guest ran with them: the verdict says so
         record.verdict.reason += "; " + test_modules_note(c.check.test_modules)
+    if c.firmware and final.accel:
+        record.verdict.reason += "; the guest carried " + "; ".join(f.text() for f in c.firmware) \
+            + ", as syzbot's images carry linux-firmware"
     with procs.signals_deferred():
         try:
             path = _write_run(run, final, record, tb)
@@ -206,7 +209,8 @@ def make_record(run: rundir.RunDir, spec: str, c: Case, opts: Options, final: At
         vm={"cpus": c.cpus, "memory_mb": c.memory_mb, "accel": final.accel or c.accel,
             "arch": kernel.arch,
             "cmdline": final.cmdline, "go": final.go, "boot_image": opts.kernel.boot_image, "snapshot": final.snapshot,
-            "vmcore": final.vmcore, "hold_s": opts.debug.hold if final.held else None},
+            "vmcore": final.vmcore, "hold_s": opts.debug.hold if final.held else None,
+            "firmware": [f.to_json() for f in c.firmware]},
         evidence=Evidence(count=w.get("count"), count_name=repro.count_name, stalls=final.stalls,
                           nmi_injection=w.get("nmi"), p_miss=final.verdict.p_miss or None,
                           heartbeats=w.get("heartbeats"), max_heartbeat_gap_s=w.get("max_heartbeat_gap_s"),

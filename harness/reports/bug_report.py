@@ -46,6 +46,10 @@ def render(doc: dict, files: list[str]) -> str:
     if mods:
         lines.append("- the kernel ran with a test module kstall built from its own source: "
                      + ", ".join(m.get("name", "") for m in mods) + " (unsigned: it taints the kernel)")
+    for f in (doc.get("vm") or {}).get("firmware") or []:
+        names = esc(", ".join(f.get("files", [])))
+        lines.append(f"- the guest carried device firmware, as syzbot's images do: {names} "
+                     f"for {esc(f.get('driver', ''))}, from Debian's {esc(f.get('package', ''))}")
     lines += ["", "## What happened", "", esc(doc["line"]), ""]
     if doc.get("reason"):
         lines += [esc(doc["reason"]), ""]
