@@ -10,7 +10,8 @@ leaves out is a need before anything boots; a task that cannot die when
 the time is up, a worker whose process's leader exited, is a hang; a pid
 namespace killed when its time is up leaves no clone failed behind; a
 kernel report is a hang only once its task was blocked its time, and a
-slow wait never is; a USB device the program emulates through raw_gadget,
+slow wait never is; a fuse mount that hangs a plain VM hangs kstall's
+guest alike; a USB device the program emulates through raw_gadget,
 built for the kernel, reaches the kernel's own drivers; two shards merged
 give each kernel the page an unsharded run gives; a hang's run writes the
 report a distribution's bug tracker would take."""
@@ -40,7 +41,7 @@ def matrix(tmp_path_factory) -> dict:
     # cores the short ones run beside the long one
     # the kernel's reports are hangs after 60 s here, not syzbot's 140 s scaled (280 s under TCG):
     # the same rule, in a make test's time
-    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa"]\nduration = 90\ncpus = 1\nhang_after = 60\n'
+    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa", "a2a2"]\nduration = 90\ncpus = 1\nhang_after = 60\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["adad"]\nduration = 60\ncpus = 1\nhang_after = 60\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aeae"]\nduration = 110\ncpus = 1\nhang_after = 60\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["afaf"]\nduration = 10\ncpus = 1\n'
@@ -86,6 +87,23 @@ def test_a_hung_task_the_kernel_reports_reproduces_syzbots_title(matrix):
     report = (Path(matrix["_dir"]) / c["run_dir"] / "bug-report.md").read_text()
     assert report.startswith("# linux-image-") and "INFO: task hung in pipe_write" in report, report
     assert "`console.log`" in report.split("## Files to attach")[1] and "nothing was sent anywhere" in report
+
+
+def test_a_fuse_mount_with_its_opens_fd_hangs_in_fuse_lookup_as_in_a_plain_vm(matrix):
+    """One thread opens /dev/fuse while another mounts fuse with that fd
+    50 ms later, and nothing answers the mount's lookups. In a plain Debian
+    6.1.170 VM (TCG, 2 GiB, 2 CPUs, busybox's modprobe loading fuse on the
+    open's demand, no kstall) it hung 3 times in 3, the kernel's report at
+    30 s. kstall loads fuse before the program starts, as a kernel that
+    builds it in has it, so the mount never runs without an fd ("fuse: Bad
+    value for 'fd'"): the same hang, with syzbot's title."""
+    c = cell(matrix, "a2a2")
+    assert c["line"] == 'VULNERABLE: reproduced syzbot\'s "INFO: task hung in fuse_lookup"', c["line"]
+    run = run_json(matrix, c)
+    [hang] = [x for x in run["evidence"]["candidates"] if x["state"] == "hang"]
+    assert hang["stuck_s"] >= 60, hang
+    console = (Path(matrix["_dir"]) / c["run_dir"] / "console.log").read_text(errors="replace")
+    assert "Bad value for 'fd'" not in console and "fuse_lookup+" in console
 
 
 def test_a_task_blocked_when_the_time_is_up_gets_the_kernels_time_to_report_it_and_to_be_a_hang(matrix):
