@@ -99,6 +99,8 @@ def _timeout(f: Findings) -> Verdict:
     killer's loop): no evidence either way, INCONCLUSIVE with the events,
     not kstall's error."""
     st = f.starvation
+    if (lasted := hang_verdicts.report_that_lasted(f)) is not None:
+        return lasted
     if still := [c for c in f.candidates if c.get("state") == "open"]:  # neither a hang nor a slow wait yet
         return Verdict(VerdictKind.INCONCLUSIVE, f"the run did not end in its time ({f.outcome.detail}) with the "
                        f"kernel's report still open, not yet a hang: "
@@ -266,6 +268,8 @@ def timeboxed(f: Findings) -> Verdict:
     runs, failed = num(fields.get("count")) or 0, num(fields.get("failed")) or 0
     codes = [num(c.lstrip("-")) or 0 for c in fields.get("codes", "-").split(",") if c != "-"]
     seconds = (num(fields.get("elapsed_ms")) or 0) / 1000
+    if (lasted := hang_verdicts.report_that_lasted(f)) is not None:
+        return lasted
     if f.leftovers:  # asleep in D state, or running on: killed, they are still there
         hang = sleeping.SleepingHang.named(f.leftovers, [])
         return Verdict(VerdictKind.VULNERABLE, f"{len(f.leftovers)} task(s) did not die when the time was up: "

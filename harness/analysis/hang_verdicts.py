@@ -157,6 +157,20 @@ def stuck_text(c: dict) -> str:
             f"syzbot's detector {c['syzbot_s']:g} s)")
 
 
+def report_that_lasted(f: Findings) -> Verdict | None:
+    """A kernel report whose task or CPU stayed stuck for syzbot's time
+    (candidates.py) is the run's answer however the run ended: the host's
+    bound may end a run whose kill was held for it a moment before the watch
+    would have, and a run may end at its time-up as the report turns into a
+    hang. None where no report lasted."""
+    hang = next((c for c in f.candidates if c.get("state") == "hang"), None)
+    if hang is None:
+        return None
+    return Verdict(VerdictKind.VULNERABLE, f"the kernel's own detector reported it, and it lasted: "
+                   f"{stuck_text(hang)} (the run ended by {_what(f)})",
+                   summary=f"the kernel reported: {hang['title']}", confidence="high", title=hang["title"])
+
+
 def kernel_report(f: Findings) -> Verdict:
     """The kernel's own detector reported a hang (a hung task, a soft lockup,
     an RCU stall) and what it reported stayed stuck for syzbot's time (candidates.py),

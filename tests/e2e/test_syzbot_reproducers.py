@@ -41,7 +41,8 @@ def matrix(tmp_path_factory) -> dict:
     # cores the short ones run beside the long one
     # the kernel's reports are hangs after 60 s here, not syzbot's 140 s scaled (280 s under TCG):
     # the same rule, in a make test's time
-    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa", "a2a2"]\nduration = 90\ncpus = 1\nhang_after = 60\n'
+    m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa", "a2a2"]\nduration = 90\ncpus = 1\n'
+                 f'hang_after = 60\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["adad"]\nduration = 60\ncpus = 1\nhang_after = 60\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aeae"]\nduration = 110\ncpus = 1\nhang_after = 60\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["afaf"]\nduration = 10\ncpus = 1\n'

@@ -676,3 +676,31 @@ def test_an_oops_written_just_before_qemu_exits_is_the_runs_answer(tmp_path, mon
         assert out is not None and out.kind == "infra", out
     finally:
         tail.close()
+
+
+def test_a_report_that_lasted_is_the_answer_when_the_hosts_bound_ends_the_run():
+    """A busy host (the vCPUs half the time waiting on it): two hung tasks
+    the kernel said 105 times each, the kill held for them, and the host's
+    run bound came as they reached syzbot's time (bcachefs on 6.12.118,
+    20254ae9982b, beside a benchmark). Their reports lasted: VULNERABLE with
+    syzbot's title, never "starved, never ended"."""
+    from harness.analysis import decide
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import Outcome, OutcomeKind
+    from harness.base import reproducers
+    from recorded import FIXTURES as F
+    repro = reproducers.resolve(str(F / "syzkaller-programs" / "pipe_hang.c"))
+    w = syz_watch()
+    for at, seconds in ((35.0, 30), (120.0, 120), (320.0, 300)):
+        beat(w, at, at)
+        for line in hung_task(92, seconds):
+            w.console.feed(line, at)
+    summary = w.summary()
+    lasted = [c | {"state": "hang"} for c in summary["candidates"]]  # as the last read gave them
+    out = Outcome(OutcomeKind.TIMEOUT, "run exceeded 540s", 600.0)
+    v = decide.decide(Findings(out, repro, reports=summary["console_reports"], candidates=lasted))
+    assert v.verdict == "VULNERABLE" and v.title == "INFO: task hung in pipe_write", v.line()
+    assert v.matched and v.matched["how"] == "title" and "run exceeded 540s" in v.reason, v.reason
+    still = [c | {"state": "open"} for c in summary["candidates"]]
+    v = decide.decide(Findings(out, repro, reports=summary["console_reports"], candidates=still))
+    assert v.verdict == "INCONCLUSIVE" and v.summary.startswith("never ended, still stuck"), v.line()
