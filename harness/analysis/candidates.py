@@ -160,6 +160,7 @@ class Candidates:
         self.things: dict[tuple[str, str], Stuck] = {}
         self.before_program = 0  # reports that came before the program started
         self.boots: set[tuple[str, str, str]] = set()  # the tasks they were of: the boot's, whenever said again
+        self.granted_s = 0.0  # the most held_s() has given the run's bound
 
     def followed(self, name: str) -> bool:
         return name in self.rules
@@ -229,8 +230,16 @@ class Candidates:
         return max((s.due_in(now) for s in self.open), default=0.0)
 
     def held_s(self) -> float:
-        """The most the host held an open candidate back: the run's bound grows by it."""
-        return max((s.held_s for s in self.open), default=0.0)
+        """The most the host held an open candidate back: the run's bound grows
+        by it, and never shrinks back when the candidate is decided (the
+        bound would fall behind the clock, and a run whose report had just
+        become a hang, or a slow wait, would end as the host's timeout)."""
+        self.granted_s = max(self.granted_s, max((s.held_s for s in self.open), default=0.0))
+        return self.granted_s
 
     def to_json(self) -> list[dict]:
-        return [{"report": s.rule.name, "title": s.first.title, **s.doc} for s in self.things.values()]
+        """Each thing, the hangs first in the order they became hangs (the
+        first is the one a run it ended is named after), then the rest as seen."""
+        hangs = sorted((s for s in self.things.values() if s.state == HANG), key=lambda s: s.decided_at or 0.0)
+        rest = [s for s in self.things.values() if s.state != HANG]
+        return [{"report": s.rule.name, "title": s.first.title, **s.doc} for s in [*hangs, *rest]]

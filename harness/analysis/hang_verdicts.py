@@ -163,11 +163,11 @@ def report_that_lasted(f: Findings) -> Verdict | None:
     bound may end a run whose kill was held for it a moment before the watch
     would have, and a run may end at its time-up as the report turns into a
     hang. None where no report lasted."""
-    hang = next((c for c in f.candidates if c.get("state") == "hang"), None)
+    hang = next((c for c in f.candidates if c.get("state") == "hang"), None)  # the first to be one (to_json)
     if hang is None:
         return None
-    return Verdict(VerdictKind.VULNERABLE, f"the kernel's own detector reported it, and it lasted: "
-                   f"{stuck_text(hang)} (the run ended by {_what(f)})",
+    return Verdict(VerdictKind.VULNERABLE, f"the kernel's own detector reported it before the run ended "
+                   f"({_what(f)}): {stuck_text(hang)}",
                    summary=f"the kernel reported: {hang['title']}", confidence="high", title=hang["title"])
 
 

@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import subprocess
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,9 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
         echo(f"{repro.name}: preparing {repro.spec.env}'s guest environment on {kernel.canonical}")
         env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo)
         env = environment.with_preload(env, preloads(repro.spec, kernel, echo))
-    fw_files, carried = firmware_for(repro.spec, echo) if repro.spec.env and not check.blocked else ({}, [])
+    # a --boot-image guest boots the image's own initramfs: it carries none
+    fw_files, carried = firmware_for(repro.spec, echo) \
+        if repro.spec.env and not check.blocked and not opts.kernel.boot_image else ({}, [])
     both = [*check.modules, *env.modules]
     mods = [m for i, m in enumerate(both) if m.stem not in {x.stem for x in both[:i]}]  # each once, first place
     if mods and not check.blocked:  # nothing boots: no module loads either
@@ -262,7 +265,7 @@ def firmware_for(repro: reproducers.Reproducer, echo: Echo) -> tuple[dict[str, b
         return {}, []
     try:
         files, carried = firmware.files(rows, echo)
-    except (SpecError, OSError, subprocess.SubprocessError) as e:
+    except (SpecError, OSError, subprocess.SubprocessError, tarfile.TarError, KeyError) as e:
         echo(f"{repro.name}: no firmware for {', '.join(r.driver for r in rows)} ({e}): it runs without it")
         return {}, []
     echo(f"{repro.name}: the guest carries " + "; ".join(c.text() for c in carried))

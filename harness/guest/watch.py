@@ -140,7 +140,7 @@ class Watch(AgentTalk, Thresholds):
             self._drain()
         self._hold(now)
         out = self._ended(now)
-        if out is not None or self.agent.hello_at is None:
+        if out is not None or self.agent.hello_at is None or self._in_grace(now):
             return out
         if self.agent.ready_at is not None and self.go_at is None:
             if now - self.agent.ready_at > self.limits.gate_timeout:
@@ -149,6 +149,17 @@ class Watch(AgentTalk, Thresholds):
             self._at_gate(now)
             return None
         return self._hung(now)
+
+    def _in_grace(self, now: float) -> bool:
+        """A report that ends the run, or a candidate just become a hang, waits
+        out its grace for the lines that follow it while QEMU lives: nothing
+        else (the host's bound, a freeze) ends the run meanwhile."""
+        if not self.vm.alive():
+            return False
+        if self.console.pending is not None:
+            return now - self.console.pending_since < self.limits.report_grace
+        h = self.candidates.hang
+        return h is not None and now - (h.decided_at or now) < self.limits.report_grace
 
     def _ended(self, now: float) -> Outcome | None:
         """The run is over whatever the guest does: stopped from outside, a
@@ -161,16 +172,13 @@ class Watch(AgentTalk, Thresholds):
                            "the guest's silence is no freeze", now)
         # a report that ends the run is its answer however the run ended: the
         # agent's exit waits for its lines as much as the guest's life does
-        r = self.console.pending
-        if r is not None and now - self.console.pending_since < L.report_grace and self.vm.alive():
+        if self._in_grace(now):
             return None
-        if r is not None:
+        if (r := self.console.pending) is not None:
             if r.kind in ("oops", "panic") and (why := self.console.patterns.impossible_state(r)):
                 return Outcome(OutcomeKind.INFRA, f"{r.title}: {why}", now)
             return Outcome(REPORT_ENDS.get(r.kind) or OutcomeKind(r.kind), r.title, now)
         if (h := self.candidates.hang) is not None:
-            if now - (h.decided_at or now) < L.report_grace and self.vm.alive():
-                return None
             return Outcome(OutcomeKind.REPORTED, h.first.title, now)
         if a.exit_code is not None and (a.poweroff or not self.vm.alive()):
             return Outcome(OutcomeKind.DONE, f"reproducer exited with code {a.exit_code}", now)

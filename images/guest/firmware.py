@@ -72,8 +72,29 @@ def files(rows: list[Firmware], progress: Progress | None = None) -> tuple[dict[
     return out, carried
 
 
+def _cached(r: Firmware) -> tuple[Path, str] | None:
+    """The newest unpacked .deb of r's package that holds all its files."""
+    name = r.package.split("/")[0]
+    dirs = [d for d in (paths.cache_dir() / "firmware").glob(f"{name}_*") if all((d / n).is_file() for n in r.files)]
+    if not dirs:
+        return None
+    d = max(dirs, key=lambda d: debian.version_key(d.name.removeprefix(f"{name}_")))
+    return d, d.name + ".deb"
+
+
 def _unpacked(r: Firmware, progress: Progress | None) -> tuple[Path, str]:
-    """The directory holding r's files (fetched and unpacked once per .deb), and the .deb's name."""
+    """The directory holding r's files (fetched and unpacked once per .deb),
+    and the .deb's name. When apt cannot say or fetch the package's newest
+    (no network, a mirror in mid-sync), the newest one kept serves."""
+    try:
+        return _fetched(r, progress)
+    except (SpecError, OSError, subprocess.SubprocessError):
+        if (kept := _cached(r)) is not None:
+            return kept
+        raise
+
+
+def _fetched(r: Firmware, progress: Progress | None) -> tuple[Path, str]:
     archive = debian.Archive()
     archive.update(progress=progress)
     url, fname, size, sha = archive.uris(r.package)

@@ -82,11 +82,16 @@ def build(program: Path, kernel, modules: list[str], seconds: int, out: Path) ->
 
 
 def boot(kernel, initrd: Path, seconds: int) -> str:
+    """The run's console; one that did not power off in time is cut there (and said so)."""
     cmd = ["qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-smp", "2", "-m", "2048",
            "-kernel", str(kernel.vmlinuz), "-initrd", str(initrd), "-nographic", "-no-reboot",
            "-append", "console=ttyS0 nokaslr panic=-1 rdinit=/init"]
-    p = subprocess.run(cmd, capture_output=True, timeout=seconds + 180, stdin=subprocess.DEVNULL)
-    return p.stdout.decode(errors="replace")
+    try:
+        p = subprocess.run(cmd, capture_output=True, timeout=seconds + 180, stdin=subprocess.DEVNULL)
+        return p.stdout.decode(errors="replace")
+    except subprocess.TimeoutExpired as e:  # run() killed QEMU
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+        return out + "\nplainvm: QEMU did not power off in time\n"
 
 
 def main() -> None:
@@ -110,7 +115,8 @@ def main() -> None:
             if a.keep:
                 a.keep.mkdir(parents=True, exist_ok=True)
                 (a.keep / f"run{i}.log").write_text(console)
-            start, first = START.search(console), HUNG.search(console)
+            start = START.search(console)  # a report before the program's start is the boot's
+            first = HUNG.search(console, start.end()) if start else None
             if start and first:
                 hung += 1
                 frames = [f for f in FRAME.findall(console[first.end():]) if f not in SCHEDULER][:2]

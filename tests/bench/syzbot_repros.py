@@ -313,6 +313,8 @@ def main() -> int:
     ap.add_argument("--no-debuginfo", action="store_true", help="do not fetch the kernels' debug info")
     ap.add_argument("--into", type=Path, metavar="DOC",
                     help="rather than print the table, merge the rows into DOC's rows block (syzbot_rows.py)")
+    ap.add_argument("--block", default="", metavar="NAME",
+                    help="with --into: the rows block named NAME (`<!-- rows NAME -->`), where DOC keeps several")
     ap.add_argument("--pass", dest="pass_name", default=time.strftime("%Y-%m-%d", time.gmtime()),
                     help="with --into: the name of this pass's line of figures (default today)")
     args = ap.parse_args()
@@ -363,7 +365,8 @@ def main() -> int:
         every = sample(args.dir)  # every bug the state has a cell of, not only --only's
         figs = [x.strip() for x in figures(every, kernels, state).split("\n") if not x.startswith(" ")]
         args.into.write_text(syzbot_rows.merge(args.into.read_text(), table(every, kernels, state, brief=True),
-                                               [f"- pass {args.pass_name}:", *(f"  - {x}" for x in figs)]))
+                                               [f"- pass {args.pass_name}:", *(f"  - {x}" for x in figs)],
+                                               args.block))
         print(f"rows merged into {args.into}")
         return 0
     print(table(items, kernels, state, brief=args.brief))

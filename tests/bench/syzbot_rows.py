@@ -56,18 +56,21 @@ def passes(block: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def merge(doc: str, table: str, pass_lines: list[str]) -> str:
+def merge(doc: str, table: str, pass_lines: list[str], block: str = "") -> str:
     """doc with its rows block merged with table (`--table --brief`'s
     output): the table's rows replace the block's rows of the same bugs
     (a "(to run again)" after an id goes with its row), the rest stay, in id order; the count
     lines are made again from the rows; pass_lines (a "- pass NAME:" line
-    and its own) replace the block's pass of that name or are added."""
+    and its own) replace the block's pass of that name or are added. block
+    names the block (`<!-- rows NAME`) where a document keeps several, one
+    per set of kernels; else the first."""
     lines = doc.split("\n")
+    opening = f"{START} {block} " if block else START
     try:
-        start = next(i for i, x in enumerate(lines) if x.startswith(START))
+        start = next(i for i, x in enumerate(lines) if (x + " ").startswith(opening))
         end = next(i for i, x in enumerate(lines) if i > start and x.startswith(END))
     except StopIteration:
-        raise ValueError(f"no {START} ... {END} block") from None
+        raise ValueError(f"no {opening.strip()} ... {END} block") from None
     block = lines[start + 1:end]
     head = [x for x in block if x.startswith("|") and not ROW.match(x)][:2]
     new = [x for x in table.split("\n") if ROW.match(x)]

@@ -101,8 +101,8 @@ def test_a_fuse_mount_with_its_opens_fd_hangs_in_fuse_lookup_as_in_a_plain_vm(ma
     c = cell(matrix, "a2a2")
     assert c["line"] == 'VULNERABLE: reproduced syzbot\'s "INFO: task hung in fuse_lookup"', c["line"]
     run = run_json(matrix, c)
-    [hang] = [x for x in run["evidence"]["candidates"] if x["state"] == "hang"]
-    assert hang["stuck_s"] >= 60, hang
+    hangs = [x for x in run["evidence"]["candidates"] if x["state"] == "hang"]
+    assert hangs and hangs[0]["title"] == "INFO: task hung in fuse_lookup", run["evidence"]["candidates"]
     console = (Path(matrix["_dir"]) / c["run_dir"] / "console.log").read_text(errors="replace")
     assert "Bad value for 'fd'" not in console and "fuse_lookup+" in console
 

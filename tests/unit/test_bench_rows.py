@@ -64,3 +64,14 @@ def test_the_same_pass_merged_again_replaces_its_own_figures():
 def test_a_document_without_the_block_is_an_error_not_a_lost_table():
     with pytest.raises(ValueError, match="rows"):
         syzbot_rows.merge("# nothing here\n", TABLE, ["- pass x:"])
+
+
+def test_a_named_block_is_merged_and_the_other_blocks_are_left_as_they_are():
+    newest = DOC.replace("<!-- rows 2026-12-01 -->", "<!-- rows newest -->").replace("# before", "# newest")
+    doc = DOC + newest
+    out = syzbot_rows.merge(doc, TABLE, ["- pass x:"], block="newest")
+    first, second = out.split("# newest")
+    assert first == DOC and "cccccccccccc" in second and "- pass x:" in second
+    assert syzbot_rows.merge(doc, TABLE, ["- pass x:"]).split("# newest")[1] == newest.split("# newest")[1]
+    with pytest.raises(ValueError, match="rows none"):
+        syzbot_rows.merge(doc, TABLE, ["- pass x:"], block="none")

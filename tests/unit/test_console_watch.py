@@ -678,12 +678,69 @@ def test_an_oops_written_just_before_qemu_exits_is_the_runs_answer(tmp_path, mon
         tail.close()
 
 
+
+def held_watch():
+    """A syzkaller watch with a 300 s run bound, its vCPUs held back by the host 30 s of any window."""
+    w = syz_watch()
+    w.limits.run_timeout = 300.0
+    w._send = lambda b: None
+    w.candidates.host_delay = lambda t0, t1: 30000.0
+    return w
+
+
+def test_a_report_that_becomes_a_hang_past_the_bound_ends_the_run_as_reported_not_as_a_timeout():
+    """The bound had grown by the 30 s the host held the task's report back;
+    at 311 s the report became a hang, and the bound must not fall back to
+    300 s under it: the run ends REPORTED once its lines are in."""
+    from harness.analysis.outcome import OutcomeKind
+    w = held_watch()
+    for t, secs in ((30.0, 30), (200.0, 200), (300.0, 300), (311.0, 311)):
+        beat(w, t, t)
+        for line in hung_task(92, secs):
+            w.console.feed(line, t)
+        if t < 311:
+            assert w._decide(t + 0.1) is None
+    assert [c.state for c in w.candidates.things.values()] == ["hang"]
+    assert w._decide(311.2) is None  # its report's lines have their grace
+    out = w._decide(313.0)
+    assert out is not None and out.kind == OutcomeKind.REPORTED, out
+    # nothing held back, the report a hang as the bound passes: its grace, not the host's timeout
+    w = held_watch()
+    w.candidates.host_delay = lambda t0, t1: 0.0
+    for t, secs in ((30.0, 30), (300.5, 300)):
+        beat(w, t, t)
+        for line in hung_task(92, secs):
+            w.console.feed(line, t)
+    assert w._decide(300.6) is None
+    out = w._decide(302.5)
+    assert out is not None and out.kind == OutcomeKind.REPORTED, out
+
+
+def test_a_slow_wait_the_host_held_back_leaves_the_bound_it_gave():
+    """The same held task wakes after 130 s: a slow wait. The bound it gave
+    (330 s) stays, so the run does not end as the host's timeout the moment
+    the wait ends (an ERROR "without a verdict" on a busy host)."""
+    from harness.analysis.outcome import OutcomeKind
+    w = held_watch()
+    for t, secs in ((200.0, 30), (250.0, 80), (300.0, 130)):
+        beat(w, t, t)
+        for line in hung_task(92, secs):
+            w.console.feed(line, t)
+        assert w._decide(t + 0.1) is None
+    for t in range(301, 330):  # no more reports: the task went on; heartbeats go on
+        beat(w, float(t), float(t))
+        assert w._decide(t + 0.1) is None, t
+    assert [c.state for c in w.candidates.things.values()] == ["went on"]
+    beat(w, 331.0, 331.0)
+    out = w._decide(331.1)
+    assert out is not None and out.kind == OutcomeKind.TIMEOUT, out
+
 def test_a_report_that_lasted_is_the_answer_when_the_hosts_bound_ends_the_run():
-    """A busy host (the vCPUs half the time waiting on it): two hung tasks
-    the kernel said 105 times each, the kill held for them, and the host's
-    run bound came as they reached syzbot's time (bcachefs on 6.12.118,
-    20254ae9982b, beside a benchmark). Their reports lasted: VULNERABLE with
-    syzbot's title, never "starved, never ended"."""
+    """The verdict's safety net under the watch's: a run the host's bound
+    ended with a report that had become a hang (bcachefs on 6.12.118,
+    20254ae9982b, beside a benchmark, two hung tasks said 105 times each,
+    before the bound stopped shrinking) is VULNERABLE with the report's
+    title, never "starved, never ended"; one still open is INCONCLUSIVE."""
     from harness.analysis import decide
     from harness.analysis.findings import Findings
     from harness.analysis.outcome import Outcome, OutcomeKind
@@ -696,7 +753,8 @@ def test_a_report_that_lasted_is_the_answer_when_the_hosts_bound_ends_the_run():
         for line in hung_task(92, seconds):
             w.console.feed(line, at)
     summary = w.summary()
-    lasted = [c | {"state": "hang"} for c in summary["candidates"]]  # as the last read gave them
+    lasted = summary["candidates"]
+    assert [c["state"] for c in lasted] == ["hang"]
     out = Outcome(OutcomeKind.TIMEOUT, "run exceeded 540s", 600.0)
     v = decide.decide(Findings(out, repro, reports=summary["console_reports"], candidates=lasted))
     assert v.verdict == "VULNERABLE" and v.title == "INFO: task hung in pipe_write", v.line()

@@ -58,3 +58,37 @@ def test_a_run_that_carried_firmware_says_so_in_its_bug_report():
     text = bug_report.render(doc, ["console.log", "run.json"])
     assert "- the guest carried device firmware, as syzbot's images do: ath9k_htc/htc_9271-1.4.0.fw" in text
     assert "from Debian's firmware-ath9k-htc" in text
+
+
+def test_without_apt_the_newest_kept_package_serves(tmp_path, monkeypatch):
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
+    [row] = firmware.table()
+    for version in ("1.4.0-1", "1.4.0-1.3+deb12u1"):
+        d = tmp_path / "firmware" / f"firmware-ath9k-htc_{version}_all"
+        for name in row.files:
+            (d / name).parent.mkdir(parents=True, exist_ok=True)
+            (d / name).write_bytes(version.encode())
+
+    def offline(r, progress):
+        raise SpecError("apt gave no download address for firmware-ath9k-htc/bookworm")
+    monkeypatch.setattr(firmware, "_fetched", offline)
+    files, [carried] = firmware.files([row])
+    assert carried.package == "firmware-ath9k-htc_1.4.0-1.3+deb12u1_all.deb"
+    assert files[f"lib/firmware/{row.files[0]}"] == b"1.4.0-1.3+deb12u1"
+    (tmp_path / "firmware" / "firmware-ath9k-htc_1.4.0-1.3+deb12u1_all" / row.files[1]).unlink()
+    assert firmware.files([row])[1][0].package == "firmware-ath9k-htc_1.4.0-1_all.deb"  # the one with every file
+
+
+def test_a_run_goes_on_without_firmware_it_cannot_have(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.drivers import case
+    src = tmp_path / "p.c"
+    src.write_text("syz_usb_connect_ath9k(0x3, 0x5a, 0, 0);\n")
+    said: list[str] = []
+
+    def broken(rows, progress=None):
+        raise SpecError("firmware-ath9k-htc_9_all.deb has no lib/firmware/ath9k_htc/htc_9271-1.4.0.fw")
+    monkeypatch.setattr(firmware, "files", broken)
+    assert case.firmware_for(SimpleNamespace(source=str(src), name="syz-x"), said.append) == ({}, [])
+    assert said and "no firmware for ath9k_htc" in said[0] and "runs without it" in said[0]
