@@ -190,6 +190,8 @@ def completed(f: Findings) -> Verdict:
     its measurements, and whether it ran the path often enough."""
     ktap, repro, count, pmiss = f.ktap, f.repro, f.count, f.pmiss
     result = ktap.results[-1] if ktap.results else None
+    if (lasted := hang_verdicts.report_that_lasted(f)) is not None:  # whatever the program said, or not
+        return lasted
     if result is None and not ktap.lines:  # it never ran: the agent's doing, or the channel's; retried
         return Verdict(VerdictKind.ERROR, f"the reproducer printed nothing ({f.outcome.detail})", retry=Retry.SILENT)
     if result is None:
@@ -268,8 +270,6 @@ def timeboxed(f: Findings) -> Verdict:
     runs, failed = num(fields.get("count")) or 0, num(fields.get("failed")) or 0
     codes = [num(c.lstrip("-")) or 0 for c in fields.get("codes", "-").split(",") if c != "-"]
     seconds = (num(fields.get("elapsed_ms")) or 0) / 1000
-    if (lasted := hang_verdicts.report_that_lasted(f)) is not None:
-        return lasted
     if f.leftovers:  # asleep in D state, or running on: killed, they are still there
         hang = sleeping.SleepingHang.named(f.leftovers, [])
         return Verdict(VerdictKind.VULNERABLE, f"{len(f.leftovers)} task(s) did not die when the time was up: "
