@@ -52,7 +52,10 @@ def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None
     added = "+".join(p.stem for p in extra)
     out = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"{added}.ext4" if added else "ext4")
     tag = hashlib.sha256(" ".join(mount_with).encode()).hexdigest()[:8]
-    mount_dir = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"mount-{tag}")
+    # each image its own: making one with a test module added (which empties its mount modules first)
+    # never pulls another's from under a kstall reading them, and prune() takes each with its image
+    mount_dir = kernel_cache.path(kernel_cache.MODTREES, kernel.key,
+                                  f"{added}.mount-{tag}" if added else f"mount-{tag}")
     order = mount_dir / "order"
     if not (out.exists() and order.exists()):
         with cached.locked(out):

@@ -183,6 +183,21 @@ def test_module_trees_beyond_their_bound_go_least_recently_used_first(tmp_path):
         "x86_64-old.aliases", "x86_64-old.ext4", "x86_64-old.mount-1234"]
 
 
+def test_a_kernels_plain_tree_pruned_leaves_its_test_module_trees_mount_modules(tmp_path):
+    """Each image has its own mount modules: the plain tree's going (or
+    being made again) never takes the raw_gadget tree's from a run using it."""
+    from images.kernels import module_tree
+    import os
+    for i, name in enumerate(("x86_64-k", "x86_64-k.raw_gadget")):
+        with open(tmp_path / f"{name}.ext4", "wb") as f:
+            f.write(b"m" * 8192)
+        (tmp_path / f"{name}.mount-1234").mkdir()
+        os.utime(tmp_path / f"{name}.ext4", (1000 + i, 1000 + i))
+    gone = module_tree.prune(tmp_path, keep=tmp_path / "x86_64-k.raw_gadget.ext4", keep_bytes=10000)
+    assert [p.name for p in gone] == ["x86_64-k.ext4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x86_64-k.raw_gadget.ext4", "x86_64-k.raw_gadget.mount-1234"]
+
+
 def test_a_device_the_program_opens_and_the_config_leaves_out_is_its_need_before_booting(tmp_path):
     """syzkaller's USB programs open /dev/raw-gadget, which Debian's kernels
     leave out: the run would end "needs /dev/raw-gadget" after all its time
