@@ -41,6 +41,16 @@ def counts(header: str, rows: list[str]) -> list[str]:
     return lines
 
 
+def _over(new: str, old: str | None) -> str:
+    """A bug's new row over its old one: a kernel the pass did not run it on ("-") keeps the old row's cell."""
+    if old is None:
+        return new
+    cells, before = new.strip().strip("|").split(" | "), old.strip().strip("|").split(" | ")
+    if len(cells) != len(before):
+        return new
+    return "| " + " | ".join(b if c.strip() in ("", "-") else c for c, b in zip(cells, before)).strip() + " |"
+
+
 def passes(block: list[str]) -> dict[str, list[str]]:
     """The block's passes by name, each its "- pass" line and the "  - " lines under it."""
     out: dict[str, list[str]] = {}
@@ -58,8 +68,9 @@ def passes(block: list[str]) -> dict[str, list[str]]:
 
 def merge(doc: str, table: str, pass_lines: list[str], block: str = "") -> str:
     """doc with its rows block merged with table (`--table --brief`'s
-    output): the table's rows replace the block's rows of the same bugs
-    (a "(to run again)" after an id goes with its row), the rest stay, in id order; the count
+    output): the table's rows replace the block's rows of the same bugs,
+    but for the kernels the pass did not run a bug on ("-"), whose cells
+    stay (a "(to run again)" after an id goes with its row); the rest stay, in id order; the count
     lines are made again from the rows; pass_lines (a "- pass NAME:" line
     and its own) replace the block's pass of that name or are added. block
     names the block (`<!-- rows NAME`) where a document keeps several, one
@@ -77,7 +88,7 @@ def merge(doc: str, table: str, pass_lines: list[str], block: str = "") -> str:
     if not head:
         head = [x for x in table.split("\n") if x.startswith("|") and not ROW.match(x)][:2]
     rows = {ROW.match(x)[1]: x for x in block if ROW.match(x)}
-    rows.update({ROW.match(x)[1]: x for x in new})
+    rows.update({ROW.match(x)[1]: _over(x, rows.get(ROW.match(x)[1])) for x in new})
     merged = [rows[k] for k in sorted(rows)]
     kept = {**passes(block), pass_lines[0]: pass_lines}
     body = [*head, *merged, "", f"{len(merged)} bugs", "", *counts(head[0], merged),

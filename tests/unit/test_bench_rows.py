@@ -75,3 +75,11 @@ def test_a_named_block_is_merged_and_the_other_blocks_are_left_as_they_are():
     assert syzbot_rows.merge(doc, TABLE, ["- pass x:"]).split("# newest")[1] == newest.split("# newest")[1]
     with pytest.raises(ValueError, match="rows none"):
         syzbot_rows.merge(doc, TABLE, ["- pass x:"], block="none")
+
+
+def test_a_pass_on_fewer_kernels_keeps_the_other_kernels_cells_of_its_bugs():
+    table = TABLE.replace("| bbbbbbbbbbbb | INFO: task hung in b | not reproduced (120 s; reached: ioctl) | - |",
+                          "| aaaaaaaaaaaa | INFO: task hung in a | - | not in the kernel: filesystem sysv |")
+    out = syzbot_rows.merge(DOC, table, ["- pass x:"])
+    [row] = [x for x in out.split("\n") if x.startswith("| aaaaaaaaaaaa")]
+    assert row == "| aaaaaaaaaaaa | INFO: task hung in a | reproduced (title) 3/3 | not in the kernel: filesystem sysv |"
