@@ -64,12 +64,20 @@ def met_the_other_perf_bug(cell: dict) -> bool:
     return cell["id"].endswith("-arm64/perf-refresh") and met_the_other_arm64_perf_bug(cell.get("console_titles"))
 
 
+def host_delayed(cell: dict) -> bool:
+    """A cell whose every attempt the host's delay of a vCPU decided
+    (INCONCLUSIVE, never the kernel's answer): both e2e parts and the unit
+    tests on 2 cores held the vCPUs back half the time, and a stall met that
+    delay in all 3 tries (make test, 2026-12-04). It is verified once more."""
+    return cell["verdict"] == "INCONCLUSIVE" and "the host's delay, not necessarily the kernel's" in cell["line"]
+
+
 def test_default_matrix_meets_its_expectations_and_writes_its_reports(default_runs, tmp_path):
     p, d = default_runs["whole"]
     doc = json.loads((d / "matrix.json").read_text())
-    again = [c for c in doc["cells"] if c["status"] != "pass" and met_the_other_perf_bug(c)]
+    again = [c for c in doc["cells"] if c["status"] != "pass" and (met_the_other_perf_bug(c) or host_delayed(c))]
     for c in again:
-        print(f"{c['id']} met the other arm64 perf bug ({c['line']}): verified once more")
+        print(f"{c['id']} met the other arm64 perf bug or the host's delay ({c['line']}): verified once more")
         rc = kstall("verify", c["kernel"], c["reproducer"], "--results", str(tmp_path)).returncode
         assert rc == {"vulnerable": 1, "not_reproduced": 0}[c["expect"]], c["id"]
     assert p.returncode == 0 or again, p.stdout + p.stderr
