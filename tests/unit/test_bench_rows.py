@@ -82,4 +82,5 @@ def test_a_pass_on_fewer_kernels_keeps_the_other_kernels_cells_of_its_bugs():
                           "| aaaaaaaaaaaa | INFO: task hung in a | - | not in the kernel: filesystem sysv |")
     out = syzbot_rows.merge(DOC, table, ["- pass x:"])
     [row] = [x for x in out.split("\n") if x.startswith("| aaaaaaaaaaaa")]
-    assert row == "| aaaaaaaaaaaa | INFO: task hung in a | reproduced (title) 3/3 | not in the kernel: filesystem sysv |"
+    assert row == ("| aaaaaaaaaaaa | INFO: task hung in a | reproduced (title) 3/3 | "
+                   "not in the kernel: filesystem sysv |")
