@@ -57,12 +57,19 @@ def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None
     mount_dir = kernel_cache.path(kernel_cache.MODTREES, kernel.key,
                                   f"{added}.mount-{tag}" if added else f"mount-{tag}")
     order = mount_dir / "order"
+    try:
+        os.utime(out)  # its last use, first: what another kstall's prune() keeps
+    except FileNotFoundError:
+        pass
     if not (out.exists() and order.exists()):
         with cached.locked(out):
+            shared = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"mount-{tag}")
+            if added and out.exists() and not order.exists() and (shared / "order").exists():
+                # an image made before each had its own: the mount modules are the same ones
+                shutil.copytree(shared, mount_dir, dirs_exist_ok=True)
             if not (out.exists() and order.exists()):
                 _make(kernel, out, mount_with, mount_dir, progress, extra)
                 prune(out.parent, keep=out)
-    os.utime(out)  # its last use: what prune() keeps
     return ModuleDisk(out, [mount_dir / f"{m}.ko" for m in order.read_text().split()])
 
 
@@ -80,7 +87,10 @@ def prune(d: Path, keep: Path, keep_bytes: int = MAX_BYTES) -> list[Path]:
     for kept, _, size, img in sorted(images, reverse=True):
         total += size
         if not kept and total > keep_bytes:
-            for p in [img, img.with_suffix("." + ALIASES), *d.glob(img.stem + ".mount-*")]:
+            # the kernel's aliases go with its last image (its test-module trees read them too)
+            key = img.name.split(".", 1)[0]
+            last = not any(o.name.split(".", 1)[0] == key and o != img for _, _, _, o in images if o.exists())
+            for p in [img, *([d / f"{key}.{ALIASES}"] if last else []), *d.glob(img.stem + ".mount-*")]:
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
             gone.append(img)
     return gone

@@ -193,9 +193,11 @@ def test_a_kernels_plain_tree_pruned_leaves_its_test_module_trees_mount_modules(
             f.write(b"m" * 8192)
         (tmp_path / f"{name}.mount-1234").mkdir()
         os.utime(tmp_path / f"{name}.ext4", (1000 + i, 1000 + i))
+    (tmp_path / "x86_64-k.aliases").write_text("alias fs-fuse fuse\n")  # the kernel's, read by both
     gone = module_tree.prune(tmp_path, keep=tmp_path / "x86_64-k.raw_gadget.ext4", keep_bytes=10000)
     assert [p.name for p in gone] == ["x86_64-k.ext4"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["x86_64-k.raw_gadget.ext4", "x86_64-k.raw_gadget.mount-1234"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "x86_64-k.aliases", "x86_64-k.raw_gadget.ext4", "x86_64-k.raw_gadget.mount-1234"]
 
 
 def test_a_device_the_program_opens_and_the_config_leaves_out_is_its_need_before_booting(tmp_path):
