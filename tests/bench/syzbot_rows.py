@@ -41,6 +41,19 @@ def counts(header: str, rows: list[str]) -> list[str]:
     return lines
 
 
+def _kernels(header: str) -> list[str]:
+    return [c.strip() for c in header.strip().strip("|").split("|")][2:]
+
+
+def _columns(row: str, have: list[str], want: list[str]) -> str:
+    """A table's row laid out in the block's kernel columns ("-" where the pass had none)."""
+    if set(have) - set(want):
+        raise ValueError(f"the pass's kernels {', '.join(have)} are not all among the block's: {', '.join(want)}")
+    cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
+    by = dict(zip(have, cells[2:]))
+    return "| " + " | ".join([*cells[:2], *(by.get(k, "-").strip() for k in want)]) + " |"
+
+
 def _over(new: str, old: str | None) -> str:
     """A bug's new row over its old one: a kernel the pass did not run it on ("-") keeps the old row's cell."""
     if old is None:
@@ -85,8 +98,11 @@ def merge(doc: str, table: str, pass_lines: list[str], block: str = "") -> str:
     block = lines[start + 1:end]
     head = [x for x in block if x.startswith("|") and not ROW.match(x)][:2]
     new = [x for x in table.split("\n") if ROW.match(x)]
+    theirs = [x for x in table.split("\n") if x.startswith("|") and not ROW.match(x)][:2]
     if not head:
-        head = [x for x in table.split("\n") if x.startswith("|") and not ROW.match(x)][:2]
+        head = theirs
+    elif theirs and new:
+        new = [_columns(x, _kernels(theirs[0]), _kernels(head[0])) for x in new]
     rows = {ROW.match(x)[1]: x for x in block if ROW.match(x)}
     rows.update({ROW.match(x)[1]: _over(x, rows.get(ROW.match(x)[1])) for x in new})
     merged = [rows[k] for k in sorted(rows)]

@@ -84,3 +84,14 @@ def test_a_pass_on_fewer_kernels_keeps_the_other_kernels_cells_of_its_bugs():
     [row] = [x for x in out.split("\n") if x.startswith("| aaaaaaaaaaaa")]
     assert row == ("| aaaaaaaaaaaa | INFO: task hung in a | reproduced (title) 3/3 | "
                    "not in the kernel: filesystem sysv |")
+
+
+def test_a_pass_over_other_kernels_fills_their_columns_by_name_and_keeps_the_rest():
+    table = ("| bug | syzbot's title | debian:7.3.4 |\n| --- | --- | --- |\n"
+             "| aaaaaaaaaaaa | INFO: task hung in a | not in the kernel: filesystem sysv |\n")
+    out = syzbot_rows.merge(DOC, table, ["- pass x:"])
+    [row] = [x for x in out.split("\n") if x.startswith("| aaaaaaaaaaaa")]
+    assert row == ("| aaaaaaaaaaaa | INFO: task hung in a | reproduced (title) 3/3 | "
+                   "not in the kernel: filesystem sysv |")
+    with pytest.raises(ValueError, match="not all among the block's"):
+        syzbot_rows.merge(DOC, table.replace("debian:7.3.4", "debian:7.2.13"), ["- pass x:"])
