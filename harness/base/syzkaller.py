@@ -176,8 +176,22 @@ class FetchError(LookupError):
 
 
 def dashboard() -> str:
-    """The dashboard's address (KSTALL_SYZBOT_URL: a mirror, or a test's)."""
+    """The dashboard's address (KSTALL_SYZBOT_URL: a mirror, or a test's; file:///DIR a directory of
+    reproducers in syzkaller-repros' form, ID.c with ID.json beside, for a CI without internet)."""
     return os.environ.get("KSTALL_SYZBOT_URL", DASHBOARD).rstrip("/")
+
+
+def _from_directory(ident: str, mirror: Path, into: Path) -> Path:
+    """The bug's program and record from a directory of syzbot's reproducers, as fetch keeps them."""
+    src = mirror / f"{ident}.c"
+    if not src.is_file() or read_header(src) is None:
+        raise FetchError(f"syzbot:{ident}: {mirror} has no reproducer {src.name} with syzkaller's header")
+    into.mkdir(parents=True, exist_ok=True)
+    rec = mirror / f"{ident}.json"
+    if rec.is_file():  # a record-less collection (the 2022 snapshot's) keeps only the program
+        paths.write_atomic(into / rec.name, rec.read_bytes())
+    paths.write_atomic(into / src.name, src.read_bytes())
+    return into / src.name
 
 
 def _get(url: str) -> bytes:
@@ -203,6 +217,8 @@ def fetch(ident: str, into: Path) -> Path:
     src, rec = into / f"{ident}.c", into / f"{ident}.json"
     if src.is_file() and rec.is_file():
         return src
+    if dashboard().startswith("file://"):
+        return _from_directory(ident, Path(dashboard().removeprefix("file://")), into)
     key = "id" if len(ident) == 40 else "extid"
     link = f"{dashboard()}/bug?{key}={ident}"
     try:

@@ -110,3 +110,19 @@ def merge(doc: str, table: str, pass_lines: list[str], block: str = "") -> str:
     body = [*head, *merged, "", f"{len(merged)} bugs", "", *counts(head[0], merged),
             *[x for p in kept.values() for x in p]]
     return "\n".join(lines[:start + 1] + body + lines[end:])
+
+
+def blocks(doc: str) -> list[tuple[str, list[str], dict[str, list[str]]]]:
+    """Every rows block of doc: its name, its kernel columns, and each bug's
+    cells in their order, by its 12-digit id."""
+    out: list[tuple[str, list[str], dict[str, list[str]]]] = []
+    lines = doc.split("\n")
+    for i, x in enumerate(lines):
+        if not x.startswith(START) or x.startswith(END):
+            continue
+        body = next((lines[i + 1:j] for j in range(i + 1, len(lines)) if lines[j].startswith(END)), [])
+        head = next((r for r in body if r.startswith("|") and not ROW.match(r)), "")
+        rows = {m[1]: [c.strip() for c in r.strip().strip("|").split(" | ")][2:]
+                for r in body if (m := ROW.match(r))}
+        out.append((x[len(START):].strip(" ->"), _kernels(head) if head else [], rows))
+    return out

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0
 """ci/syzbot-hangs.toml, the regression suite a distro's CI runs, written
-from what the benchmark measured (tests/bench/syzbot_repros.py's states)
+from what the benchmark measured (tests/bench/syzbot_repros.py's states, or
+the rows repro/README.md keeps of them, the newest word on a kernel counting)
 and the fix hunts over Debian's versions (`kstall bisect debian`'s
 bisect.json): every bug kstall reproduced with syzbot's title on a Debian
 kernel, fetched by its id as its cell runs.
@@ -15,13 +16,18 @@ Each kernel's expectation for a bug, from its tries there:
                   the hang did not come, not that it cannot, and a hang in
                   1 of 3 would make a CI red one time in two.
 
-  tests/bench/syzbot_suite.py --from STATE CORPUS [--from ...] [--bisections ROOT]... [--out FILE]
+  tests/bench/syzbot_suite.py --from STATE|DOC CORPUS [--from ...] [--bisections ROOT]... [--keep FILE]
+                              [--out FILE]
+
+  e.g. --from repro/README.md CORPUS --from STATE CORPUS --keep ci/syzbot-hangs.toml --out ci/syzbot-hangs.toml
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,14 +36,18 @@ sys.path.insert(0, str(REPO))
 from harness.base import reproducers, syzkaller  # noqa: E402
 from harness.reports.views import line_version  # noqa: E402
 import syzbot_repros  # noqa: E402  (beside this file)
+import syzbot_rows  # noqa: E402
 
 HEAD = """\
 # syzbot's hang bugs kstall reproduced with syzbot's own title on Debian's
 # kernels: the regression suite a distro's CI runs (ci/README.md). Each bug's
 # C reproducer and record are fetched from syzbot's dashboard by its id as its
-# cell runs (`syzbot = ID`), so the suite needs internet, not a corpus.
+# cell runs (`syzbot = ID`), so the suite needs internet, not a corpus; without
+# it, KSTALL_SYZBOT_URL=file:///DIR reads them from a directory of ID.c and ID.json.
 # Written by tests/bench/syzbot_suite.py from the benchmark's runs (120 s a run,
-# up to 3 tries where one hung) and its fix hunts; run it again to refresh.
+# up to 3 tries where one hung), the rows repro/README.md keeps of them (the
+# newest run of a bug on a kernel counts) and its fix hunts; entries kept by
+# hand (--keep) stay as written. Run it again to refresh.
 #   vulnerable      syzbot's title in at least half of the kernel's tries
 #   not_reproduced  at or after the release line's first version without it (fixed_in)
 #   any             a clean run (no P(miss)), or a hang in 1 of 3
@@ -54,6 +64,35 @@ def cells(state: Path) -> dict[tuple[str, str], list[dict]]:
                                                                       int(p.stem.rsplit("__", 1)[1]))):
         c = json.loads(p.read_text())
         out.setdefault((c["bug"], c["kernel"]), []).append(c)
+    return out
+
+
+def told(text: str) -> list[dict]:
+    """A kept column's tries, as far as its words say them (syzbot_repros.cell_text's):
+    "reproduced (how) k/n" and "different: ... k/n" hung k times in n (the other
+    tries unknown), "not reproduced" ran clean, "-" did not run, the rest did not tell."""
+    n = re.search(r" (\d+)/(\d+)(?:;.*)?$", text)
+    k, of = (int(n[1]), int(n[2])) if n else (1, 1)
+    m = re.match(r"reproduced \((\w+)\)", text)
+    if m or text.startswith("different: "):
+        hang = {"verdict": "VULNERABLE", "matched": {"how": m[1]} if m else None, "text": text}
+        return [hang] * k + [{"verdict": "", "text": text}] * (of - k)
+    if text in ("", "-"):
+        return []
+    return [{"verdict": "NOT_REPRODUCED" if text.startswith("not reproduced") else "", "text": text}]
+
+
+def rows_cells(doc: Path, corpus: Path) -> dict[tuple[str, str], list[dict]]:
+    """The tries of every rows block a document keeps (repro/README.md: the
+    benchmark's state goes with a machine, the document stays), by (bug, kernel);
+    a later block's word on a kernel replaces an earlier's (a document adds its blocks as it goes)."""
+    ids = {h.bug_id[:12]: h.bug_id for _, h in syzbot_repros.sample(corpus)}
+    out: dict[tuple[str, str], list[dict]] = {}
+    for _, kernels, rows in syzbot_rows.blocks(doc.read_text()):
+        for short, columns in rows.items():
+            for k, text in zip(kernels, columns):
+                if short in ids and (t := told(text)):
+                    out[(ids[short], k)] = t
     return out
 
 
@@ -89,18 +128,46 @@ def expectation(tries: list[dict], kernel: str, fixed_in: list[str]) -> str:
     return "any"
 
 
-def suite(sources: list[tuple[Path, Path]], bisections: list[Path]) -> str:
+def column(tries: list[dict]) -> str:
+    """A kernel's word on a bug in the suite's comment: a kept block's words as they were, a state's tries told."""
+    texts = list(dict.fromkeys(t["text"] for t in tries if "text" in t))
+    state = [t for t in tries if "text" not in t]
+    return ", then ".join(texts + ([syzbot_repros.cell_text(state, waits=False)] if state else []))
+
+
+def kept(path: Path, made: set[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """An existing suite's reproducers that no measurement made (an entry kept by
+    hand, with its comment): their paragraphs, and each kernel's expectations of them."""
+    if not path.is_file():
+        return [], {}
+    text = path.read_text()
+    doc = tomllib.loads(text)
+    ids = [str(r.get("syzbot", "")) for r in doc.get("reproducer", []) if r.get("syzbot") not in made]
+    names = {reproducers.guest_name("syz-" + i[:12]) for i in ids}
+    paragraphs = [x.strip("\n") for x in text.split("\n\n")]
+    out = [next(x for x in paragraphs if f'syzbot = "{i}"' in x) for i in ids]
+    expects = {k["spec"]: {n: e for n, e in k.get("expect", {}).items() if n in names} for k in doc.get("kernel", [])}
+    return out, expects
+
+
+def suite(sources: list[tuple[Path, Path]], bisections: list[Path], keep: Path | None = None) -> str:
+    """sources: (a benchmark state or a document with rows blocks, the corpus its bugs came from), oldest
+    first: a later source's tries of a bug on a kernel replace an earlier's, as today's code replaces older."""
     found = fixes_found(bisections)
+    tried: dict[tuple[str, str], list[dict]] = {}
+    for source, corpus in sources:
+        tried.update(rows_cells(source, corpus) if source.is_file() else cells(source))
     bugs, kernels = [], set()
-    for state, corpus in sources:
-        tried = cells(state)
-        for path, h in syzbot_repros.sample(corpus):
-            mine = {k: t for (b, k), t in tried.items() if b == h.bug_id}
-            if any(t.get("matched") for ts in mine.values() for t in ts):
-                bugs.append((path, h, mine))
-                kernels |= set(mine)
+    for path, h in {h.bug_id: (p, h) for _, corpus in sources for p, h in syzbot_repros.sample(corpus)}.values():
+        mine = {k: t for (b, k), t in tried.items() if b == h.bug_id}
+        if any(t.get("matched") for ts in mine.values() for t in ts):
+            bugs.append((path, h, mine))
+            kernels |= set(mine)
+    hand, theirs = kept(keep, {h.bug_id for _, h, _ in bugs}) if keep else ([], {})
+    kernels |= {k for k, e in theirs.items() if e}
     order = sorted(kernels, key=lambda k: (line_version(k) or ("", ()))[1])
-    out, expects = [HEAD], {k: {} for k in order}
+    out, expects = [HEAD], {k: dict(theirs.get(k, {})) for k in order}
+    out += ["\n" + x for x in hand]
     for path, h, mine in sorted(bugs, key=lambda b: b[1].bug_id):
         name = reproducers.guest_name("syz-" + h.bug_id[:12])
         record = syzkaller.record_beside(path) or {}
@@ -108,7 +175,7 @@ def suite(sources: list[tuple[Path, Path]], bisections: list[Path]) -> str:
         hunt = found.get(h.bug_id, {"fixed_in": [], "changelog": []})
         out.append(f"\n# {h.bug_id[:12]} \"{h.title}\" (syzbot: {h.status}"
                    + (f"; upstream fix: {fix}" if fix else "") + ")")
-        out += [f"#   {k}: {syzbot_repros.cell_text(mine[k], waits=False)}" for k in order if k in mine]
+        out += [f"#   {k}: {column(mine[k])}" for k in order if k in mine]
         out += [f"#   fixed in {v}: {c}" for v, c in zip(hunt["fixed_in"], hunt["changelog"])]
         out.append(f'[[reproducer]]\nsyzbot = "{h.bug_id}"\nduration = 120')
         if fix:
@@ -126,12 +193,14 @@ def suite(sources: list[tuple[Path, Path]], bisections: list[Path]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--from", dest="sources", nargs=2, action="append", type=Path, metavar=("STATE", "CORPUS"),
-                    required=True, help="a benchmark state and the reproducers it ran (repeatable)")
+                    required=True, help="a benchmark state, or a document keeping its rows blocks "
+                    "(repro/README.md), and the reproducers it ran (repeatable)")
     ap.add_argument("--bisections", action="append", type=Path, default=[],
                     help="a results root holding `kstall bisect debian` runs (repeatable)")
+    ap.add_argument("--keep", type=Path, help="an existing suite: its reproducers no source made stay, as written")
     ap.add_argument("--out", type=Path, help="write the suite here (default: print it)")
     args = ap.parse_args()
-    text = suite([(s, c) for s, c in args.sources], args.bisections)
+    text = suite([(s, c) for s, c in args.sources], args.bisections, args.keep)
     if args.out:
         args.out.write_text(text)
         print(f"wrote {args.out}")

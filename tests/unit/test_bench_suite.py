@@ -59,3 +59,30 @@ def test_the_suite_holds_every_reproduced_bug_with_what_each_kernel_must_show(tm
     assert m.kernels == ["debian:6.1.170", "debian:6.1.192", "debian:6.12.118", "debian:7.3.4"]
     assert m.about["syz-aaaa00000000"] == {"fixed_in": ["debian:6.1.176"]}
     assert "#   fixed in debian:6.1.176: the record names no fix; 1 of 9 entries" in text
+
+
+def test_the_suite_is_written_from_the_documents_rows_and_keeps_what_was_kept_by_hand(tmp_path):
+    """The state goes with a machine, the document's rows blocks stay: the suite
+    is made from them too, a later block's word on a kernel over an earlier's
+    (today's code over older), and an entry no measurement made stays as written."""
+    doc = tmp_path / "README.md"
+    doc.write_text("\n".join([
+        "<!-- rows old -->", "| bug | syzbot's title | debian:6.1.170 | debian:6.12.118 |", "| --- | --- | --- | --- |",
+        "| aaaa00000000 | t | reproduced (title) 2/3 | reproduced (stack) 3/3 |",
+        "| bbbb00000000 | t | different: INFO: task hung in x 3/3 | not reproduced (120 s; reached: open) |",
+        "<!-- /rows -->", "", "<!-- rows newest -->", "| bug | syzbot's title | debian:6.12.118 | debian:7.3.4 |",
+        "| --- | --- | --- | --- |", "| aaaa00000000 | t | not reproduced (120 s; reached: open) | - |",
+        "<!-- /rows -->", ""]))
+    old = tmp_path / "old.toml"
+    old.write_text('# head\n\n# kept by hand: why\n[[reproducer]]\n'
+                   'syzbot = "0660ec96c45e609f07f6a7a08f343f23b21ae1e7"\nduration = 150\n\n'
+                   '[[kernel]]\nspec = "debian:6.17.8"\nexpect = { syz-0660ec96c45e = "not_reproduced" }\n')
+    text = syzbot_suite.suite([(doc, PROGRAMS)], [], keep=old)
+    f = tmp_path / "syzbot-hangs.toml"
+    f.write_text(text)
+    m = matrix_file.load(f)
+    assert m.reproducers == ["syz-0660ec96c45e", "syz-aaaa00000000"]  # bbbb hung otherwise: not in the suite
+    assert {(c.kernel, c.reproducer): c.expect for c in m.cells if c.expect != "any"} == {
+        ("debian:6.1.170", "syz-aaaa00000000"): "vulnerable", ("debian:6.17.8", "syz-0660ec96c45e"): "not_reproduced"}
+    assert "# kept by hand: why" in text and "#   debian:6.12.118: not reproduced (120 s; reached: open)" in text
+    assert m.kernels == ["debian:6.1.170", "debian:6.12.118", "debian:6.17.8"]  # 7.3.4 ran nothing

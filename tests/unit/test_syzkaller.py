@@ -403,6 +403,23 @@ def test_syzbot_id_fetches_the_reproducer_and_its_record_once(tmp_path, monkeypa
         reproducers.resolve("syzbot:bbbb0000000000000002")
 
 
+def test_a_directory_mirror_serves_syzbot_ids_without_internet(tmp_path, monkeypatch):
+    """KSTALL_SYZBOT_URL=file:///DIR: a CI without internet runs a suite of
+    syzbot ids from a directory of reproducers in syzkaller-repros' form."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "aaaa0000000000000001.c").write_text((PROGRAMS / "pipe_hang.c").read_text())
+    (mirror / "aaaa0000000000000001.json").write_text(json.dumps(BUG))
+    (mirror / "bbbb0000000000000002.c").write_text("int main(void) { return 0; }\n")  # no header
+    monkeypatch.setenv("KSTALL_SYZBOT_URL", f"file://{mirror}")
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
+    r = reproducers.resolve("syzbot:aaaa0000000000000001")
+    assert r.syzbot["title"] == "INFO: task hung in pipe_write" and r.syzbot["record"]["id"] == BUG["id"]
+    for missing in ("bbbb0000000000000002", "cccc0000000000000003"):
+        with pytest.raises(reproducers.ReproducerError, match="has no reproducer"):
+            reproducers.resolve(f"syzbot:{missing}")
+
+
 def test_a_dashboards_title_goes_into_the_program_as_one_comment_line(tmp_path, monkeypatch):
     """syzbot:ID writes the record's title into a // line of a program the
     host compiles: a newline in it once put code into the program."""
