@@ -211,13 +211,26 @@ def completed(f: Findings) -> Verdict:
     unmet = unmet_requirements(f)
     if unmet:  # every one of them, not the first; with the P(miss) when that is one
         about_pmiss = any(not u.startswith("path ") for u in unmet)
-        return Verdict(VerdictKind.INCONCLUSIVE, "; ".join(unmet), p_miss=pmiss if about_pmiss else {})
+        return short_of_passes(Verdict(VerdictKind.INCONCLUSIVE, "; ".join(unmet),
+                                       p_miss=pmiss if about_pmiss else {}), f)
     ran = f"{count} {repro.count_name} without a hang{f' ({f.ended_by})' if f.ended_by else ''}"
     if (starved := starved_run(f, ran)) is not None:
         return starved
     return weakened(Verdict(VerdictKind.NOT_REPRODUCED, f"{ran}; {pmiss.get('text', '')}",
                             summary=f"{count} {repro.count_name}, {pmiss.get('text', 'P(miss) unknown')}",
                             confidence="high" if (pmiss.get("p_miss_log10") or 0) <= -6 else "low", p_miss=pmiss), f)
+
+
+def short_of_passes(v: Verdict, f: Findings) -> Verdict:
+    """A run short of its passes that the host's delay explains (at the rate
+    its vCPUs had while they ran, the time would have given them all) is
+    the host's doing, not the kernel's: said so, and tried again."""
+    share = f.host_share
+    if 0 < f.count < f.repro.min_count and share is not None and 0 < share < 1 \
+            and f.count / (1 - share) >= f.repro.min_count:
+        v.reason += f" (the host kept the vCPUs waiting {share:.0%} of the run: its delay, not the kernel's)"
+        v.retry = Retry.HOST_DELAY
+    return v
 
 
 def starved_run(f: Findings, ran: str) -> Verdict | None:

@@ -48,6 +48,7 @@ class Findings:
     silences: list[dict] = field(default_factory=list)
     # the kernel detectors' reports, each thing they said was stuck (candidates.py to_json)
     candidates: list[dict] = field(default_factory=list)
+    host_share: float | None = None     # how much of the run the host kept the vCPUs waiting (measured)
 
     @property
     def stalled(self) -> bool:

@@ -194,6 +194,21 @@ def test_an_inconclusive_run_states_every_requirement_it_missed():
     assert f"path exercised only 403 times (< {REPRO.min_count})" in v.reason and "above the target 1e-09" in v.reason
 
 
+def test_a_run_short_of_its_passes_by_the_hosts_delay_is_tried_again_and_one_short_by_the_kernel_is_not():
+    """Four kstalls on 2 cores: perf-refresh ran 7,227 REFRESH cycles of its
+    10,000 in its time, the host keeping its vCPUs waiting 40% of it. At the
+    rate they had while they ran, the time held them all: the host's delay,
+    retried. The same count with the host idle is the run's own."""
+    def run(share):
+        return decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=_ran(1), count=7227,
+                               pmiss=pmiss.p_miss(None, 7227, "REFRESH cycles"), host_share=share))
+    busy, quiet = run(0.4), run(0.02)
+    assert busy.verdict == quiet.verdict == "INCONCLUSIVE"
+    assert busy.retry == "host delay" and "waiting 40% of the run: its delay, not the kernel's" in busy.reason
+    assert quiet.retry is None and "waiting" not in quiet.reason
+    assert run(0.1).retry is None  # 7227 / 0.9 is still short of 10,000: not the host's alone
+
+
 def test_a_bisection_judges_a_step_by_the_calibration_for_the_accelerator_it_ran_under():
     from harness.drivers.bisect.steps import StepPolicy
     from harness.drivers.options import Options
