@@ -85,10 +85,10 @@ def _cached(r: Firmware) -> tuple[Path, str] | None:
 def _unpacked(r: Firmware, progress: Progress | None) -> tuple[Path, str]:
     """The directory holding r's files (fetched and unpacked once per .deb),
     and the .deb's name. When apt cannot say or fetch the package's newest
-    (no network, a mirror in mid-sync), the newest one kept serves."""
+    (no network, a mirror in mid-sync) or its .deb cannot be read, the newest one kept serves."""
     try:
         return _fetched(r, progress)
-    except (SpecError, OSError, subprocess.SubprocessError):
+    except (SpecError, OSError, subprocess.SubprocessError, tarfile.TarError):
         if (kept := _cached(r)) is not None:
             return kept
         raise

@@ -79,6 +79,21 @@ def test_without_apt_the_newest_kept_package_serves(tmp_path, monkeypatch):
     assert firmware.files([row])[1][0].package == "firmware-ath9k-htc_1.4.0-1_all.deb"  # the one with every file
 
 
+def test_a_package_that_cannot_be_read_leaves_the_kept_one_serving(tmp_path, monkeypatch):
+    import tarfile
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
+    [row] = firmware.table()
+    d = tmp_path / "firmware" / "firmware-ath9k-htc_1.4.0-1_all"
+    for name in row.files:
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_bytes(b"kept")
+
+    def damaged(r, progress):
+        raise tarfile.ReadError("truncated header")
+    monkeypatch.setattr(firmware, "_fetched", damaged)
+    assert firmware.files([row])[1][0].package == "firmware-ath9k-htc_1.4.0-1_all.deb"
+
+
 def test_a_run_goes_on_without_firmware_it_cannot_have(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
