@@ -287,3 +287,36 @@ def test_a_test_device_whose_kernel_has_no_headers_package_left_is_a_need_naming
     assert c.needs[0].endswith("a test device kstall could not build for it: its headers package, "
                                "linux-headers-6.16.3+deb13-amd64 6.16.3-1~bpo13+1, is not in Debian's suites "
                                "(any more)"), c.needs
+
+
+def test_each_tree_image_has_its_own_mount_modules_and_an_older_one_takes_the_shared_ones(tmp_path, monkeypatch):
+    """The raw_gadget tree is <key>.raw_gadget.ext4 with <key>.raw_gadget.mount-TAG;
+    a tree made before each image had its own mount modules copies the shared
+    ones (the same modules) instead of reading the whole package again."""
+    from images.kernels import module_tree, test_modules
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
+    kernel = Kernel("debian:6.1.170", "6.1.0-37-amd64", tmp_path / "vmlinuz", "ab" * 32)
+    ko = tmp_path / "raw_gadget.ko"
+    monkeypatch.setattr(test_modules, "built", lambda k: [test_modules.Built("raw_gadget", ko=str(ko))])
+    made: list[Path] = []
+
+    def make(kernel, out, mount_with, mount_dir, progress, extra):
+        made.append(out)
+        out.write_bytes(b"ext4")
+        mount_dir.mkdir(parents=True, exist_ok=True)
+        (mount_dir / "order").write_text("virtio_blk ext4\n")
+    monkeypatch.setattr(module_tree, "_make", make)
+    d = tmp_path / "modtrees"
+    d.mkdir(parents=True, exist_ok=True)
+    stem = f"x86_64-{'ab' * 32}"
+    (d / f"{stem}.raw_gadget.ext4").write_bytes(b"ext4")  # made before: its mount modules were the shared ones
+    tag = module_tree.hashlib.sha256(b"virtio_blk ext4").hexdigest()[:8]
+    (d / f"{stem}.mount-{tag}").mkdir()
+    (d / f"{stem}.mount-{tag}" / "order").write_text("virtio_blk ext4\n")
+    disk = module_tree.image(kernel, ("virtio_blk", "ext4"))
+    assert made == [] and disk.image == d / f"{stem}.raw_gadget.ext4"
+    assert disk.mount == [d / f"{stem}.raw_gadget.mount-{tag}" / "virtio_blk.ko",
+                          d / f"{stem}.raw_gadget.mount-{tag}" / "ext4.ko"]
+    monkeypatch.setattr(test_modules, "built", lambda k: [])
+    (d / f"{stem}.mount-{tag}" / "order").unlink()  # the plain tree's, made again, under its own name
+    assert module_tree.image(kernel, ("virtio_blk", "ext4")).image == d / f"{stem}.ext4" and made == [d / f"{stem}.ext4"]
