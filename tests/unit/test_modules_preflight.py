@@ -319,4 +319,5 @@ def test_each_tree_image_has_its_own_mount_modules_and_an_older_one_takes_the_sh
                           d / f"{stem}.raw_gadget.mount-{tag}" / "ext4.ko"]
     monkeypatch.setattr(test_modules, "built", lambda k: [])
     (d / f"{stem}.mount-{tag}" / "order").unlink()  # the plain tree's, made again, under its own name
-    assert module_tree.image(kernel, ("virtio_blk", "ext4")).image == d / f"{stem}.ext4" and made == [d / f"{stem}.ext4"]
+    assert module_tree.image(kernel, ("virtio_blk", "ext4")).image == d / f"{stem}.ext4"
+    assert made == [d / f"{stem}.ext4"]
