@@ -222,11 +222,15 @@ def completed(f: Findings) -> Verdict:
 
 
 def short_of_passes(v: Verdict, f: Findings) -> Verdict:
-    """A run short of its passes that the host's delay explains (at the rate
-    its vCPUs had while they ran, the time would have given them all) is
-    the host's doing, not the kernel's: said so, and tried again."""
+    """A run its time ended short of its passes, where the host's delay
+    explains the shortfall (at the rate its vCPUs had while they ran, the
+    time would have given them all), is the host's doing, not the kernel's:
+    said so, and tried again. Not a run that did the passes it was asked
+    for (--count below the minimum), nor one the kernel starved."""
     share = f.host_share
-    if 0 < f.count < f.repro.min_count and share is not None and 0 < share < 1 \
+    by_time = not (f.count_target and f.count >= f.count_target)
+    starved = f.starvation is not None and f.starvation.mostly
+    if by_time and not starved and 0 < f.count < f.repro.min_count and share is not None and 0 < share < 1 \
             and f.count / (1 - share) >= f.repro.min_count:
         v.reason += f" (the host kept the vCPUs waiting {share:.0%} of the run: its delay, not the kernel's)"
         v.retry = Retry.HOST_DELAY

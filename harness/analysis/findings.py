@@ -49,6 +49,7 @@ class Findings:
     # the kernel detectors' reports, each thing they said was stuck (candidates.py to_json)
     candidates: list[dict] = field(default_factory=list)
     host_share: float | None = None     # how much of the run the host kept the vCPUs waiting (measured)
+    count_target: int = 0               # the passes the run was asked for (0: as many as its time gives)
 
     @property
     def stalled(self) -> bool:

@@ -14,6 +14,7 @@ run in syzkaller's guest environment (repro/syzkaller/environment.toml).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -182,10 +183,15 @@ def dashboard() -> str:
 
 
 def _from_directory(ident: str, mirror: Path, into: Path) -> Path:
-    """The bug's program and record from a directory of syzbot's reproducers, as fetch keeps them."""
+    """The bug's program and record from a directory of syzbot's reproducers,
+    read each time (a directory may hold another program than the dashboard's
+    first crash's), kept apart from the dashboard's under a name of its own."""
     src = mirror / f"{ident}.c"
-    if not src.is_file() or read_header(src) is None:
-        raise FetchError(f"syzbot:{ident}: {mirror} has no reproducer {src.name} with syzkaller's header")
+    head = read_header(src) if src.is_file() else None
+    if head is None or head.bug_id.lower() != ident:
+        raise FetchError(f"syzbot:{ident}: {mirror} has no reproducer {src.name} with syzkaller's header naming "
+                         "this bug")
+    into = into / ("directory-" + hashlib.sha256(str(mirror.resolve()).encode()).hexdigest()[:12])
     into.mkdir(parents=True, exist_ok=True)
     rec = mirror / f"{ident}.json"
     if rec.is_file():  # a record-less collection (the 2022 snapshot's) keeps only the program
@@ -214,11 +220,11 @@ def fetch(ident: str, into: Path) -> Path:
     ident = ident.strip().lower()
     if not _IDENT.fullmatch(ident):
         raise FetchError(f"syzbot:{ident}: give the bug's id or extid (hex), as its dashboard link has it")
+    if dashboard().startswith("file://"):
+        return _from_directory(ident, Path(dashboard().removeprefix("file://")), into)
     src, rec = into / f"{ident}.c", into / f"{ident}.json"
     if src.is_file() and rec.is_file():
         return src
-    if dashboard().startswith("file://"):
-        return _from_directory(ident, Path(dashboard().removeprefix("file://")), into)
     key = "id" if len(ident) == 40 else "extid"
     link = f"{dashboard()}/bug?{key}={ident}"
     try:

@@ -207,6 +207,9 @@ def test_a_run_short_of_its_passes_by_the_hosts_delay_is_tried_again_and_one_sho
     assert busy.retry == "host delay" and "waiting 40% of the run: its delay, not the kernel's" in busy.reason
     assert quiet.retry is None and "waiting" not in quiet.reason
     assert run(0.1).retry is None  # 7227 / 0.9 is still short of 10,000: not the host's alone
+    asked = decide(Findings(Outcome("done", "exited 0", 0), REPRO, ktap=_ran(1), count=7227,
+                            pmiss=pmiss.p_miss(None, 7227, "REFRESH cycles"), host_share=0.4, count_target=5000))
+    assert asked.retry is None  # --count 5000 ended it, not its time
 
 
 def test_a_bisection_judges_a_step_by_the_calibration_for_the_accelerator_it_ran_under():

@@ -411,11 +411,17 @@ def test_a_directory_mirror_serves_syzbot_ids_without_internet(tmp_path, monkeyp
     (mirror / "aaaa0000000000000001.c").write_text((PROGRAMS / "pipe_hang.c").read_text())
     (mirror / "aaaa0000000000000001.json").write_text(json.dumps(BUG))
     (mirror / "bbbb0000000000000002.c").write_text("int main(void) { return 0; }\n")  # no header
+    (mirror / "dddd0000000000000004.c").write_text((PROGRAMS / "pipe_hang.c").read_text())  # another bug's
     monkeypatch.setenv("KSTALL_SYZBOT_URL", f"file://{mirror}")
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path / "cache"))
+    # the dashboard's copy of the same id, kept from an earlier fetch, is not what the directory serves
+    (tmp_path / "cache" / "syzbot").mkdir(parents=True)
+    (tmp_path / "cache" / "syzbot" / "aaaa0000000000000001.c").write_text("// another program\n")
+    (tmp_path / "cache" / "syzbot" / "aaaa0000000000000001.json").write_text("{}")
     r = reproducers.resolve("syzbot:aaaa0000000000000001")
     assert r.syzbot["title"] == "INFO: task hung in pipe_write" and r.syzbot["record"]["id"] == BUG["id"]
-    for missing in ("bbbb0000000000000002", "cccc0000000000000003"):
+    assert (tmp_path / "cache" / "syzbot" / "aaaa0000000000000001.c").read_text() == "// another program\n"
+    for missing in ("bbbb0000000000000002", "cccc0000000000000003", "dddd0000000000000004"):
         with pytest.raises(reproducers.ReproducerError, match="has no reproducer"):
             reproducers.resolve(f"syzbot:{missing}")
 
