@@ -44,6 +44,8 @@ HEAD = """\
 # C reproducer and record are fetched from syzbot's dashboard by its id as its
 # cell runs (`syzbot = ID`), so the suite needs internet, not a corpus; without
 # it, KSTALL_SYZBOT_URL=file:///DIR reads them from a directory of ID.c and ID.json.
+# The dashboard serves the bug's first crash's reproducer, which may be another
+# program than the collection's that was measured.
 # Written by tests/bench/syzbot_suite.py from the benchmark's runs (120 s a run,
 # up to 3 tries where one hung), the rows repro/README.md keeps of them (the
 # newest run of a bug on a kernel counts) and its fix hunts; entries kept by
@@ -135,17 +137,29 @@ def column(tries: list[dict]) -> str:
     return ", then ".join(texts + ([syzbot_repros.cell_text(state, waits=False)] if state else []))
 
 
-def kept(path: Path, made: set[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """An existing suite's reproducers that no measurement made (an entry kept by
-    hand, with its comment): their paragraphs, and each kernel's expectations of them."""
+GENERATED = re.compile(r'^# [0-9a-f]{12} "', re.M)  # the comment suite() opens a bug's paragraph with
+
+
+def kept(path: Path, measured: set[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """An existing suite's entries kept by hand (with their comment): their
+    paragraphs, and each kernel's expectations of them. An entry this script
+    wrote, or one of a bug the sources measured, is not kept: it is made
+    again from the newest measurements, or goes with them."""
     if not path.is_file():
         return [], {}
     text = path.read_text()
     doc = tomllib.loads(text)
-    ids = [str(r.get("syzbot", "")) for r in doc.get("reproducer", []) if r.get("syzbot") not in made]
-    names = {reproducers.guest_name("syz-" + i[:12]) for i in ids}
     paragraphs = [x.strip("\n") for x in text.split("\n\n")]
-    out = [next(x for x in paragraphs if f'syzbot = "{i}"' in x) for i in ids]
+    out, names = [], set()
+    for r in doc.get("reproducer", []):
+        ident = str(r.get("syzbot", ""))
+        if not ident:
+            raise ValueError(f"{path}: a [[reproducer]] without syzbot = ID ({r}): the suite holds syzbot's bugs")
+        para = next((x for x in paragraphs if re.search(rf'^syzbot = "{ident}"$', x, re.M)), "")
+        if ident in measured or not para or GENERATED.search(para):
+            continue
+        out.append(para)
+        names.add(r.get("name") or reproducers.guest_name("syz-" + ident[:12]))
     expects = {k["spec"]: {n: e for n, e in k.get("expect", {}).items() if n in names} for k in doc.get("kernel", [])}
     return out, expects
 
@@ -163,7 +177,7 @@ def suite(sources: list[tuple[Path, Path]], bisections: list[Path], keep: Path |
         if any(t.get("matched") for ts in mine.values() for t in ts):
             bugs.append((path, h, mine))
             kernels |= set(mine)
-    hand, theirs = kept(keep, {h.bug_id for _, h, _ in bugs}) if keep else ([], {})
+    hand, theirs = kept(keep, {b for b, _ in tried}) if keep else ([], {})
     kernels |= {k for k, e in theirs.items() if e}
     order = sorted(kernels, key=lambda k: (line_version(k) or ("", ()))[1])
     out, expects = [HEAD], {k: dict(theirs.get(k, {})) for k in order}

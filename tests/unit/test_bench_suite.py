@@ -86,3 +86,8 @@ def test_the_suite_is_written_from_the_documents_rows_and_keeps_what_was_kept_by
         ("debian:6.1.170", "syz-aaaa00000000"): "vulnerable", ("debian:6.17.8", "syz-0660ec96c45e"): "not_reproduced"}
     assert "# kept by hand: why" in text and "#   debian:6.12.118: not reproduced (120 s; reached: open)" in text
     assert m.kernels == ["debian:6.1.170", "debian:6.12.118", "debian:6.17.8"]  # 7.3.4 ran nothing
+    # made again from itself: the generated entries are made anew, not kept as by hand
+    f.write_text(text.replace("reproduced (title) 2/3", "x"))
+    doc.write_text(doc.read_text().replace("reproduced (title) 2/3", "not reproduced (120 s; reached: open)"))
+    again = syzbot_suite.suite([(doc, PROGRAMS)], [], keep=f)
+    assert "syz-aaaa00000000" not in again and "# kept by hand: why" in again  # aaaa no longer hangs anywhere
