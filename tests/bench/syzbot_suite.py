@@ -170,6 +170,8 @@ def suite(sources: list[tuple[Path, Path]], bisections: list[Path], keep: Path |
     found = fixes_found(bisections)
     tried: dict[tuple[str, str], list[dict]] = {}
     for source, corpus in sources:
+        if not (source.exists() and corpus.is_dir()):
+            raise SystemExit(f"syzbot_suite: no {source if not source.exists() else corpus}")
         tried.update(rows_cells(source, corpus) if source.is_file() else cells(source))
     bugs, kernels = [], set()
     for path, h in {h.bug_id: (p, h) for _, corpus in sources for p, h in syzbot_repros.sample(corpus)}.values():
