@@ -118,6 +118,23 @@ def test_a_killed_debian_bisection_resumes_from_its_kept_directory_with_what_it_
         Resumed.load(tmp_path)
 
 
+def test_a_bisections_runs_are_named_from_its_directory_and_found_after_its_rename(tmp_path):
+    # bisect.json is written while the directory is .NAME.incomplete: a name
+    # from / would point into a directory gone once the bisection ends
+    import json
+    from harness.drivers.bisect.debian import Resumed
+    work = tmp_path / ".20261204-bisect-debian-6.1.170-6.1.192-syz-42986aeeddfd.incomplete"
+    run = work / "runs" / "20261204-debian-6.1.0-47-amd64-syz-42986aeeddfd-6711"
+    step = Step("6.1.170", REPRODUCES, "VULNERABLE", runs=[str(run), "/elsewhere/run-kept-by-hand"])
+    saved = step.to_json(work)
+    assert saved["runs"] == ["runs/20261204-debian-6.1.0-47-amd64-syz-42986aeeddfd-6711", "/elsewhere/run-kept-by-hand"]
+    done = tmp_path / work.name[1:-len(".incomplete")]
+    done.mkdir()
+    (done / "bisect.json").write_text(json.dumps({"old": "6.1.170", "new": "6.1.192", "reproducer": "x.c",
+                                                  "steps": [saved]}))
+    assert Resumed.load(done).steps["6.1.170"].runs == [str(done / "runs" / run.name), "/elsewhere/run-kept-by-hand"]
+
+
 def test_git_output_found_and_ambiguous():
     sha, amb = bisect_git.parse_result((FIXTURES / "found-fix-terms.txt").read_text())
     assert len(sha) == 40 and amb == []

@@ -169,7 +169,7 @@ def run(old: str, new: str, policy: StepPolicy, out: results.RunDir, echo: Calla
                  "prefetch": prefetch, "command": argv or [], "steps": [], "status": "running"}
 
     def save() -> None:
-        doc["steps"] = [s.to_json() for s in b.steps.values()]
+        doc["steps"] = [s.to_json(out.work) for s in b.steps.values()]
         paths.write_atomic(out.work / "bisect.json", json.dumps(doc, indent=2) + "\n")
 
     def test(version: str) -> Step:
@@ -272,7 +272,7 @@ class Resumed:
         if not p.is_file():
             raise FileNotFoundError(f"{directory}: no bisect.json to resume from")
         d = json.loads(p.read_text())
-        return cls(directory, {s["candidate"]: Step(**s) for s in d.get("steps", [])}, d["old"], d["new"],
+        return cls(directory, {s["candidate"]: Step.from_json(s, directory) for s in d.get("steps", [])}, d["old"], d["new"],
                    d["reproducer"])
 
     def teach(self, policy: StepPolicy) -> None:

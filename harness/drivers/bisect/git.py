@@ -250,7 +250,7 @@ class _GitBisection:
 
     def save(self) -> None:
         st = json.loads(self.state_path.read_text())
-        self.doc["steps"] = st.get("steps", [])
+        self.doc["steps"] = [Step.from_json(s).to_json(self.out.work) for s in st.get("steps", [])]
         self.doc["policy"] = st.get("policy", {})
         paths.write_atomic(self.out.work / "bisect.json", json.dumps(self.doc, indent=2) + "\n")
 

@@ -20,7 +20,9 @@ an interrupted bisection resumes where it stopped.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from harness.base.procs import Interrupted
@@ -46,8 +48,20 @@ class Step:
     build_s: float | None = None
     build_cached: bool | None = None
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def to_json(self, base: Path | None = None) -> dict:
+        """base: the bisection's directory, which its run directories are
+        named from: it is renamed when the bisection ends (.NAME.incomplete
+        to NAME) and may be moved, so a name from / would point nowhere."""
+        d = asdict(self)
+        if base is not None:
+            d["runs"] = [os.path.relpath(r, base) if Path(r).is_relative_to(base) else r for r in self.runs]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict, base: Path | None = None) -> "Step":
+        """A step as to_json(base) wrote it, its run directories found again under base."""
+        runs = [str(base / r) if base is not None and not Path(r).is_absolute() else r for r in d.get("runs", [])]
+        return cls(**{**d, "runs": runs})
 
 
 @dataclass
