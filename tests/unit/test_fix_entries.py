@@ -80,3 +80,23 @@ def test_a_subjects_subsystem_is_its_prefix():
     assert fix_entries.subsystem("Revert \"x: y\"") == ""
     assert fix_entries.functions(CONSOLE)[:2] == ["__schedule", "schedule"]
     assert "__mutex_lock" in fix_entries.functions(CONSOLE)
+
+
+def test_a_hang_in_the_vfs_over_an_image_takes_its_candidates_from_the_images_filesystem(tmp_path):
+    # 42986aeeddfd on 6.1.180: rmdir waits for the inode lock it took itself in
+    # vfs_rmdir, on an exFAT image; no frame names exfat, the console does
+    log = CHANGELOG.replace("    - ext4: fix a race in ext4_rename\n",
+                            "    - ext4: fix a race in ext4_rename\n"
+                            "    - exfat: validate cluster allocation bits of the allocation bitmap\n")
+    p = tmp_path / "changelog.Debian.gz"
+    p.write_bytes(gzip.compress(log.encode()))
+    console = ("[   10.9] EXT4-fs (vdb): mounted filesystem with ordered data mode.\n"
+               "[   11.1] exFAT-fs (loop0): failed to load upcase table\n"
+               "INFO: task syz:197 blocked for more than 30 seconds.\n"
+               " rwsem_down_write_slowpath+0x311/0x6d0\n vfs_rmdir+0x53/0x200\n do_rmdir+0x171/0x1b0\n")
+    got = fix_entries.answer(p, "6.1.176", "6.1.180", "", console)
+    # exfat's entry, not ext4's: the guest's own disk (vdb) is not the program's image
+    assert [e["subject"] for e in got["entries"]] == ["exfat: validate cluster allocation bits of the allocation bitmap"]
+    assert got["entries"][0]["why"] == "in exfat, the filesystem of the program's image (\"exFAT-fs (loop0)\")"
+    assert fix_entries.mounted("XFS (loop1): Mounting V5\nBTRFS info (device loop0): first mount\n") == {
+        "xfs": "XFS (loop1)", "btrfs": "BTRFS info (device loop0)"}

@@ -7,7 +7,10 @@ package's changelog lists that subject (and in which version). Where it
 names none (syzbot's open bugs), the answer is a short list: the entries the
 first fixed version added since the last version with the hang, those whose
 subject names a function of the hang's stacks first, then those of the
-subsystem those functions belong to ("fuse: ..." for fuse_lookup). A list,
+subsystem those functions belong to ("fuse: ..." for fuse_lookup), then
+those of a filesystem the program mounted on a loop device, which the
+console names ("exFAT-fs (loop0): ..."): a syzkaller image's bug often
+hangs in the VFS's own functions (vfs_rmdir over exfat). A list,
 never a verdict: a stable update takes hundreds of changes, and a fix may
 be far from where the tasks sleep."""
 from __future__ import annotations
@@ -29,6 +32,9 @@ EVERYWHERE = frozenset(tomllib.loads(paths.data_file("harness", "drivers", "bise
 # ChangeLog's address the changelog puts under it
 HEADING = re.compile(r":(\s+\S+://\S+)?$")
 MAX_ENTRIES = 12
+# a filesystem's kernel messages about an image on a loop device: "exFAT-fs (loop0)",
+# "EXT4-fs (loop3)", "XFS (loop1)", "BTRFS info (device loop0)" (the guest's own disks are vdX)
+MOUNTED = re.compile(r"\b([A-Za-z][A-Za-z0-9]*?)(?:-fs)?(?: [a-z]+)? \((?:device )?loop\d+\)")
 MIN_NAME = 6  # shorter function names appear in subjects by chance
 
 
@@ -60,8 +66,15 @@ def subsystem(subject: str) -> str:
     return head.strip().split("/")[-1].lower() if sep and " " not in head.strip() else ""
 
 
-def ranked(entries: list[changelog.Line], names: list[str]) -> list[tuple[str, changelog.Line]]:
-    """(why, entry) for the entries a hang through names could be fixed by, the likeliest first."""
+def mounted(console: str) -> dict[str, str]:
+    """The filesystems the console says an image on a loop device was of: name -> the message's words."""
+    return {m[1].lower(): m[0] for m in MOUNTED.finditer(console)}
+
+
+def ranked(entries: list[changelog.Line], names: list[str],
+           filesystems: dict[str, str] | None = None) -> list[tuple[str, changelog.Line]]:
+    """(why, entry) for the entries a hang through names, on filesystems
+    (mounted()), could be fixed by, the likeliest first."""
     # a function of the scheduler, the locks or the syscall entry is in every hang's stack
     named = [n for n in names if len(n) >= MIN_NAME and not set(n.strip("_").split("_")) & EVERYWHERE]
     areas = {n.strip("_").split("_")[0] for n in names} - EVERYWHERE - {""}
@@ -72,6 +85,8 @@ def ranked(entries: list[changelog.Line], names: list[str]) -> list[tuple[str, c
             out.append((0, f"names {hit}", e))
         elif subsystem(e.subject) in areas:
             out.append((1, f"in {subsystem(e.subject)}, as the hang's {subsystem(e.subject)}_* frames", e))
+        elif (fs := subsystem(e.subject)) in (filesystems or {}):
+            out.append((2, f"in {fs}, the filesystem of the program's image (\"{(filesystems or {})[fs]}\")", e))
     out.sort(key=lambda x: x[0])
     return [(why, e) for _, why, e in out][:MAX_ENTRIES]
 
@@ -98,9 +113,9 @@ def answer(log_path: Path | None, last_old: str, first_new: str, fix_subject: st
                     f"already in {last_old}, which still hung; ")
         else:
             said = f"the changelog does not list the record's fix \"{fix_subject}\"; "
-    picks = ranked(new, functions(console))
+    picks = ranked(new, functions(console), mounted(console))
     if not picks:
-        return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions or "
-                               "their subsystems", "entries": []}
+        return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions, "
+                               "their subsystems or the filesystem of the program's image", "entries": []}
     return {"text": said + f"{len(picks)} of the {len(new)} entries since {last_old} are near the hang's code",
             "entries": [{"version": e.version, "subject": e.subject, "why": why} for why, e in picks]}
