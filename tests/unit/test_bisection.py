@@ -135,6 +135,24 @@ def test_a_bisections_runs_are_named_from_its_directory_and_found_after_its_rena
     assert Resumed.load(done).steps["6.1.170"].runs == [str(done / "runs" / run.name), "/elsewhere/run-kept-by-hand"]
 
 
+def test_a_bisections_runs_are_found_through_a_symlinked_root_an_older_record_and_a_git_resume(tmp_path):
+    import json
+    real = tmp_path / "real"
+    work = real / ".20261204-bisect-git-linux-a-b-x.incomplete"
+    (work / "runs").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    seen = tmp_path / "link" / work.name  # the driver's name; a step process resolves its own
+    step = Step("abc", CLEAN, "NOT_REPRODUCED", runs=[str(work / "runs" / "R1")])
+    assert step.to_json(seen)["runs"] == ["runs/R1"]
+    done = real / work.name[1:-len(".incomplete")]
+    # a record written before its runs were named from the bisection's directory
+    assert Step.from_json(step.to_json(), done).runs == [str(done / "runs" / "R1")]
+    work.rename(done)
+    (done / "bisect.json").write_text(json.dumps({"kind": "git", "steps": [step.to_json(work)]}))
+    # a resumed git bisection goes on in a new directory: the old runs keep their place
+    assert bisect_git.load(done)["steps"][0]["runs"] == [str(done / "runs" / "R1")]
+
+
 def test_git_output_found_and_ambiguous():
     sha, amb = bisect_git.parse_result((FIXTURES / "found-fix-terms.txt").read_text())
     assert len(sha) == 40 and amb == []

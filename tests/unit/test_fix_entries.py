@@ -96,7 +96,13 @@ def test_a_hang_in_the_vfs_over_an_image_takes_its_candidates_from_the_images_fi
                " rwsem_down_write_slowpath+0x311/0x6d0\n vfs_rmdir+0x53/0x200\n do_rmdir+0x171/0x1b0\n")
     got = fix_entries.answer(p, "6.1.176", "6.1.180", "", console)
     # exfat's entry, not ext4's: the guest's own disk (vdb) is not the program's image
-    assert [e["subject"] for e in got["entries"]] == ["exfat: validate cluster allocation bits of the allocation bitmap"]
+    subjects = [e["subject"] for e in got["entries"]]
+    assert subjects == ["exfat: validate cluster allocation bits of the allocation bitmap"]
     assert got["entries"][0]["why"] == "in exfat, the filesystem of the program's image (\"exFAT-fs (loop0)\")"
-    assert fix_entries.mounted("XFS (loop1): Mounting V5\nBTRFS info (device loop0): first mount\n") == {
-        "xfs": "XFS (loop1)", "btrfs": "BTRFS info (device loop0)"}
+    # as each filesystem says it; the changelog's name where that differs; no word in a filesystem's place
+    said = ("XFS (loop1): Mounting V5\nBTRFS error (device loop2: state EA): x\nUDF-fs: error (device loop3): x\n"
+            "ntfs3: loop4: x\nNILFS (loop5): x\nQuota error (device loop6): x\nloop0: detected capacity change\n"
+            "Buffer I/O error on dev loop0, logical block 0\n")
+    assert fix_entries.mounted(said) == {"xfs": "XFS (loop1)", "btrfs": "BTRFS error (device loop2",
+                                         "udf": "UDF-fs: error (device loop3)", "ntfs3": "ntfs3: loop4:",
+                                         "nilfs2": "NILFS (loop5)"}

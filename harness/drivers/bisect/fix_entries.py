@@ -26,15 +26,19 @@ from images.kernels import changelog
 
 # words of the functions every sleeping or spinning task's stack passes through,
 # whatever the bug (fix-entries.toml): a subsystem they name says nothing of it
-EVERYWHERE = frozenset(tomllib.loads(paths.data_file("harness", "drivers", "bisect", "fix-entries.toml").read_text())
-                       ["everywhere"])
+_DATA = tomllib.loads(paths.data_file("harness", "drivers", "bisect", "fix-entries.toml").read_text())
+EVERYWHERE = frozenset(_DATA["everywhere"])
+MESSAGE_NAMES: dict[str, str] = _DATA["message-names"]
+NOT_FILESYSTEMS = frozenset(_DATA["not-filesystems"]["words"])
 # a heading over a version's changes: "New upstream stable update:" and the
 # ChangeLog's address the changelog puts under it
 HEADING = re.compile(r":(\s+\S+://\S+)?$")
 MAX_ENTRIES = 12
 # a filesystem's kernel messages about an image on a loop device: "exFAT-fs (loop0)",
-# "EXT4-fs (loop3)", "XFS (loop1)", "BTRFS info (device loop0)" (the guest's own disks are vdX)
-MOUNTED = re.compile(r"\b([A-Za-z][A-Za-z0-9]*?)(?:-fs)?(?: [a-z]+)? \((?:device )?loop\d+\)")
+# "EXT4-fs (loop3)", "XFS (loop1)", "BTRFS error (device loop0: state EA)", "UDF-fs: error
+# (device loop0)", "erofs: (device loop0)", "ntfs3: loop0:" (the guest's own disks are vdX)
+MOUNTED = re.compile(r"\b([A-Za-z][A-Za-z0-9]*?)(?:-fs)?:?(?: ([a-z]+):?)? \((?:device )?loop\d+\)?"
+                     r"|\b(ntfs3): loop\d+:")
 MIN_NAME = 6  # shorter function names appear in subjects by chance
 
 
@@ -68,7 +72,12 @@ def subsystem(subject: str) -> str:
 
 def mounted(console: str) -> dict[str, str]:
     """The filesystems the console says an image on a loop device was of: name -> the message's words."""
-    return {m[1].lower(): m[0] for m in MOUNTED.finditer(console)}
+    out: dict[str, str] = {}
+    for m in MOUNTED.finditer(console):
+        name = (m[1] or m[3]).lower()
+        if name not in NOT_FILESYSTEMS:
+            out.setdefault(MESSAGE_NAMES.get(name, name), m[0])
+    return out
 
 
 def ranked(entries: list[changelog.Line], names: list[str],
@@ -115,7 +124,9 @@ def answer(log_path: Path | None, last_old: str, first_new: str, fix_subject: st
             said = f"the changelog does not list the record's fix \"{fix_subject}\"; "
     picks = ranked(new, functions(console), mounted(console))
     if not picks:
-        return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions, "
-                               "their subsystems or the filesystem of the program's image", "entries": []}
+        image = f", their subsystems or {', '.join(images)}, the program's image" if (images := mounted(console)) \
+            else " or their subsystems"
+        return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions{image}",
+                "entries": []}
     return {"text": said + f"{len(picks)} of the {len(new)} entries since {last_old} are near the hang's code",
             "entries": [{"version": e.version, "subject": e.subject, "why": why} for why, e in picks]}

@@ -250,7 +250,7 @@ class _GitBisection:
 
     def save(self) -> None:
         st = json.loads(self.state_path.read_text())
-        self.doc["steps"] = [Step.from_json(s).to_json(self.out.work) for s in st.get("steps", [])]
+        self.doc["steps"] = [Step(**s).to_json(self.out.work) for s in st.get("steps", [])]
         self.doc["policy"] = st.get("policy", {})
         paths.write_atomic(self.out.work / "bisect.json", json.dumps(self.doc, indent=2) + "\n")
 
@@ -371,4 +371,6 @@ def load(directory: Path) -> dict:
     d = json.loads(p.read_text())
     if d.get("kind") != "git":
         raise FileNotFoundError(f"{directory} holds a {d.get('kind')} bisection, not a git one")
+    # its steps go on in a new directory: their runs stay where they are, named from /
+    d["steps"] = [Step.from_json(s, directory).to_json() for s in d.get("steps", [])]
     return d

@@ -20,6 +20,7 @@ an interrupted bisection resumes where it stopped.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,17 +52,28 @@ class Step:
     def to_json(self, base: Path | None = None) -> dict:
         """base: the bisection's directory, which its run directories are
         named from: it is renamed when the bisection ends (.NAME.incomplete
-        to NAME) and may be moved, so a name from / would point nowhere."""
+        to NAME) and may be moved, so a name from / would point nowhere. A
+        run elsewhere is named from /, never from the working directory."""
         d = asdict(self)
         if base is not None:
-            d["runs"] = [os.path.relpath(r, base) if Path(r).is_relative_to(base) else r for r in self.runs]
+            home = base.resolve()  # a step process names its runs through the resolved state path
+            d["runs"] = [os.path.relpath(p, home) if (p := Path(r).resolve()).is_relative_to(home) else str(p)
+                         for r in self.runs]
         return d
 
     @classmethod
-    def from_json(cls, d: dict, base: Path | None = None) -> "Step":
-        """A step as to_json(base) wrote it, its run directories found again under base."""
-        runs = [str(base / r) if base is not None and not Path(r).is_absolute() else r for r in d.get("runs", [])]
-        return cls(**{**d, "runs": runs})
+    def from_json(cls, d: dict, base: Path) -> "Step":
+        """A step as to_json(base) wrote it, its run directories found again
+        under base, from /; an older record's runs named inside the
+        bisection's .NAME.incomplete are found under NAME."""
+        home, kept = base.resolve(), f".{base.resolve().name}.incomplete"
+        runs = []
+        for r in d.get("runs", []):
+            p = Path(r)
+            if kept in p.parts:
+                p = Path(*p.parts[p.parts.index(kept) + 1:])
+            runs.append(str(home / p))
+        return dataclasses.replace(cls(**d), runs=runs)
 
 
 @dataclass
