@@ -272,8 +272,8 @@ class Resumed:
         if not p.is_file():
             raise FileNotFoundError(f"{directory}: no bisect.json to resume from")
         d = json.loads(p.read_text())
-        return cls(directory, {s["candidate"]: Step.from_json(s, directory) for s in d.get("steps", [])}, d["old"], d["new"],
-                   d["reproducer"])
+        steps = {s["candidate"]: Step.from_json(s, directory) for s in d.get("steps", [])}
+        return cls(directory, steps, d["old"], d["new"], d["reproducer"])
 
     def teach(self, policy: StepPolicy) -> None:
         """The bad end's reproduction, as its run recorded it, joins the policy (StepPolicy.learn_from_bad_end)."""
