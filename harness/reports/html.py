@@ -133,7 +133,7 @@ def _per_kernel(doc: dict) -> str:
     e = html.escape
     out = ['<h2>Per kernel</h2>']
     for k, page in views.per_kernel(doc):
-        items = [f'<li class="open">{e(x)}</li>' for x in page["open"]] or ["<li>no syzbot hang open here</li>"]
+        items = [f'<li class="open">{e(x)}</li>' for x in page["open"]] or [f"<li>{views.nothing_open(page)}</li>"]
         items += [f'<li class="fixed">{e(x)}</li>' for x in page["fixed"]]
         items += [f"<li>another hang: {e(x)}</li>" for x in page["other hang"]]
         if page["not reproduced"]:

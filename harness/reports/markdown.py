@@ -61,7 +61,7 @@ def render(doc: dict) -> str:
         lines += ["", "### Per kernel: syzbot's hangs still open, fixed, other hangs, not reproduced, not run"]
         for k, page in views.per_kernel(doc):
             lines += ["", f"#### {esc(k)}", ""]
-            lines += [f"- {esc(x)}" for x in page["open"]] or ["- no syzbot hang open here"]
+            lines += [f"- {esc(x)}" for x in page["open"]] or [f"- {views.nothing_open(page)}"]
             lines += [f"- {esc(x)}" for x in page["fixed"]]
             lines += [f"- another hang: {esc(x)}" for x in page["other hang"]]
             if page["not reproduced"]:

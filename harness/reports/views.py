@@ -187,6 +187,12 @@ def syzbot_counts_text(n: dict[str, int]) -> str:
 PAGE_SECTIONS = ("open", "fixed", "other hang", "not reproduced", "not run")
 
 
+def nothing_open(page: dict[str, list[str]]) -> str:
+    """A page's line where no syzbot hang is open: a kernel none of whose
+    cells ran (a run's --only or shard left them out) has no answer to give."""
+    return "no syzbot hang open here" if any(page.values()) else "none of syzbot's bugs ran here in this run"
+
+
 def per_kernel(doc: dict) -> list[tuple[str, dict[str, list[str]]]]:
     """Each kernel's page of syzbot's bugs, as a kernel team reads it: the
     hangs still open there (syzbot's own hang came back), each with its
