@@ -48,8 +48,9 @@ HEAD = """\
 # program than the collection's that was measured.
 # Written by tests/bench/syzbot_suite.py from the benchmark's runs (120 s a run,
 # up to 3 tries where one hung), the rows repro/README.md keeps of them (the
-# newest run of a bug on a kernel counts) and its fix hunts; entries kept by
-# hand (--keep) stay as written. Run it again to refresh.
+# newest run of a bug on a kernel counts) and its fix hunts; an entry of a bug
+# none of those measured (kept by hand, or measured on a machine whose state
+# is gone) stays as written (--keep). Run it again to refresh.
 #   vulnerable      syzbot's title in at least half of the kernel's tries
 #   not_reproduced  at or after the release line's first version without it (fixed_in)
 #   any             a clean run (no P(miss)), or a hang in 1 of 3
@@ -137,14 +138,13 @@ def column(tries: list[dict]) -> str:
     return ", then ".join(texts + ([syzbot_repros.cell_text(state, waits=False)] if state else []))
 
 
-GENERATED = re.compile(r'^# [0-9a-f]{12} "', re.M)  # the comment suite() opens a bug's paragraph with
-
-
 def kept(path: Path, measured: set[str]) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """An existing suite's entries kept by hand (with their comment): their
-    paragraphs, and each kernel's expectations of them. An entry this script
-    wrote, or one of a bug the sources measured, is not kept: it is made
-    again from the newest measurements, or goes with them."""
+    """An existing suite's entries of bugs the sources did not measure (with
+    their comment): their paragraphs, and each kernel's expectations of
+    them. Written by hand, or by this script from a state that went with its
+    machine, they stay: a wiped cache is no reason to drop a regression test.
+    An entry of a bug the sources measured is made again from the newest
+    measurements, or goes with them (it no longer hangs anywhere)."""
     if not path.is_file():
         return [], {}
     text = path.read_text()
@@ -156,7 +156,7 @@ def kept(path: Path, measured: set[str]) -> tuple[list[str], dict[str, dict[str,
         if not ident:
             raise ValueError(f"{path}: a [[reproducer]] without syzbot = ID ({r}): the suite holds syzbot's bugs")
         para = next((x for x in paragraphs if re.search(rf'^syzbot = "{ident}"$', x, re.M)), "")
-        if ident in measured or not para or GENERATED.search(para):
+        if ident[:12] in {m[:12] for m in measured} or not para:
             continue
         out.append(para)
         names.add(r.get("name") or reproducers.guest_name("syz-" + ident[:12]))
@@ -213,7 +213,8 @@ def main() -> int:
                     "(repro/README.md), and the reproducers it ran (repeatable)")
     ap.add_argument("--bisections", action="append", type=Path, default=[],
                     help="a results root holding `kstall bisect debian` runs (repeatable)")
-    ap.add_argument("--keep", type=Path, help="an existing suite: its reproducers no source made stay, as written")
+    ap.add_argument("--keep", type=Path, help="an existing suite: its entries of bugs no source measured stay, "
+                    "as written")
     ap.add_argument("--out", type=Path, help="write the suite here (default: print it)")
     args = ap.parse_args()
     text = suite([(s, c) for s, c in args.sources], args.bisections, args.keep)
