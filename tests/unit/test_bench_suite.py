@@ -92,7 +92,8 @@ def test_the_suite_is_written_from_the_documents_rows_and_keeps_what_was_kept_by
     again = syzbot_suite.suite([(doc, PROGRAMS)], [], keep=f)
     assert "syz-aaaa00000000" not in again and "# kept by hand: why" in again  # aaaa no longer hangs anywhere
     # an entry the script wrote from a state since gone (no source here measured its bug) stays as written
-    gone = text.replace('syzbot = "aaaa00000000', 'syzbot = "cccc00000000').replace("syz-aaaa00000000", "syz-cccc00000000")
+    gone = text.replace('syzbot = "aaaa00000000', 'syzbot = "cccc00000000')
+    gone = gone.replace("syz-aaaa00000000", "syz-cccc00000000")
     f.write_text(gone)
     kept = syzbot_suite.suite([(doc, PROGRAMS)], [], keep=f)
     assert 'syzbot = "cccc00000000' in kept and "syz-cccc00000000" in kept
