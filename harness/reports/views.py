@@ -188,9 +188,12 @@ PAGE_SECTIONS = ("open", "fixed", "other hang", "not reproduced", "not run")
 
 
 def nothing_open(page: dict[str, list[str]]) -> str:
-    """A page's line where no syzbot hang is open: a kernel none of whose
-    cells ran (a run's --only or shard left them out) has no answer to give."""
-    return "no syzbot hang open here" if any(page.values()) else "none of syzbot's bugs ran here in this run"
+    """A page's line where no syzbot hang is open: a kernel whose cells all
+    ended without an answer (its "not run" lines say why), or none of whose
+    cells ran (a run's --only or shard left them out), cannot say "none open"."""
+    if any(page[s] for s in PAGE_SECTIONS if s != "not run"):
+        return "no syzbot hang open here"
+    return "no syzbot bug ran to an answer here" if page["not run"] else "none of syzbot's bugs ran here in this run"
 
 
 def per_kernel(doc: dict) -> list[tuple[str, dict[str, list[str]]]]:

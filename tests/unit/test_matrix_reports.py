@@ -376,6 +376,8 @@ def test_each_kernel_has_a_page_its_open_syzbot_hangs_first(tmp_path):
     assert "#### debian:6.1.170\n\n- aaaa00000000 open: INFO: task hung in pipe" in md
     assert "#### debian:6.12.118\n\n- no syzbot hang open here\n- not reproduced (1): aaaa00000000" in md
     assert "#### debian:7.3.4\n\n- none of syzbot's bugs ran here in this run" in md
+    only_unanswered = {s: [] for s in views.PAGE_SECTIONS} | {"not run": ["a1a100000000: ERROR"]}
+    assert views.nothing_open(only_unanswered) == "no syzbot bug ran to an answer here"
     page = html.render(doc | {"totals": {"pass": 3}, "wall_s": 1, "started": "", "finished": "",
                               "host": {"cores": 2, "jobs": 1}})
     assert '<li class="open">aaaa00000000 open: INFO: task hung in pipe_write' in page
