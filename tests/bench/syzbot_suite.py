@@ -113,7 +113,9 @@ def fixes_found(roots: list[Path]) -> dict[str, dict]:
             entry = next((e for e in hunt.get("entries", []) if e["why"] == "the record's fix"), None)
             out.setdefault(h.bug_id, {"fixed_in": [], "changelog": []})
             out[h.bug_id]["fixed_in"].append(f"debian:{d['first_new']}{d.get('flavour_suffix', '')}")
-            out[h.bug_id]["changelog"].append(entry["subject"] if entry else hunt.get("text", ""))
+            near = "; ".join(f'"{e["subject"]}"' for e in hunt.get("entries", []))
+            out[h.bug_id]["changelog"].append(entry["subject"] if entry else hunt.get("text", "")
+                                              + (f": {near}" if near else ""))
     return out
 
 
