@@ -85,6 +85,7 @@ def ranked(entries: list[changelog.Line], names: list[str],
     """(why, entry) for the entries a hang through names, on filesystems
     (mounted()), could be fixed by, the likeliest first."""
     # a function of the scheduler, the locks or the syscall entry is in every hang's stack
+    filesystems = filesystems or {}
     named = [n for n in names if len(n) >= MIN_NAME and not set(n.strip("_").split("_")) & EVERYWHERE]
     areas = {n.strip("_").split("_")[0] for n in names} - EVERYWHERE - {""}
     out = []
@@ -94,8 +95,8 @@ def ranked(entries: list[changelog.Line], names: list[str],
             out.append((0, f"names {hit}", e))
         elif subsystem(e.subject) in areas:
             out.append((1, f"in {subsystem(e.subject)}, as the hang's {subsystem(e.subject)}_* frames", e))
-        elif (fs := subsystem(e.subject)) in (filesystems or {}):
-            out.append((2, f"in {fs}, the filesystem of the program's image (\"{(filesystems or {})[fs]}\")", e))
+        elif (fs := subsystem(e.subject)) in filesystems:
+            out.append((2, f"in {fs}, the filesystem of the program's image (\"{filesystems[fs]}\")", e))
     out.sort(key=lambda x: x[0])
     return [(why, e) for _, why, e in out][:MAX_ENTRIES]
 
@@ -122,10 +123,10 @@ def answer(log_path: Path | None, last_old: str, first_new: str, fix_subject: st
                     f"already in {last_old}, which still hung; ")
         else:
             said = f"the changelog does not list the record's fix \"{fix_subject}\"; "
-    picks = ranked(new, functions(console), mounted(console))
+    images = mounted(console)
+    picks = ranked(new, functions(console), images)
     if not picks:
-        image = f", their subsystems or {', '.join(images)}, the program's image" if (images := mounted(console)) \
-            else " or their subsystems"
+        image = f", their subsystems or {', '.join(images)}, the program's image" if images else " or their subsystems"
         return {"text": said + f"none of the {len(new)} entries since {last_old} names the hang's functions{image}",
                 "entries": []}
     return {"text": said + f"{len(picks)} of the {len(new)} entries since {last_old} are near the hang's code",

@@ -66,7 +66,8 @@ class Step:
         """A step as to_json(base) wrote it, its run directories found again
         under base, from /; an older record's runs named inside the
         bisection's .NAME.incomplete are found under NAME."""
-        home, kept = base.resolve(), f".{base.resolve().name}.incomplete"
+        home = base.resolve()
+        kept = f".{home.name}.incomplete"
         runs = []
         for r in d.get("runs", []):
             p = Path(r)
