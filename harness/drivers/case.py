@@ -209,8 +209,9 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
     env = environment.Prepared()
     if repro.spec.env and not check.blocked:
         echo(f"{repro.name}: preparing {repro.spec.env}'s guest environment on {kernel.canonical}")
-        env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo)
-        env = environment.with_preload(env, preloads(repro.spec, kernel, echo))
+        env = environment.prepare(guest_env.get(repro.spec.env), kernel, syzkaller.device_paths(repro.spec), echo,
+                                  check.test_module_files)
+        env = environment.with_preload(env, preloads(repro.spec, kernel, check.test_module_files, echo))
     # a --boot-image guest boots the image's own initramfs: it carries none
     fw_files, carried = firmware_for(repro.spec, echo) \
         if repro.spec.env and not check.blocked and not opts.kernel.boot_image else ({}, [])
@@ -230,13 +231,13 @@ def resolve(kernel_spec: str, repro: Loaded, opts: Options, echo: Echo) -> Case:
                 memory_for(repro.spec, opts), tuple(carried))
 
 
-def preloads(repro: reproducers.Reproducer, kernel: Kernel, echo: Echo) -> list[str]:
+def preloads(repro: reproducers.Reproducer, kernel: Kernel, test_modules: tuple[Path, ...], echo: Echo) -> list[str]:
     """The modules a syzkaller program's devices and filesystems are in, to
     load before it starts: syzbot's kernels build them in, and under TCG a
     program's first call that needs one waits for its modprobe while its
     other threads go on without it (a mount with the fd of an open of
     /dev/fuse that had not yet returned: "fuse: Bad value for 'fd'")."""
-    table = module_tree.aliases(kernel)
+    table = module_tree.aliases(kernel, test_modules)
     if table is None or not repro.source:
         return []
     aliases = reach.Aliases(table.read_text(errors="replace"))

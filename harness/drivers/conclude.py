@@ -107,7 +107,7 @@ def program_reach(r: RunState, w: Watch) -> reach.Reach | None:
         numbers = syscall_numbers.table(compat["cc"], tuple(compat.get("cflags", []))) if compat else {}
         if not numbers:
             return None
-    aliases = module_tree.aliases(r.kernel)
+    aliases = module_tree.aliases(r.kernel, r.case.check.test_module_files)
     try:
         source = Path(r.repro.source).read_text(errors="replace") if r.repro.source else ""
     except OSError:

@@ -58,6 +58,11 @@ class Check:
         return {"needs": self.needs, "before_boot": True} if self.needs else None
 
     @property
+    def test_module_files(self) -> tuple[Path, ...]:
+        """The test modules' files, for the program's module tree (module_tree.image)."""
+        return tuple(Path(b.ko) for b in self.test_modules if b.ko)
+
+    @property
     def cmdline(self) -> list[str]:
         return [p for _, p in self.boot_without]
 

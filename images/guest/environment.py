@@ -49,14 +49,15 @@ def with_preload(p: Prepared, modules: list[str]) -> Prepared:
     return Prepared(p.files | {ENV_FILE: steps + p.files[ENV_FILE]}, p.disks, p.modules)
 
 
-def prepare(env: GuestEnv, kernel: Kernel, checks: list[str],
-            progress: Callable[[str], None] | None = None) -> Prepared:
-    """Everything env's guest needs on this kernel (made once, then cached)."""
+def prepare(env: GuestEnv, kernel: Kernel, checks: list[str], progress: Callable[[str], None] | None = None,
+            test_modules: tuple[Path, ...] = ()) -> Prepared:
+    """Everything env's guest needs on this kernel (made once, then cached);
+    test_modules: the ones built for the program's devices, in its module tree."""
     guest_disks = []
     mount: tuple[Path, ...] = ()
     for d in env.disks:
         if d.what == "modules":
-            tree = module_tree.image(kernel, env.mount_modules, progress)
+            tree = module_tree.image(kernel, env.mount_modules, progress, test_modules)
             mount = tuple(tree.mount)
             guest_disks.append(disks.Disk(tree.image, d.serial, readonly=True))
         elif d.what == "work":

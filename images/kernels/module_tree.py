@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base import kernel_cache, paths, untrusted
-from images.kernels import cached, debian, modules, packages, test_modules
+from images.kernels import cached, debian, modules, packages
 from images.kernels.kernel import Kernel, Progress, SpecError
 
 ALIASES = "aliases"  # suffix of the kept modules.alias (with modules.builtin.alias appended)
@@ -42,14 +42,18 @@ class ModuleDisk:
     mount: list[Path]  # what the guest loads to mount it (its disk's driver, its filesystem), in order
 
 
-def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None = None) -> ModuleDisk:
+def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None = None,
+          test_modules: tuple[Path, ...] = ()) -> ModuleDisk:
     """The kernel's module tree as an ext4 image, made once per kernel, and
     the modules mount_with names (with what they depend on, in load order)
-    taken out of it for the initramfs: the guest loads those to mount it."""
-    # the test modules built for it (test_modules.py) are in its tree too, under updates/kstall/:
-    # a tree made before one was built is another image, as its snapshots are other snapshots
-    extra = sorted((Path(b.ko) for b in test_modules.built(kernel) if b.ko), key=lambda p: p.name)
-    added = "+".join(p.stem for p in extra)
+    taken out of it for the initramfs: the guest loads those to mount it.
+    test_modules: the ones built for this kernel that the program needs
+    (test_modules.py), put in its tree under updates/kstall/: a tree with
+    them is another image, and its snapshots are other snapshots."""
+    # only the program's own: a program that needs none boots the plain tree whatever was built
+    # since, so its snapshot's key does not change when another program's test module is built
+    extra = sorted(test_modules, key=lambda p: p.name)
+    added = _added(extra)
     out = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"{added}.ext4" if added else "ext4")
     tag = hashlib.sha256(" ".join(mount_with).encode()).hexdigest()[:8]
     # each image its own: making one with a test module added (which empties its mount modules first)
@@ -61,14 +65,15 @@ def image(kernel: Kernel, mount_with: tuple[str, ...], progress: Progress | None
         os.utime(out)  # its last use, first: what another kstall's prune() keeps
     except FileNotFoundError:
         pass
-    if not (out.exists() and order.exists()):
+    table = _aliases_path(kernel, added)
+    if not (out.exists() and order.exists() and table.exists()):
         with cached.locked(out):
             shared = kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"mount-{tag}")
             if added and out.exists() and not order.exists() and (shared / "order").exists():
                 # an image made before each had its own: the mount modules are the same ones
                 shutil.copytree(shared, mount_dir, dirs_exist_ok=True)
-            if not (out.exists() and order.exists()):
-                _make(kernel, out, mount_with, mount_dir, progress, extra)
+            if not (out.exists() and order.exists() and table.exists()):
+                _make(kernel, out, mount_with, mount_dir, table, progress, extra)
                 prune(out.parent, keep=out)
     return ModuleDisk(out, [mount_dir / f"{m}.ko" for m in order.read_text().split()])
 
@@ -87,17 +92,14 @@ def prune(d: Path, keep: Path, keep_bytes: int = MAX_BYTES) -> list[Path]:
     for kept, _, size, img in sorted(images, reverse=True):
         total += size
         if not kept and total > keep_bytes:
-            # the kernel's aliases go with its last image (its test-module trees read them too)
-            key = img.name.split(".", 1)[0]
-            last = not any(o.name.split(".", 1)[0] == key and o != img for _, _, _, o in images if o.exists())
-            for p in [img, *([d / f"{key}.{ALIASES}"] if last else []), *d.glob(img.stem + ".mount-*")]:
+            for p in [img, d / f"{img.stem}.{ALIASES}", *d.glob(img.stem + ".mount-*")]:  # each image's own
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
             gone.append(img)
     return gone
 
 
-def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Path, progress: Progress | None,
-          extra: list[Path]) -> None:
+def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Path, table: Path,
+          progress: Progress | None, extra: list[Path]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modtree-", dir=out.parent) as tmp:
         root = Path(tmp) / "root"
@@ -110,17 +112,28 @@ def _make(kernel: Kernel, out: Path, mount_with: tuple[str, ...], mount_dir: Pat
         wanted = tree.with_soft_deps(list(mount_with))  # ext4 loads crc32c by name, not by symbol
         plan = modules.install(tree, wanted, mount_dir)
         paths.write_atomic(mount_dir / "order", "\n".join(modules.to_load(plan, wanted)) + "\n")
-        _kept_aliases(root / release, kernel_cache.path(kernel_cache.MODTREES, kernel.key, ALIASES))
+        _kept_aliases(root / release, table)
         if not out.exists():
             if progress:
                 progress(f"{kernel.canonical}: making its module tree's disk image")
             _mkfs(root, out)
 
 
-def aliases(kernel: Kernel) -> Path | None:
-    """The module tree's modules.alias and modules.builtin.alias, once image() made it."""
-    p = kernel_cache.path(kernel_cache.MODTREES, kernel.key, ALIASES)
+def aliases(kernel: Kernel, test_modules: tuple[Path, ...] = ()) -> Path | None:
+    """The module tree's modules.alias and modules.builtin.alias (with
+    test_modules, as image()), once image() made it."""
+    p = _aliases_path(kernel, _added(test_modules))
     return p if p.exists() else None
+
+
+def _added(test_modules: tuple[Path, ...] | list[Path]) -> str:
+    """The test modules' part of a tree's file names ('' for the plain tree)."""
+    return "+".join(p.stem for p in sorted(test_modules, key=lambda p: p.name))
+
+
+def _aliases_path(kernel: Kernel, added: str) -> Path:
+    # each image's own: the raw_gadget tree's names raw_gadget's device, the plain tree's does not
+    return kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"{added}.{ALIASES}" if added else ALIASES)
 
 
 def _packages(kernel: Kernel, work: Path, progress: Progress | None) -> list[Path]:

@@ -193,11 +193,11 @@ def test_a_kernels_plain_tree_pruned_leaves_its_test_module_trees_mount_modules(
             f.write(b"m" * 8192)
         (tmp_path / f"{name}.mount-1234").mkdir()
         os.utime(tmp_path / f"{name}.ext4", (1000 + i, 1000 + i))
-    (tmp_path / "x86_64-k.aliases").write_text("alias fs-fuse fuse\n")  # the kernel's, read by both
+        (tmp_path / f"{name}.aliases").write_text("alias fs-fuse fuse\n")  # each image's own
     gone = module_tree.prune(tmp_path, keep=tmp_path / "x86_64-k.raw_gadget.ext4", keep_bytes=10000)
     assert [p.name for p in gone] == ["x86_64-k.ext4"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "x86_64-k.aliases", "x86_64-k.raw_gadget.ext4", "x86_64-k.raw_gadget.mount-1234"]
+        "x86_64-k.raw_gadget.aliases", "x86_64-k.raw_gadget.ext4", "x86_64-k.raw_gadget.mount-1234"]
 
 
 def test_a_device_the_program_opens_and_the_config_leaves_out_is_its_need_before_booting(tmp_path):
@@ -290,34 +290,59 @@ def test_a_test_device_whose_kernel_has_no_headers_package_left_is_a_need_naming
 
 
 def test_each_tree_image_has_its_own_mount_modules_and_an_older_one_takes_the_shared_ones(tmp_path, monkeypatch):
-    """The raw_gadget tree is <key>.raw_gadget.ext4 with <key>.raw_gadget.mount-TAG;
-    a tree made before each image had its own mount modules copies the shared
-    ones (the same modules) instead of reading the whole package again."""
-    from images.kernels import module_tree, test_modules
+    """The raw_gadget tree is <key>.raw_gadget.ext4 with <key>.raw_gadget.mount-TAG
+    and its own aliases; a tree made before each image had its own mount
+    modules copies the shared ones (the same modules) instead of reading the
+    whole package again."""
+    from images.kernels import module_tree
     monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
     kernel = Kernel("debian:6.1.170", "6.1.0-37-amd64", tmp_path / "vmlinuz", "ab" * 32)
     ko = tmp_path / "raw_gadget.ko"
-    monkeypatch.setattr(test_modules, "built", lambda k: [test_modules.Built("raw_gadget", ko=str(ko))])
     made: list[Path] = []
 
-    def make(kernel, out, mount_with, mount_dir, progress, extra):
+    def make(kernel, out, mount_with, mount_dir, table, progress, extra):
         made.append(out)
         out.write_bytes(b"ext4")
         mount_dir.mkdir(parents=True, exist_ok=True)
         (mount_dir / "order").write_text("virtio_blk ext4\n")
+        table.write_text("".join(f"alias devname:{p.stem} {p.stem}\n" for p in extra))
     monkeypatch.setattr(module_tree, "_make", make)
     d = tmp_path / "modtrees"
     d.mkdir(parents=True, exist_ok=True)
     stem = f"x86_64-{'ab' * 32}"
     (d / f"{stem}.raw_gadget.ext4").write_bytes(b"ext4")  # made before: its mount modules were the shared ones
+    (d / f"{stem}.raw_gadget.aliases").write_text("alias devname:raw-gadget raw_gadget\n")
     tag = module_tree.hashlib.sha256(b"virtio_blk ext4").hexdigest()[:8]
     (d / f"{stem}.mount-{tag}").mkdir()
     (d / f"{stem}.mount-{tag}" / "order").write_text("virtio_blk ext4\n")
-    disk = module_tree.image(kernel, ("virtio_blk", "ext4"))
+    disk = module_tree.image(kernel, ("virtio_blk", "ext4"), test_modules=(ko,))
     assert made == [] and disk.image == d / f"{stem}.raw_gadget.ext4"
     assert disk.mount == [d / f"{stem}.raw_gadget.mount-{tag}" / "virtio_blk.ko",
                           d / f"{stem}.raw_gadget.mount-{tag}" / "ext4.ko"]
-    monkeypatch.setattr(test_modules, "built", lambda k: [])
     (d / f"{stem}.mount-{tag}" / "order").unlink()  # the plain tree's, made again, under its own name
     assert module_tree.image(kernel, ("virtio_blk", "ext4")).image == d / f"{stem}.ext4"
     assert made == [d / f"{stem}.ext4"]
+    assert module_tree.aliases(kernel) == d / f"{stem}.aliases"
+    assert module_tree.aliases(kernel, (ko,)).read_text() == "alias devname:raw-gadget raw_gadget\n"
+
+
+def test_a_program_that_needs_no_test_module_keeps_the_plain_tree_after_one_is_built(tmp_path, monkeypatch):
+    """The tree a guest mounts follows its own program, not what the cache
+    holds: a test module built for another program (a USB one, on a cold
+    cache beside it) must not change a plain program's disk, or its snapshot's
+    key changes between its first run and its next (make test, 2026-12-04:
+    needs_decnet.c saved under the plain tree, looked for under raw_gadget's)."""
+    from images.kernels import module_tree, test_modules
+    monkeypatch.setenv("KSTALL_CACHE", str(tmp_path))
+    kernel = Kernel("debian:6.1.170", "6.1.0-37-amd64", tmp_path / "vmlinuz", "ab" * 32)
+
+    def make(kernel, out, mount_with, mount_dir, table, progress, extra):
+        mount_dir.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"ext4")
+        (mount_dir / "order").write_text("virtio_blk\n")
+        table.write_text("")
+    monkeypatch.setattr(module_tree, "_make", make)
+    plain = module_tree.image(kernel, ("virtio_blk",))
+    monkeypatch.setattr(test_modules, "built", lambda k: [test_modules.Built("raw_gadget", ko=str(tmp_path / "r.ko"))])
+    assert module_tree.image(kernel, ("virtio_blk",)) == plain
+    assert module_tree.image(kernel, ("virtio_blk",), test_modules=(tmp_path / "raw_gadget.ko",)).image != plain.image
