@@ -8,7 +8,7 @@ sends nothing anywhere."""
 from __future__ import annotations
 
 from harness.analysis import console
-from harness.reports.markdown import _code, _link, esc
+from harness.reports.markdown import code_span, esc, safe_link
 
 ATTACH = ("console.log", "run.json", "backtraces.txt", "threads.txt")
 EXCERPT_LINES = 60
@@ -29,7 +29,7 @@ def render(doc: dict, files: list[str]) -> str:
                  + f", {k.get('arch', '')})")
     theirs = bool(bug.get("matched"))  # syzbot's own hang came: its bug and its fix are this report's
     if bug:
-        lines.append(f"- syzbot: [{esc(bug.get('title', ''))}]({_link(bug.get('link', ''))}), "
+        lines.append(f"- syzbot: [{esc(bug.get('title', ''))}]({safe_link(bug.get('link', ''))}), "
                      f"{esc(bug.get('status', ''))}" + (" upstream" if fixes else "")
                      + ("" if theirs else "; this run's hang is another, not syzbot's: its fix is not this one's"))
     pred = doc.get("prediction") or {}
@@ -37,7 +37,7 @@ def render(doc: dict, files: list[str]) -> str:
     of_fix = [x for x in said if "the fix" in x]  # not the culprit's line
     listed = any(x.startswith("lists the fix") for x in of_fix)
     for f in fixes if theirs else []:
-        lines.append(f"- upstream fix: {esc(f['title'])}" + (f" ({_link(str(f['link']))})" if f.get("link") else "")
+        lines.append(f"- upstream fix: {esc(f['title'])}" + (f" ({safe_link(str(f['link']))})" if f.get("link") else "")
                      + ("" if listed else ": a backport candidate for this package"))
     if theirs and of_fix:
         lines.append(f"- this package's changelog: {esc(of_fix[0])}"
@@ -70,10 +70,10 @@ def render(doc: dict, files: list[str]) -> str:
     vm = doc.get("vm") or {}
     lines += ["## How it ran", "",
               f"QEMU {str(vm.get('accel', '')).upper()}, {vm.get('cpus')} vCPUs, {vm.get('memory_mb')} MiB, "
-              f"command line {_code(vm.get('cmdline', ''))}.", "",
-              "Again, with kstall: " + _code(" ".join(_again(doc))), ""]
+              f"command line {code_span(vm.get('cmdline', ''))}.", "",
+              "Again, with kstall: " + code_span(" ".join(_again(doc))), ""]
     attach = [f for f in ATTACH if f in files] + ([r["source"]] if r.get("source") else [])
-    lines += ["## Files to attach", "", *(f"- {_code(f)}" for f in attach), "",
+    lines += ["## Files to attach", "", *(f"- {code_span(f)}" for f in attach), "",
               "Written by kstall from the run's record; nothing was sent anywhere.", ""]
     return "\n".join(lines)
 

@@ -20,12 +20,12 @@ def esc(text: object) -> str:
     return _MARKUP.sub(r"\\\1", " ".join(str(text).split()))
 
 
-def _code(text: object) -> str:
+def code_span(text: object) -> str:
     """text in a code span: one line, no backtick to end it early."""
     return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
 
 
-def _link(url: str) -> str:
+def safe_link(url: str) -> str:
     """A bug's link, only when it is a web address; its characters quoted."""
     return quote(url, safe=":/?=&%.-_~") if url.startswith(("https://", "http://")) else ""
 
@@ -54,7 +54,7 @@ def render(doc: dict) -> str:
         lines += [f"- {esc(k)}: {esc(views.syzbot_counts_text(n))}" for k, n in views.syzbot_counts(doc)]
         lines += ["", "| bug | syzbot's title | " + " | ".join(map(esc, doc["kernels"])) + " |",
                   "|---|---|" + "---|" * len(doc["kernels"])]
-        lines += [f"| [{esc(b.get('bug_id', '')[:12] or b['reproducer'])}]({_link(b.get('link', ''))}) | "
+        lines += [f"| [{esc(b.get('bug_id', '')[:12] or b['reproducer'])}]({safe_link(b.get('link', ''))}) | "
                   f"{esc(b.get('title', ''))} | " + " | ".join(esc(views.syzbot_text(c)) for c in row) + " |"
                   for b, row in bugs]
     if bugs:
@@ -72,12 +72,12 @@ def render(doc: dict) -> str:
     if failing:
         lines += ["", "### Cells that differ from their expectation", ""]
         for c in failing:
-            lines.append(f"- **{STATUS_TEXT[c['status']]}** {_code(c['id'])}: {esc(c['line'] or c['reason'])} "
+            lines.append(f"- **{STATUS_TEXT[c['status']]}** {code_span(c['id'])}: {esc(c['line'] or c['reason'])} "
                          f"(expected {esc(c['expect'])})")
     said = [c for c in doc["cells"] if c.get("console_titles") or c.get("waits")]
     if said:
         lines += ["", "### What the kernels reported on their consoles, and who held what their tasks waited for",
                   ""]
-        lines += [f"- {_code(c['id'])}: {esc(views.kernel_said(c))}" for c in said]
+        lines += [f"- {code_span(c['id'])}: {esc(views.kernel_said(c))}" for c in said]
     lines += ["", "Details: `report.html`, `junit.xml`, `matrix.json` in the results directory.", ""]
     return "\n".join(lines)
