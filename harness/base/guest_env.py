@@ -95,6 +95,12 @@ class GuestEnv:
         scale = dict(self.confirm_scale).get(accel, 1)
         return tuple(dataclasses.replace(r, hang_s=hang_after or r.syzbot_s * scale) for r in self.confirm)
 
+    def dying_for(self, accel: str) -> float:
+        """dying_s under an accelerator, scaled as the confirmation rules
+        are: an exit's writeback that dies in its time on KVM takes about
+        twice that under TCG, and a task slow to die is no hang."""
+        return self.dying_s * dict(self.confirm_scale).get(accel, 1)
+
     def family(self, number: int) -> str:
         return dict(self.families).get(number, f"family {number}")
 

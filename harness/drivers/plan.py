@@ -69,7 +69,8 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     confirm = env.confirm_for(c.accel, opts.run.hang_after) if env else ()
     # after its time: the kernel's time to report a task asleep then, a candidate's to
     # become a hang (the kill is held meanwhile), and the tasks that do not die their time to
-    after = env.detect_s + max((r.hang_s for r in confirm), default=0) + env.dying_s if env else 0
+    dying = env.dying_for(c.accel) if env else 0
+    after = env.detect_s + max((r.hang_s for r in confirm), default=0) + dying if env else 0
     limits = Limits(boot_timeout=opts.run.boot_timeout, freeze_after=opts.run.freeze_after or FREEZE_CEILING,
                     freeze_floor=None if opts.run.freeze_after else FREEZE_FLOOR,
                     stuck_after=stuck_after, run_timeout=duration + 60 + after,
@@ -84,7 +85,7 @@ def make_plan(c: Case, opts: Options, out_dir: Path, want_syms: bool) -> Plan:
     if repro.generic:  # the agent repeats it: until target runs or the time is up, whichever comes first
         go += f" repeat={target or UNTIL_THE_TIME_IS_UP} seconds={math.ceil(duration)}"
     if env:
-        go += f" dying={math.ceil(env.dying_s)} detect={math.ceil(env.detect_s)}"
+        go += f" dying={math.ceil(dying)} detect={math.ceil(env.detect_s)}"
     if repro.sleep_after_s:
         go += f" sleep={math.ceil(repro.sleep_after_s)}"
     if repro.command:  # the user's arguments join the command, which travels hex-encoded

@@ -85,3 +85,15 @@ def test_the_boots_environment_steps_do_not_start_the_program():
     assert a.repro_started_at is None
     a.feed("KTAP version 1", 2.0)
     assert a.repro_started_at == 2.0
+
+
+def test_the_time_a_killed_task_has_to_die_is_scaled_for_the_accelerator_as_the_detectors_are():
+    """A task still there dying_s after the time-up kill is a hang whatever
+    its state: under TCG, where an exit's writeback takes about twice its
+    KVM time, the same 35 s would call a task slow to die a hang."""
+    env = guest_env.get("syzkaller")
+    assert env.dying_for("kvm") == env.dying_s
+    scale = dict(env.confirm_scale)["tcg"]
+    assert scale > 1 and env.dying_for("tcg") == env.dying_s * scale
+    tcg, kvm = env.confirm_for("tcg")[0], env.confirm_for("kvm")[0]
+    assert env.dying_for("tcg") / env.dying_for("kvm") == tcg.hang_s / kvm.hang_s
