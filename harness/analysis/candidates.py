@@ -25,10 +25,13 @@ from harness.base.guest_env import ConfirmRule
 from harness.base.untrusted import num
 
 OPEN, HANG, WENT_ON = "open", "hang", "went on"
-# a candidate the kernel has not said again for twice its period and this
-# long (guest seconds, the guest running on) went on: a detector thread late
-# on a busy guest is no wake-up
+# a candidate the kernel has not said again for twice its period (its rule's,
+# or the longest gap its reports showed) and this long (guest seconds, the
+# guest running on) went on: a detector thread late on a busy guest is no wake-up
 QUIET_SLACK_S = 10.0
+# a stated duration this close to the last one's plus the time between them
+# (seconds, the kernel's rounding and the reports' own times) is the same wait
+CONTINUES_SLACK_S = 2.0
 # a gap between two reports of a rule with no stated duration this many
 # periods long: the first wait ended, the second is another
 EPISODE_GAP = 1.5
@@ -53,18 +56,41 @@ class Stuck:
     stuck_s: float = 0.0            # how long it was stuck at its last report
     held_s: float = 0.0             # of that, the host held the vCPUs back
     decided_at: float | None = None  # host seconds it became a hang or went on
+    # the longest the kernel took to say it again within one wait (guest seconds): its detector's
+    # cadence here, which a busy guest stretches (khungtaskd's 5 s checks came 20.5 s apart, 2026-12-04)
+    period_s: float = 0.0
     doc: dict = field(default_factory=dict)  # shared with its reports' run.json entries
 
     def said(self, r: Report, now: float, guest: float | None) -> None:
         gap = self._span_to(r, guest, now)
         if not self.rule.stated and self.reports and gap > EPISODE_GAP * self.rule.repeat_s > 0:
             self.restart(r, now, guest)  # the last wait ended unseen: this is another
+        elif self.reports:
+            self.period_s = max(self.period_s, gap)
         self.last_at, self.last_guest, self.said_n = now, guest, self.said_n + 1
         self.reports = (self.reports + [r])[-MAX_REPORTS:] if len(self.reports) < MAX_REPORTS else \
             [self.reports[0], *self.reports[-(MAX_REPORTS - 2):], r]
         stated = num(r.fields.get(self.rule.stated)) if self.rule.stated else None
         if stated is not None:
             self.stated_s = float(stated)
+
+    def continues(self, r: Report, guest: float | None, now: float) -> bool:
+        """Whether r, said after this thing was taken to have gone on, is of
+        the same wait: the duration the kernel states grew by the time
+        between the two reports (a wait that ended and began again would
+        state less)."""
+        stated = num(r.fields.get(self.rule.stated)) if self.rule.stated else None
+        if stated is None or self.stated_s is None or not self.reports:
+            return False
+        return float(stated) >= self.stated_s + self._span_to(r, guest, now) - CONTINUES_SLACK_S
+
+    def reopen(self) -> None:
+        """It had not gone on: the kernel was late to say it again."""
+        self.state, self.decided_at = OPEN, None
+
+    def quiet_after(self) -> float:
+        """Seconds without a word of it, the guest going on, after which it went on."""
+        return 2 * max(self.rule.repeat_s, self.period_s) + QUIET_SLACK_S
 
     def restart(self, r: Report, now: float, guest: float | None) -> None:
         self.first, self.first_at, self.first_guest, self.reports = r, now, guest, []
@@ -123,7 +149,7 @@ class Stuck:
         """Not said again while the guest went on: it went on."""
         if self.state != OPEN or guest is None or self.last_guest is None:
             return
-        if guest - self.last_guest > 2 * self.rule.repeat_s + QUIET_SLACK_S:
+        if guest - self.last_guest > self.quiet_after():
             self.state, self.decided_at = WENT_ON, now
             self._doc()
 
@@ -197,6 +223,8 @@ class Candidates:
             if len(self.open) >= MAX_OPEN:
                 return False
             s = self.things[key] = Stuck(rule, who, r, now, guest)
+        elif s.state == WENT_ON and s.continues(r, guest, now):
+            s.reopen()  # said late, of the same wait: it never went on (its first report's time kept)
         elif s.state == WENT_ON:  # stuck again after it went on: a new wait, counted afresh
             s.restart(r, now, guest)
             new = True

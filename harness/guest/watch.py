@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from harness.analysis import console
-from harness.analysis.candidates import QUIET_SLACK_S, Candidates
+from harness.analysis.candidates import Candidates
 from harness.base import procs
 from harness.base.guest_env import ConfirmRule
 from harness.analysis.outcome import NO_AGENT, Outcome, OutcomeKind
@@ -216,7 +216,7 @@ class Watch(AgentTalk, Thresholds):
         start = self.agent.repro_started_at or self.go_at  # the agent's time box counts from the program's start
         if still := [c for c in self.candidates.open if c.first_at - start <= self.limits.hold_for]:
             # until it would be a hang, and the kernel's next word on it after that
-            lease = max(c.due_in(now) for c in still) + max(2 * c.rule.repeat_s for c in still) + QUIET_SLACK_S
+            lease = max(c.due_in(now) for c in still) + max(c.quiet_after() for c in still)
             if self._held_at is None or now - self._held_at >= HOLD_RENEW_S:
                 self._send(f"HOLD {math.ceil(min(lease, HOLD_LEASE_S))}\n".encode())
                 self._held_at = now
@@ -266,7 +266,7 @@ class Watch(AgentTalk, Thresholds):
             return Outcome(OutcomeKind.SLEEPING, f"task {t['comm']}:{t['tid']} in D state for {t['secs']}s in "
                            f"{t['wchan']}" + (f" (and {len(a.sleeping) - 1} more)" if len(a.sleeping) > 1 else ""),
                            now)
-        if any(now - c.last_at < 2 * c.rule.repeat_s + QUIET_SLACK_S for c in self.candidates.open):
+        if any(now - c.last_at < c.quiet_after() for c in self.candidates.open):
             # a kernel detector spoke and is to speak again: the candidate decides, not a
             # silence (9157524e6230 on 6.1.170: a soft lockup's report, then a freeze read
             # from the CPUs 7 s before syzbot's "task hung in jfs_commit_inode" came)

@@ -4,6 +4,8 @@ stuck syzbot's time (harness/analysis/candidates.py): the cases a review
 found it wrong in, each on the detector's own words."""
 from __future__ import annotations
 
+import pytest
+
 from harness.analysis import console
 from harness.analysis.candidates import MAX_OPEN, Candidates
 from harness.base import guest_env
@@ -66,7 +68,7 @@ def test_waits_that_went_on_never_crowd_out_a_later_hang():
     for pid in range(100, 100 + MAX_OPEN):
         [r] = reports(f"[{t:8.1f}] INFO: task syz:{pid} blocked for more than 31 seconds.\n")
         c.feed(r, 1000 + t, t)
-        t += 30.0
+        t += 45.0
         c.update(1000 + t, t)  # not said again: it went on
     assert len(c.went_on) == MAX_OPEN and not c.open
     for secs in (31, 61):
@@ -97,3 +99,50 @@ def test_the_time_a_killed_task_has_to_die_is_scaled_for_the_accelerator_as_the_
     assert scale > 1 and env.dying_for("tcg") == env.dying_s * scale
     tcg, kvm = env.confirm_for("tcg")[0], env.confirm_for("kvm")[0]
     assert env.dying_for("tcg") / env.dying_for("kvm") == tcg.hang_s / kvm.hang_s
+
+
+def hung(t: float, secs: int, pid: int = 263) -> console.Report:
+    [r] = reports(f"[{t:12.6f}] INFO: task jbd2/vdb-8:{pid} blocked for more than {secs} seconds.\n")
+    return r
+
+
+@pytest.mark.parametrize("cadence", [20.47, 35.0])
+def test_a_task_the_kernel_says_again_late_never_went_on_and_keeps_its_first_report(cadence):
+    """e7c786ece54b on 6.1.192 (2026-12-04): khungtaskd's checks came 20.5 s
+    apart, not 5, so jbd2's report at 172.97 s came just after the quiet
+    window of the one at 152.5 s had taken it for gone on, and it was
+    counted afresh from then: past the time its kill was held for, so the
+    kill came and the run ended "still stuck". A report whose stated time
+    grew by the time between the two is the same wait: it never went on,
+    and the later gaps widen the window it is followed in (a cadence
+    slower still, 35 s, past the rule's window, is followed the same)."""
+    c = Candidates(guest_env.get("syzkaller").confirm_for("tcg"))
+    times = [(91.05, 40), (152.5, 40), (152.5 + cadence, round(40 + cadence)),
+             (152.5 + 2 * cadence, round(40 + 2 * cadence))]
+    for i, (t, secs) in enumerate(times):
+        c.feed(hung(t, secs), 1000 + t, t)
+        if i == 1:
+            first = c.open[0].first_at
+        end = times[i + 1][0] if i + 1 < len(times) else t + 40
+        for g in range(int(t) + 1, int(end) + 1):  # heartbeats every second until the next report
+            c.update(1000 + g, float(g))
+        if i == 0:
+            assert not c.open and c.went_on, "not said again for a minute: it went on"
+    [s] = c.open
+    assert s.first_at == first and s.stated_s == times[-1][1], "the wait of 152.5 s, followed on"
+    assert s.period_s >= cadence - 0.01 and s.quiet_after() > 2 * cadence
+    last = times[-1][0]
+    c.update(1000 + last + s.quiet_after() + 1, last + s.quiet_after() + 1)
+    assert not c.open and c.went_on, "then silent for twice its cadence and the slack: it went on"
+
+
+def test_a_wait_that_ended_and_began_again_is_counted_afresh():
+    """Said again after it went on with less time than the gap: the task
+    switched in between, so this is another wait, its first report now."""
+    c = Candidates(guest_env.get("syzkaller").confirm_for("tcg"))
+    c.feed(hung(100.0, 40), 1100.0, 100.0)
+    c.update(1150.0, 150.0)
+    assert c.went_on
+    assert c.feed(hung(160.0, 45), 1160.0, 160.0), "a new wait: its report is kept as a first"
+    [s] = c.open
+    assert s.first_at == 1160.0 and s.stated_s == 45
