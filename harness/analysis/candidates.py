@@ -29,9 +29,15 @@ OPEN, HANG, WENT_ON = "open", "hang", "went on"
 # or the longest gap its reports showed) and this long (guest seconds, the
 # guest running on) went on: a detector thread late on a busy guest is no wake-up
 QUIET_SLACK_S = 10.0
-# a stated duration this close to the last one's plus the time between them
-# (seconds, the kernel's rounding and the reports' own times) is the same wait
+# a stated duration at least this share of the time between two reports
+# more than the last one's, less this slack (seconds: the kernel's rounding,
+# the reports' own times), is the same wait: a soft lockup's "stuck for Ns"
+# counts 2^30 ns as a second (watchdog.c get_timestamp), 7% slow
+CONTINUES_RATE = 0.92
 CONTINUES_SLACK_S = 2.0
+# the cadence learnt from a wait's reports is at most this many of its rule's
+# periods: a window that grew without end would hold a run's kill past its bound
+PERIOD_CAP = 3.0
 # a gap between two reports of a rule with no stated duration this many
 # periods long: the first wait ended, the second is another
 EPISODE_GAP = 1.5
@@ -56,8 +62,9 @@ class Stuck:
     stuck_s: float = 0.0            # how long it was stuck at its last report
     held_s: float = 0.0             # of that, the host held the vCPUs back
     decided_at: float | None = None  # host seconds it became a hang or went on
-    # the longest the kernel took to say it again within one wait (guest seconds): its detector's
-    # cadence here, which a busy guest stretches (khungtaskd's 5 s checks came 20.5 s apart, 2026-12-04)
+    # the longest the kernel took to say it again within one wait, while it was open (guest
+    # seconds, at most PERIOD_CAP periods): its detector's cadence here, which a busy guest
+    # stretches (khungtaskd's 5 s checks came 20.5 s apart, 2026-12-04)
     period_s: float = 0.0
     doc: dict = field(default_factory=dict)  # shared with its reports' run.json entries
 
@@ -65,8 +72,8 @@ class Stuck:
         gap = self._span_to(r, guest, now)
         if not self.rule.stated and self.reports and gap > EPISODE_GAP * self.rule.repeat_s > 0:
             self.restart(r, now, guest)  # the last wait ended unseen: this is another
-        elif self.reports:
-            self.period_s = max(self.period_s, gap)
+        elif self.reports and self.rule.stated and self.state == OPEN:  # said in time: its cadence
+            self.period_s = min(max(self.period_s, gap), PERIOD_CAP * self.rule.repeat_s)
         self.last_at, self.last_guest, self.said_n = now, guest, self.said_n + 1
         self.reports = (self.reports + [r])[-MAX_REPORTS:] if len(self.reports) < MAX_REPORTS else \
             [self.reports[0], *self.reports[-(MAX_REPORTS - 2):], r]
@@ -74,15 +81,16 @@ class Stuck:
         if stated is not None:
             self.stated_s = float(stated)
 
-    def continues(self, r: Report, guest: float | None, now: float) -> bool:
-        """Whether r, said after this thing was taken to have gone on, is of
-        the same wait: the duration the kernel states grew by the time
-        between the two reports (a wait that ended and began again would
-        state less)."""
+    def continues(self, r: Report, guest: float | None, now: float) -> bool | None:
+        """Whether r is of the same wait as the reports before it: the
+        duration the kernel states grew by the time between the two (a wait
+        that ended and began again states less). None where the rule states
+        no duration, or nothing was said before."""
         stated = num(r.fields.get(self.rule.stated)) if self.rule.stated else None
         if stated is None or self.stated_s is None or not self.reports:
-            return False
-        return float(stated) >= self.stated_s + self._span_to(r, guest, now) - CONTINUES_SLACK_S
+            return None
+        span = max(self._span_to(r, guest, now), 0.0)
+        return float(stated) >= self.stated_s + CONTINUES_RATE * span - CONTINUES_SLACK_S
 
     def reopen(self) -> None:
         """It had not gone on: the kernel was late to say it again."""
@@ -94,7 +102,7 @@ class Stuck:
 
     def restart(self, r: Report, now: float, guest: float | None) -> None:
         self.first, self.first_at, self.first_guest, self.reports = r, now, guest, []
-        self.state, self.decided_at = OPEN, None
+        self.state, self.decided_at, self.stated_s, self.period_s = OPEN, None, None, 0.0
 
     def _span_to(self, r: Report, guest: float | None, now: float) -> float:
         """From the episode's last report to r: printk's clock where both
@@ -223,11 +231,13 @@ class Candidates:
             if len(self.open) >= MAX_OPEN:
                 return False
             s = self.things[key] = Stuck(rule, who, r, now, guest)
-        elif s.state == WENT_ON and s.continues(r, guest, now):
-            s.reopen()  # said late, of the same wait: it never went on (its first report's time kept)
-        elif s.state == WENT_ON:  # stuck again after it went on: a new wait, counted afresh
-            s.restart(r, now, guest)
-            new = True
+        else:
+            same = s.continues(r, guest, now)
+            if s.state == WENT_ON and same:
+                s.reopen()  # said late, of the same wait: it never went on (its first report's time kept)
+            elif s.state == WENT_ON or (s.state == OPEN and same is False):
+                s.restart(r, now, guest)  # stuck again after it went on, or it switched between: a new wait
+                new = True
         s.said(r, now, guest)
         s.measure(now, self.host_delay)
         r.stuck = s.doc

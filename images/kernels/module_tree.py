@@ -132,7 +132,7 @@ def _added(test_modules: tuple[Path, ...] | list[Path]) -> str:
 
 
 def _aliases_path(kernel: Kernel, added: str) -> Path:
-    # each image's own: the raw_gadget tree's names raw_gadget's device, the plain tree's does not
+    # each image's own, read from its own tree: a test module added to a tree may add aliases to it
     return kernel_cache.path(kernel_cache.MODTREES, kernel.key, f"{added}.{ALIASES}" if added else ALIASES)
 
 
