@@ -119,6 +119,35 @@ def fixes_found(roots: list[Path]) -> dict[str, dict]:
     return out
 
 
+def kept_fixes(path: Path) -> dict[str, dict]:
+    """By bug id: the fix hunts an existing suite records (fixed_in, and its
+    "#   fixed in V: ..." comment lines). A hunt's bisect.json goes with the
+    machine that ran it, as a state does; what the suite learnt from it stays."""
+    if not path.is_file():
+        return {}
+    text = path.read_text()
+    out: dict[str, dict] = {}
+    for r in tomllib.loads(text).get("reproducer", []):
+        ident, fixed = str(r.get("syzbot", "")), r.get("fixed_in") or []
+        para = next((x for x in text.split("\n\n") if re.search(rf'^syzbot = "{ident}"$', x, re.M)), "")
+        said = dict(re.findall(r"^#   fixed in (\S+): (.*)$", para, re.M))
+        if ident and fixed:
+            out[ident] = {"fixed_in": list(fixed), "changelog": [said.get(v, "") for v in fixed]}
+    return out
+
+
+def merged_fixes(kept: dict[str, dict], found: dict[str, dict]) -> dict[str, dict]:
+    """A bug's fix hunts, a line's new hunt (found) over the kept one of the same release line."""
+    out = {b: {"fixed_in": list(h["fixed_in"]), "changelog": list(h["changelog"])} for b, h in kept.items()}
+    for bug, hunt in found.items():
+        lines = {(line_version(v) or ("",))[0] for v in hunt["fixed_in"]}
+        old = out.get(bug, {"fixed_in": [], "changelog": []})
+        keep = [(v, c) for v, c in zip(old["fixed_in"], old["changelog"]) if (line_version(v) or ("",))[0] not in lines]
+        pairs = keep + list(zip(hunt["fixed_in"], hunt["changelog"]))
+        out[bug] = {"fixed_in": [v for v, _ in pairs], "changelog": [c for _, c in pairs]}
+    return out
+
+
 def expectation(tries: list[dict], kernel: str, fixed_in: list[str]) -> str:
     matched = sum(bool(t.get("matched")) for t in tries)
     if matched and 2 * matched >= len(tries):
@@ -169,7 +198,7 @@ def kept(path: Path, measured: set[str]) -> tuple[list[str], dict[str, dict[str,
 def suite(sources: list[tuple[Path, Path]], bisections: list[Path], keep: Path | None = None) -> str:
     """sources: (a benchmark state or a document with rows blocks, the corpus its bugs came from), oldest
     first: a later source's tries of a bug on a kernel replace an earlier's, as today's code replaces older."""
-    found = fixes_found(bisections)
+    found = merged_fixes(kept_fixes(keep) if keep else {}, fixes_found(bisections))
     tried: dict[tuple[str, str], list[dict]] = {}
     for source, corpus in sources:
         if not (source.exists() and corpus.is_dir()):
@@ -194,7 +223,7 @@ def suite(sources: list[tuple[Path, Path]], bisections: list[Path], keep: Path |
         out.append(f"\n# {h.bug_id[:12]} \"{h.title}\" (syzbot: {h.status}"
                    + (f"; upstream fix: {fix}" if fix else "") + ")")
         out += [f"#   {k}: {column(mine[k])}" for k in order if k in mine]
-        out += [f"#   fixed in {v}: {c}" for v, c in zip(hunt["fixed_in"], hunt["changelog"])]
+        out += [f"#   fixed in {v}" + (f": {c}" if c else "") for v, c in zip(hunt["fixed_in"], hunt["changelog"])]
         out.append(f'[[reproducer]]\nsyzbot = "{h.bug_id}"\nduration = 120')
         if fix:
             out.append(f"fix = {json.dumps(fix)}")
@@ -216,7 +245,7 @@ def main() -> int:
     ap.add_argument("--bisections", action="append", type=Path, default=[],
                     help="a results root holding `kstall bisect debian` runs (repeatable)")
     ap.add_argument("--keep", type=Path, help="an existing suite: its entries of bugs no source measured stay, "
-                    "as written")
+                    "as written, and its fix hunts' findings (fixed_in) unless --bisections hunted that line again")
     ap.add_argument("--out", type=Path, help="write the suite here (default: print it)")
     args = ap.parse_args()
     text = suite([(s, c) for s, c in args.sources], args.bisections, args.keep)

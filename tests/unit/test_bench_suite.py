@@ -97,3 +97,30 @@ def test_the_suite_is_written_from_the_documents_rows_and_keeps_what_was_kept_by
     f.write_text(gone)
     kept = syzbot_suite.suite([(doc, PROGRAMS)], [], keep=f)
     assert 'syzbot = "cccc00000000' in kept and "syz-cccc00000000" in kept
+
+
+def test_a_fix_hunts_finding_stays_in_the_suite_when_its_bisection_has_gone(tmp_path):
+    """bisect.json goes with the machine that ran the hunt: the suite written
+    again without it keeps the first fixed version, its changelog line and the
+    not_reproduced it makes; a new hunt over the same line replaces it."""
+    state = tmp_path / "state"
+    bug = "aaaa0000000000000001"
+    tries(state, bug, "debian:6.1.170", "m")
+    tries(state, bug, "debian:6.1.192", "c")
+    hunts = tmp_path / "hunts" / "20261203-bisect"
+    hunts.mkdir(parents=True)
+
+    def hunt(first: str, text: str) -> None:
+        (hunts / "bisect.json").write_text(json.dumps({
+            "reproducer": f"syz:{PROGRAMS / 'pipe_hang.c'}", "direction": "fix", "first_new": first,
+            "fix_entries": {"text": text, "entries": []}}))
+
+    hunt("6.1.176", "the record names no fix; none of 9 entries names it")
+    f = tmp_path / "syzbot-hangs.toml"
+    f.write_text(first := syzbot_suite.suite([(state, PROGRAMS)], [tmp_path / "hunts"]))
+    assert syzbot_suite.suite([(state, PROGRAMS)], [], keep=f) == first  # the hunt's directory gone
+    assert matrix_file.load(f).about["syz-aaaa00000000"] == {"fixed_in": ["debian:6.1.176"]}
+    hunt("6.1.180", "the record names no fix; none of 4 entries names it")
+    again = syzbot_suite.suite([(state, PROGRAMS)], [tmp_path / "hunts"], keep=f)
+    assert 'fixed_in = ["debian:6.1.180"]' in again and "6.1.176" not in again
+    assert "#   fixed in debian:6.1.180: the record names no fix; none of 4 entries" in again
