@@ -255,9 +255,10 @@ def upstream_fix(c: dict) -> str:
 
 
 def line_version(spec: str) -> tuple[str, tuple[int, ...]] | None:
-    """A kernel spec's release line, its flavour part of it, and version:
-    debian:6.1.192 -> ('6.1', (6, 1, 192)); debian:6.19.14-rt -> ('6.19-rt', ...)."""
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?(-[a-z][a-z0-9]*)?", spec.split(":", 1)[-1])
+    """A kernel spec's release line, its whole flavour part of it, and version:
+    debian:6.1.192 -> ('6.1', (6, 1, 192)); debian:6.19.14-rt -> ('6.19-rt', ...);
+    debian:6.1.176-rt-arm64 -> ('6.1-rt-arm64', ...), another line than amd64's rt."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?((?:-[a-z][a-z0-9]*)*)", spec.split(":", 1)[-1])
     return (f"{m[1]}.{m[2]}{m[4] or ''}", tuple(int(x) for x in m.groups(0)[:3])) if m else None
 
 

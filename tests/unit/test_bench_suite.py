@@ -110,10 +110,10 @@ def test_a_fix_hunts_finding_stays_in_the_suite_when_its_bisection_has_gone(tmp_
     hunts = tmp_path / "hunts" / "20261203-bisect"
     hunts.mkdir(parents=True)
 
-    def hunt(first: str, text: str) -> None:
+    def hunt(first: str, text: str, flavour: str = "") -> None:
         (hunts / "bisect.json").write_text(json.dumps({
             "reproducer": f"syz:{PROGRAMS / 'pipe_hang.c'}", "direction": "fix", "first_new": first,
-            "fix_entries": {"text": text, "entries": []}}))
+            "flavour_suffix": flavour, "fix_entries": {"text": text, "entries": []}}))
 
     hunt("6.1.176", "the record names no fix; none of 9 entries names it")
     f = tmp_path / "syzbot-hangs.toml"
@@ -124,3 +124,9 @@ def test_a_fix_hunts_finding_stays_in_the_suite_when_its_bisection_has_gone(tmp_
     again = syzbot_suite.suite([(state, PROGRAMS)], [tmp_path / "hunts"], keep=f)
     assert 'fixed_in = ["debian:6.1.180"]' in again and "6.1.176" not in again
     assert "#   fixed in debian:6.1.180: the record names no fix; none of 4 entries" in again
+    # another flavour's hunt is another line's: arm64's rt does not replace amd64's rt
+    hunt("6.1.176", "amd64 rt", "-rt")
+    f.write_text(syzbot_suite.suite([(state, PROGRAMS)], [tmp_path / "hunts"]))
+    hunt("6.1.190", "arm64 rt", "-rt-arm64")
+    both = syzbot_suite.suite([(state, PROGRAMS)], [tmp_path / "hunts"], keep=f)
+    assert 'fixed_in = ["debian:6.1.176-rt", "debian:6.1.190-rt-arm64"]' in both

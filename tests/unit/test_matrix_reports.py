@@ -432,6 +432,7 @@ def test_a_clean_kernel_between_two_that_hung_is_not_fixed_nor_a_fixed_in_a_late
     assert pages["debian:6.1.192"]["open"]
     # the -rt flavour is a line of its own: a generic kernel's fixed_in is not its
     assert views.line_version("debian:6.19.14-rt") == ("6.19-rt", (6, 19, 14))
+    assert views.line_version("debian:6.1.176-rt-arm64") == ("6.1-rt-arm64", (6, 1, 176))
     assert not pages["debian:6.19.14-rt"]["fixed"]
 
 
