@@ -119,6 +119,15 @@ def fixes_found(roots: list[Path]) -> dict[str, dict]:
     return out
 
 
+def paragraph(text: str, ident: str) -> str:
+    """The suite's paragraph of the bug ident (its comment and [[reproducer]]), '' if none."""
+    return next((x.strip("\n") for x in text.split("\n\n") if re.search(rf'^syzbot = "{ident}"$', x, re.M)), "")
+
+
+def line_of(spec: str) -> str:
+    return (line_version(spec) or ("",))[0]
+
+
 def kept_fixes(path: Path) -> dict[str, dict]:
     """By bug id: the fix hunts an existing suite records (fixed_in, and its
     "#   fixed in V: ..." comment lines). A hunt's bisect.json goes with the
@@ -129,8 +138,7 @@ def kept_fixes(path: Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for r in tomllib.loads(text).get("reproducer", []):
         ident, fixed = str(r.get("syzbot", "")), r.get("fixed_in") or []
-        para = next((x for x in text.split("\n\n") if re.search(rf'^syzbot = "{ident}"$', x, re.M)), "")
-        said = dict(re.findall(r"^#   fixed in (\S+): (.*)$", para, re.M))
+        said = dict(re.findall(r"^#   fixed in (\S+): (.*)$", paragraph(text, ident), re.M))
         if ident and fixed:
             out[ident] = {"fixed_in": list(fixed), "changelog": [said.get(v, "") for v in fixed]}
     return out
@@ -140,9 +148,9 @@ def merged_fixes(kept: dict[str, dict], found: dict[str, dict]) -> dict[str, dic
     """A bug's fix hunts, a line's new hunt (found) over the kept one of the same release line."""
     out = {b: {"fixed_in": list(h["fixed_in"]), "changelog": list(h["changelog"])} for b, h in kept.items()}
     for bug, hunt in found.items():
-        lines = {(line_version(v) or ("",))[0] for v in hunt["fixed_in"]}
+        lines = {line_of(v) for v in hunt["fixed_in"]}
         old = out.get(bug, {"fixed_in": [], "changelog": []})
-        keep = [(v, c) for v, c in zip(old["fixed_in"], old["changelog"]) if (line_version(v) or ("",))[0] not in lines]
+        keep = [(v, c) for v, c in zip(old["fixed_in"], old["changelog"]) if line_of(v) not in lines]
         pairs = keep + list(zip(hunt["fixed_in"], hunt["changelog"]))
         out[bug] = {"fixed_in": [v for v, _ in pairs], "changelog": [c for _, c in pairs]}
     return out
@@ -180,13 +188,12 @@ def kept(path: Path, measured: set[str]) -> tuple[list[str], dict[str, dict[str,
         return [], {}
     text = path.read_text()
     doc = tomllib.loads(text)
-    paragraphs = [x.strip("\n") for x in text.split("\n\n")]
     out, names = [], set()
     for r in doc.get("reproducer", []):
         ident = str(r.get("syzbot", ""))
         if not ident:
             raise ValueError(f"{path}: a [[reproducer]] without syzbot = ID ({r}): the suite holds syzbot's bugs")
-        para = next((x for x in paragraphs if re.search(rf'^syzbot = "{ident}"$', x, re.M)), "")
+        para = paragraph(text, ident)
         if ident[:12] in {m[:12] for m in measured} or not para:
             continue
         out.append(para)
