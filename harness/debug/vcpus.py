@@ -219,6 +219,15 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int,
 _REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)  # HMP's 'info registers': NAME=hex
 
 
+def hmp_registers(text: str, a: Arch) -> dict[str, int]:
+    """The registers a dump keeps, by GDB's names, from HMP's `info registers`
+    of one CPU (the row's qmp_registers rename QEMU's spellings: an x86 CPU
+    not in 64-bit mode, such as one still in the firmware at boot, prints
+    EIP and ESP where a 64-bit one prints RIP and RSP)."""
+    named = {a.qmp_registers.get(k.lower(), k.lower()): int(v, 16) for k, v in _REG.findall(text)}
+    return {k: named[k] for k in a.registers if k in named}
+
+
 def hmp_bytes(qmp: QMP, cpu: int, addr: int, n: int, order: Literal["little", "big"] = "little") -> bytes | None:
     """n bytes of guest virtual memory through HMP 'x' on that CPU; None if
     unmapped. Output lines look like 'ffa0000000493c28: 0x... 0x...': words
@@ -241,14 +250,14 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
     walker = unwind.for_arch(a)
     states = {c["cpu-index"]: c for c in qmp.cmd("query-cpus-fast")}
     for n in sorted(states):
-        text = qmp.hmp("info registers", cpu=n)
-        named = {a.qmp_registers.get(k.lower(), k.lower()): int(v, 16) for k, v in _REG.findall(text)}
-        regs = {k: named[k] for k in a.registers if k in named}
+        regs = hmp_registers(qmp.hmp("info registers", cpu=n), a)
         pc, sp = regs.get(a.pc, 0), regs.get(a.sp, 0)
         user = a.in_user_mode(regs)
+        # a CPU below the kernel's addresses (the firmware, at boot) has no kernel stack to walk
+        kernel = not user and pc >= a.kernel_from
         read = functools.partial(hmp_bytes, qmp, n, order=a.monitor_byteorder)  # this CPU's view of memory
         regions = []
-        if not user and sp:
+        if kernel and sp:
             regions = [r for r in walker.regions(read, regs, a, stack_bytes - (sp & 7), syms) if r[1]]
         code = {}
         if syms is not None:
@@ -257,7 +266,7 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
                 if b:
                     code[at] = b[8 - walker.CODE_BEFORE:]
         words = {} if user else kernel_waits.register_words(read, regs, a)
-        frames = ([f.to_json() for f in walker.frames(regs, a, regions, code, syms)] if syms and not user else
+        frames = ([f.to_json() for f in walker.frames(regs, a, regions, code, syms)] if syms and kernel else
                   [{"addr": f"{pc:#x}", "text": f"{pc:#x}", "function": "", "reliable": True, "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown", "arch": a.name,
                      "regs": {k: f"{v:#x}" for k, v in regs.items()},

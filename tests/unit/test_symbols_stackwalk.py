@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Symbolization and stack walking on recorded GDB dumps of a hung 6.16.12."""
+"""Symbolization and stack walking on recorded dumps (GDB's, and QMP's HMP) of hung kernels."""
 from recorded import FIXTURES, load_samples
 
 from harness.analysis import stackwalk
@@ -119,3 +119,39 @@ def test_symbols_load_from_their_index_as_they_parse_and_a_damaged_index_is_pars
         assert k.fmt(0xffffffff81000204) == "mod_fn+0x4/0x1000 [kvm]" and k.address("helper") == 0xffffffff81000100
     index.write_bytes(index.read_bytes()[:-9])  # cut short
     assert list(Kallsyms.load(tmp_path / "kallsyms").names) == ["_stext", "helper", "mod_fn"]
+
+
+class RecordedMonitor:
+    """QEMU's HMP answers as recorded at a boot's start (qemu-system-x86_64
+    7.2, q35, two CPUs stopped 0.5 s in): CPU0 in the kernel, CPU1 (an AP
+    not yet woken) still in the firmware, in 32-bit mode; memory reads
+    answered as QEMU answers an address its CPU has not mapped."""
+    def __init__(self) -> None:
+        text = (FIXTURES / "hmp-registers" / "x86_64-ap-in-firmware.txt").read_text()
+        self.cpus = ["CPU#" + block for block in text.split("CPU#")[1:]]
+
+    def cmd(self, name: str, timeout: float | None = None) -> list[dict]:
+        assert name == "query-cpus-fast"
+        return [{"cpu-index": n} for n in range(len(self.cpus))]
+
+    def hmp(self, command: str, cpu: int | None = None, timeout: float | None = None) -> str:
+        if command == "info registers":
+            return self.cpus[cpu or 0]
+        return f"{command.split()[-1]}: Cannot access memory\n"
+
+
+def test_a_cpu_still_in_the_firmware_is_read_by_its_32_bit_registers(tmp_path):
+    """A boot's ERROR said "internal error: KeyError: 'rip'" on a busy host:
+    its AP was still in the firmware when the boot's time ran out, and QEMU
+    prints such a CPU's EIP and ESP, not RIP and RSP."""
+    from harness.base import arch
+    from harness.debug import vcpus
+    a = arch.get("x86_64")
+    doc = vcpus.sample_with_qmp(RecordedMonitor(), tmp_path, syms("perf-refresh-6.16.12-4cpu"), 0, a)
+    kernel, firmware = doc["cpus"]
+    assert kernel["regs"]["rip"] == "0xffffffff819b9ffe" and kernel["regs"]["eflags"] == "0x6"
+    assert firmware["regs"]["rip"] == "0xfd09a" and firmware["regs"]["cs"] == "0x8"
+    assert firmware["regs"]["rsp"] == "0x6c5c" and firmware["regs"]["eflags"] == "0x2"
+    # below the kernel's addresses: no kernel stack walked, its pc said as it is
+    assert firmware["regions"] == [] and [f["text"] for f in firmware["frames"]] == ["0xfd09a"]
+    assert not a.in_user_mode({k: int(v, 16) for k, v in firmware["regs"].items()})
