@@ -163,6 +163,21 @@ def test_a_cpu_that_panicked_on_an_int3_anywhere_in_the_kernel_is_an_emulator_fa
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
 
 
+
+def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_beside_an_idle_spinner(sigs):
+    """6.12.116 under TCG, a bisection step of refresh_or_sleep on a busy
+    host: only CPU1 oopsed on the int3 in __schedule and panicked, and
+    CPU0, spinning in idle's softirq on the runqueue lock CPU1 held, was
+    called idle. It was "VULNERABLE: hang in oops_end" and the step was
+    skipped as another hang; the panic alone proves the fault."""
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.findings import Findings
+    from harness.analysis.outcome import Outcome
+    classes = classify.classify_samples(load_samples("refresh-or-sleep-6.12.116-int3-panic"), sigs)
+    assert {c.cpu: c.signature.name for c in classes} == {0: "idle", 1: "schedule_int3_oops_panic"}
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes))
+    assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
+
 @pytest.mark.parametrize("fixture", ["bpf-ringbuf-6.16.12-held-locks", "bpf-ringbuf-6.16.12-rq-lock",
                                      "bpf-ringbuf-6.16.12-rqspinlock"])
 def test_a_cpu_no_signature_names_is_described_by_its_state_never_as_unknown(fixture):
