@@ -36,9 +36,11 @@ NEEDS_S = 10  # the socket it needs is its first call: its time need not be long
 def matrix(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("syzkaller")
     m = d / "syzkaller.toml"
-    # each its own time: the hung task needs the detector's 30 s and its 5 s checks, the starved
-    # one the 10-20 s its huge pages take to reserve under TCG; one vCPU each, so that on two host
-    # cores the short ones run beside the long one
+    # each its own time: the hung task needs the detector's 30 s and its 5 s checks; the starved
+    # one is starved only once its 2 GiB of huge pages are reserved (zeroed, init_on_alloc), 10-25 s
+    # under TCG, and must be starved for half the seconds the agent watched (on a busy host in CI
+    # 22 of 47 in a 60 s run: NOT_REPRODUCED); one vCPU each, so that on two host cores the short
+    # ones run beside the long one
     # the kernel's reports are hangs after 60 s here, not syzbot's 140 s scaled (280 s under TCG):
     # the same rule, in a make test's time
     m.write_text(f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["aaaa", "a2a2"]\nduration = 90\ncpus = 1\n'
@@ -48,7 +50,7 @@ def matrix(tmp_path_factory) -> dict:
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["afaf"]\nduration = 10\ncpus = 1\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["bbbb", "dddd"]\nduration = 20\ncpus = 1\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["cccc"]\nduration = {NEEDS_S}\ncpus = 1\n'
-                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["eeee"]\nduration = 60\ncpus = 1\n'
+                 f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["eeee"]\nduration = 100\ncpus = 1\n'
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["ffff"]\nduration = 10\ncpus = 1\n'
                  # two vCPUs: a worker cloning on one while its namespace's first process dies on the other
                  f'[[reproducer]]\ndir = "{PROGRAMS}"\nbugs = ["abab"]\nduration = 10\ncpus = 2\n'
