@@ -216,15 +216,31 @@ def sample_with_gdb(gdb_socket: Path, out_dir: Path, target: Target, count: int,
 
 # -- QMP fallback --------------------------------------------------------------
 
-_REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)  # HMP's 'info registers': NAME=hex
+# HMP's `info registers`, as QEMU prints each architecture's: NAME=hex (x86_64,
+# aarch64, s390x's R00=); NAME hex (ppc64's NIP and LR, riscv64's pc and its
+# x2/sp, named by the ABI name after the slash); ppc64's GPR00 and the three
+# registers after it on one row; s390x's PSW as its mask and address
+_REG = re.compile(r"\b([A-Z][A-Z0-9]*)\s*=\s*([0-9a-f]+)\b", re.I)
+_SPACED = re.compile(r"(?<!\S)(?:[a-z][a-z0-9]*/)?([a-z][a-z0-9]*) +([0-9a-f]{8,16})(?!\S)", re.I)
+_ROW = re.compile(r"^GPR(\d+)((?: +[0-9a-f]{16})+) *$", re.M)
+_PSW = re.compile(r"\bPSW=mask ([0-9a-f]+) addr ([0-9a-f]+)")
 
 
 def hmp_registers(text: str, a: Arch) -> dict[str, int]:
     """The registers a dump keeps, by GDB's names, from HMP's `info registers`
     of one CPU (the row's qmp_registers rename QEMU's spellings: an x86 CPU
     not in 64-bit mode, such as one still in the firmware at boot, prints
-    EIP and ESP where a 64-bit one prints RIP and RSP)."""
-    named = {a.qmp_registers.get(k.lower(), k.lower()): int(v, 16) for k, v in _REG.findall(text)}
+    EIP and ESP where a 64-bit one prints RIP and RSP). Recorded outputs of
+    each form: tests/fixtures/hmp-registers."""
+    found = [(k, v) for k, v in _REG.findall(text)]
+    for m in _PSW.finditer(text):
+        found += [("pswm", m[1]), ("pswa", m[2])]
+    for m in _ROW.finditer(text):
+        found += [(f"r{int(m[1]) + i}", v) for i, v in enumerate(m[2].split())]
+    found += _SPACED.findall(text)
+    named: dict[str, int] = {}
+    for k, v in found:  # the first spelling found wins
+        named.setdefault(a.qmp_registers.get(k.lower(), k.lower()), int(v, 16))
     return {k: named[k] for k in a.registers if k in named}
 
 
@@ -253,8 +269,9 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
         regs = hmp_registers(qmp.hmp("info registers", cpu=n), a)
         pc, sp = regs.get(a.pc, 0), regs.get(a.sp, 0)
         user = a.in_user_mode(regs)
-        # a CPU below the kernel's addresses (the firmware, at boot) has no kernel stack to walk
-        kernel = not user and pc >= a.kernel_from
+        # a CPU below the kernel's addresses (the firmware, at boot), or one whose
+        # pc the monitor's text did not give, has no kernel stack to walk
+        kernel = not user and a.pc in regs and pc >= a.kernel_from
         read = functools.partial(hmp_bytes, qmp, n, order=a.monitor_byteorder)  # this CPU's view of memory
         regions = []
         if kernel and sp:
@@ -267,7 +284,8 @@ def sample_with_qmp(qmp: QMP, out_dir: Path, syms: Kallsyms | None, index: int, 
                     code[at] = b[8 - walker.CODE_BEFORE:]
         words = {} if user else kernel_waits.register_words(read, regs, a)
         frames = ([f.to_json() for f in walker.frames(regs, a, regions, code, syms)] if syms and kernel else
-                  [{"addr": f"{pc:#x}", "text": f"{pc:#x}", "function": "", "reliable": True, "slot": None}])
+                  [{"addr": f"{pc:#x}", "text": f"{pc:#x}" if a.pc in regs else "?", "function": "", "reliable": True,
+                    "slot": None}])
         cpus.append({"cpu": n, "thread": n + 1, "state": "unknown", "arch": a.name,
                      "regs": {k: f"{v:#x}" for k, v in regs.items()},
                      "regions": [{"base": f"{b:#x}", "bytes": d.hex()} for b, d in regions], "words": words,

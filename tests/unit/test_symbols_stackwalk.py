@@ -1,9 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0
 """Symbolization and stack walking on recorded dumps (GDB's, and QMP's HMP) of hung kernels."""
+import re
+
+import pytest
 from recorded import FIXTURES, load_samples
 
 from harness.analysis import stackwalk
 from harness.analysis.kallsyms import Kallsyms
+from harness.base import arch
+from harness.debug import vcpus
 
 
 def syms(name="perf-refresh-6.16.12-4cpu") -> Kallsyms:
@@ -121,14 +126,15 @@ def test_symbols_load_from_their_index_as_they_parse_and_a_damaged_index_is_pars
     assert list(Kallsyms.load(tmp_path / "kallsyms").names) == ["_stext", "helper", "mod_fn"]
 
 
+
 class RecordedMonitor:
-    """QEMU's HMP answers as recorded at a boot's start (qemu-system-x86_64
-    7.2, q35, two CPUs stopped 0.5 s in): CPU0 in the kernel, CPU1 (an AP
-    not yet woken) still in the firmware, in 32-bit mode; memory reads
-    answered as QEMU answers an address its CPU has not mapped."""
-    def __init__(self) -> None:
-        text = (FIXTURES / "hmp-registers" / "x86_64-ap-in-firmware.txt").read_text()
-        self.cpus = ["CPU#" + block for block in text.split("CPU#")[1:]]
+    """QEMU's HMP answers as recorded at a boot's start (QEMU 7.2, two CPUs,
+    tests/fixtures/hmp-registers/NAME.txt: `info registers -a` of a stopped
+    guest); memory reads answered as QEMU answers an address its CPU has not
+    mapped."""
+    def __init__(self, name: str) -> None:
+        text = (FIXTURES / "hmp-registers" / f"{name}.txt").read_text()
+        self.cpus = re.split(r"^(?=CPU#)", text, flags=re.M)[1:]
 
     def cmd(self, name: str, timeout: float | None = None) -> list[dict]:
         assert name == "query-cpus-fast"
@@ -142,12 +148,10 @@ class RecordedMonitor:
 
 def test_a_cpu_still_in_the_firmware_is_read_by_its_32_bit_registers(tmp_path):
     """A boot's ERROR said "internal error: KeyError: 'rip'" on a busy host:
-    its AP was still in the firmware when the boot's time ran out, and QEMU
-    prints such a CPU's EIP and ESP, not RIP and RSP."""
-    from harness.base import arch
-    from harness.debug import vcpus
+    its AP was still in the firmware when the boot's time ran out (q35, 0.5 s
+    in), and QEMU prints such a CPU's EIP and ESP, not RIP and RSP."""
     a = arch.get("x86_64")
-    doc = vcpus.sample_with_qmp(RecordedMonitor(), tmp_path, syms("perf-refresh-6.16.12-4cpu"), 0, a)
+    doc = vcpus.sample_with_qmp(RecordedMonitor("x86_64-ap-in-firmware"), tmp_path, syms(), 0, a)
     kernel, firmware = doc["cpus"]
     assert kernel["regs"]["rip"] == "0xffffffff819b9ffe" and kernel["regs"]["eflags"] == "0x6"
     assert firmware["regs"]["rip"] == "0xfd09a" and firmware["regs"]["cs"] == "0x8"
@@ -155,3 +159,23 @@ def test_a_cpu_still_in_the_firmware_is_read_by_its_32_bit_registers(tmp_path):
     # below the kernel's addresses: no kernel stack walked, its pc said as it is
     assert firmware["regions"] == [] and [f["text"] for f in firmware["frames"]] == ["0xfd09a"]
     assert not a.in_user_mode({k: int(v, 16) for k, v in firmware["regs"].items()})
+
+
+@pytest.mark.parametrize("name, machine, pcs, sps", [
+    # pseries 7 s in: CPU0 in the kernel, CPU1 not yet started (at the reset vector)
+    ("ppc64le-boot", "ppc64le", ["0xc00000000009a950", "0x100"], ["0xc0000000026afcc0", "0x0"]),
+    # virt 12 s in: both in the kernel; sp is x2's ABI name, fp s0's
+    ("riscv64-boot", "riscv64", ["0xffffffff8000a350", "0xffffffff807ffc68"],
+     ["0xff20000000003ea0", "0xff2000000000be70"]),
+    # s390-ccw-virtio 3 s in: CPU0 early in the boot, its pc in the PSW; CPU1 stopped
+    ("s390x-boot", "s390x", ["0x15ed8", "0x0"], ["0x2ddc0", "0x0"]),
+])
+def test_every_architectures_registers_are_read_from_qemus_monitor(tmp_path, name, machine, pcs, sps):
+    """ppc64's `NIP hex` and GPR rows, riscv64's `x2/sp hex`, s390x's PSW:
+    none is NAME=hex, and each CPU read over QMP had no pc (a KeyError)."""
+    a = arch.get(machine)
+    doc = vcpus.sample_with_qmp(RecordedMonitor(name), tmp_path, None, 0, a)
+    assert [c["regs"][a.pc] for c in doc["cpus"]] == pcs
+    assert [c["regs"][a.sp] for c in doc["cpus"]] == sps
+    assert [c["frames"][0]["text"] for c in doc["cpus"]] == pcs
+    assert all(len(c["regs"]) >= 10 for c in doc["cpus"]), doc["cpus"]
