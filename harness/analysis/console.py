@@ -50,6 +50,7 @@ class Pattern:
     report: tuple[re.Pattern, ...] = ()  # lines found in turn, the last one's (?P<func>) names the report
     fields_from: tuple[re.Pattern, ...] = ()  # later lines whose named groups the title uses too
     fallback: str = ""   # the title when those lines are not there
+    race: str = ""       # an infra pattern that is a race of multi-threaded TCG's: the kernel's elsewhere
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,8 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
     pats = [Pattern(p["kind"], p["name"], re.compile(p["regex"]), p.get("reason", ""), p.get("title", ""),
                     p.get("func_from", ""), report_title.StackSpec.from_pattern(p, rules) if rules else None,
                     tuple(map(report_title.compile_step, p.get("report", ()))),
-                    tuple(map(report_title.compile_step, p.get("fields_from", ()))), p.get("fallback", ""))
+                    tuple(map(report_title.compile_step, p.get("fields_from", ()))), p.get("fallback", ""),
+                    p.get("race", ""))
             for p in doc["pattern"]]
     skip = re.compile("|".join(f"(?:{r})" for r in doc["frames"]["skip"]))
     impossible = tuple((re.compile(i["regex"]), i["reason"]) for i in doc.get("impossible", ()))
@@ -208,6 +210,12 @@ def load_patterns(path: Path = PATTERNS) -> Patterns:
 def default_patterns() -> Patterns:
     """kstall's own patterns, compiled once per process (a matrix's cells share them)."""
     return load_patterns()
+
+
+def races(name: str) -> bool:
+    """Whether kstall's pattern of that name is a race of multi-threaded
+    TCG's, the emulator's only where the race can be (retry.py)."""
+    return any(p.name == name and p.race for p in default_patterns().patterns)
 
 
 def own_lines(excerpt: list[str], patterns: Patterns, end: int | None = None) -> list[str]:

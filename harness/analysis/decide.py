@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from harness.analysis import console, cpu_state, hang_kinds, hang_verdicts, pmiss as pmiss_module, sleeping, syzbot
+from harness.analysis import console, cpu_state, hang_kinds, hang_verdicts, pmiss as pmiss_module, retry, sleeping, \
+    syzbot
 from harness.analysis.classify import base_name
 from harness.analysis.findings import Findings
 from harness.analysis.ktap import Ktap
@@ -56,6 +57,12 @@ def against_syzbot(v: Verdict, f: Findings) -> Verdict:
 
 
 def _emulator_fault(f: Findings) -> Verdict:
+    infra: dict = next((r for r in f.reports if r.get("kind") == OutcomeKind.INFRA), {})
+    if console.races(infra.get("name", "")) and not retry.text_patching_race(f.accel):
+        # the oops TCG's race makes, where that race cannot be: the kernel's own
+        said = f"kernel oops: {f.outcome.detail}"
+        return Verdict(VerdictKind.CRASHED, f"{said} (under {f.accel}, where no emulator race patches its text)",
+                       summary=said, confidence="high", title=f.outcome.detail)
     why = f"{f.report_reason} ({f.outcome.detail})" if f.report_reason else f.outcome.detail
     return Verdict(VerdictKind.ERROR, f"emulator fault: {why}", retry=Retry.EMULATOR_FAULT)
 

@@ -50,6 +50,7 @@ class Findings:
     candidates: list[dict] = field(default_factory=list)
     host_share: float | None = None     # how much of the run the host kept the vCPUs waiting (measured)
     count_target: int = 0               # the passes the run was asked for (0: as many as its time gives)
+    accel: str = ""                     # the attempt's accelerator (tcg, tcg-single, kvm): "" not known
 
     @property
     def stalled(self) -> bool:

@@ -4,7 +4,7 @@ gets): from the CPUs' classes, a sleeping task's stack, a stuck process's
 threads, or the reproducer's own latency measurement."""
 from __future__ import annotations
 
-from harness.analysis import classify, cpu_state, sleeping
+from harness.analysis import classify, cpu_state, retry, sleeping
 from harness.analysis.classify import Role
 from harness.analysis.findings import Findings
 from harness.analysis.outcome import OutcomeKind
@@ -96,7 +96,7 @@ def cpus(f: Findings) -> Verdict:
                        signature=sig.name, title=sig.title)
     if f.stalled:
         return measured_stall(f)
-    if classify.emulator_fault(classes) is not None:
+    if retry.text_patching_race(f.accel) and classify.emulator_fault(classes) is not None:
         return Verdict(VerdictKind.ERROR, f"emulator fault: {_what(f)}; {summary}", retry=Retry.EMULATOR_FAULT)
     hang = f.hang
     if isinstance(hang, cpu_state.Hang) and hang.culprits:

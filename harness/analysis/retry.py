@@ -32,6 +32,18 @@ EXTRA_TRIES = {Retry.HOST_DELAY: 1, Retry.CUT_SHORT: 1}
 NEXT_ACCEL = {(Retry.EMULATOR_FAULT, "tcg"): "tcg-single"}
 
 
+# where a kernel can meet that race at all: multi-threaded TCG ("" is an
+# attempt whose accelerator is not known, as in older records). Under
+# tcg-single or KVM an int3 oops in the kernel's text, or a CPU stuck in
+# text_poke's sync, is the kernel's own, never the emulator's
+TEXT_PATCHING_RACE = frozenset({"tcg", ""})
+
+
+def text_patching_race(accel: str) -> bool:
+    """Whether an attempt under accel can meet TCG's text-patching race."""
+    return accel in TEXT_PATCHING_RACE
+
+
 def accel_after(cause: Retry | None, accel: str) -> str:
     """The accelerator of the attempt after one that ended with cause under accel."""
     return NEXT_ACCEL.get((cause, accel), accel) if cause is not None else accel

@@ -55,7 +55,7 @@ def conclude(r: RunState, w: Watch, plan: Plan, outcome: Outcome, t0: float,
                         reached := program_reach(r, w), w.agent.leftovers,
                         starved := starvation.judge(w.agent.health, reached, cpus=plan.cpus), r.silences,
                         candidates=w.candidates.to_json(), host_share=r.timings.get("vcpu_host_wait_share"),
-                        count_target=plan.target or 0))
+                        count_target=plan.target or 0, accel=plan.vm.accel))
     return Attempt(v, outcome, watch_doc, r.classes, r.samples, r.timings, plan.vm.cmdline, plan.target,
                    process=r.process, process_error=r.process_error, go=plan.go, stalls=stall, hang=r.hang,
                    accel=plan.vm.accel, reach=reached.to_json() if reached else None, wait_graph=r.wait_graph,

@@ -175,8 +175,11 @@ def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_besi
     from harness.analysis.outcome import Outcome
     classes = classify.classify_samples(load_samples("refresh-or-sleep-6.12.116-int3-panic"), sigs)
     assert {c.cpu: c.signature.name for c in classes} == {0: "idle", 1: "schedule_int3_oops_panic"}
-    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes))
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg"))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
+    # single-threaded, where no vCPU runs code another patches, the same CPUs are the kernel's hang
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg-single"))
+    assert v.verdict != "ERROR" and not v.retryable, v.reason
 
 @pytest.mark.parametrize("fixture", ["bpf-ringbuf-6.16.12-held-locks", "bpf-ringbuf-6.16.12-rq-lock",
                                      "bpf-ringbuf-6.16.12-rqspinlock"])

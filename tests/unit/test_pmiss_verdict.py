@@ -86,6 +86,24 @@ def test_emulator_faults_boot_failures_and_crashes():
     assert init.verdict == "ERROR"
 
 
+@pytest.mark.parametrize("accel", ["tcg-single", "kvm"])
+def test_an_int3_oops_where_no_emulator_race_patches_the_text_is_the_kernels_crash(accel):
+    """TCG's text-patching race needs vCPUs on two host threads: the retry
+    after it runs single-threaded, and KVM has no TCG at all. The same oops
+    there was an ERROR "emulator fault" for ever (review); it is the kernel's."""
+    report = {"kind": "infra", "name": "tcg-text-poke-int3", "reason": "text patching race"}
+    f = Findings(Outcome("infra", "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI", 0), REPRO, ktap=Ktap(), count=5,
+                 report_reason="text patching race", reports=[report], accel=accel)
+    v = decide(f)
+    assert v.verdict == "CRASHED" and not v.retryable and v.title.startswith("Oops: int3"), v.reason
+    assert accel in v.reason
+    # the host-starved boot's timer check is the host's under any accelerator
+    timer = {"kind": "infra", "name": "boot-timer-check", "reason": "no ticks"}
+    f = Findings(Outcome("infra", "IO-APIC + timer doesn't work!", 0), REPRO, ktap=Ktap(), report_reason="no ticks",
+                 reports=[timer], accel=accel)
+    assert decide(f).verdict == "ERROR" and decide(f).retryable
+
+
 def test_exit_codes_are_the_contract():
     assert EXIT_CODES == {"NOT_REPRODUCED": 0, "VULNERABLE": 1, "CRASHED": 1, "INCONCLUSIVE": 3, "ERROR": 4,
                           "FAILED": 5}
