@@ -57,7 +57,9 @@ def against_syzbot(v: Verdict, f: Findings) -> Verdict:
 
 
 def _emulator_fault(f: Findings) -> Verdict:
-    infra: dict = next((r for r in f.reports if r.get("kind") == OutcomeKind.INFRA), {})
+    # the report that ended the run (its title is the outcome's), not an earlier one
+    infra: dict = next((r for r in f.reports if r.get("kind") == OutcomeKind.INFRA
+                        and r.get("title") == f.outcome.detail), {})
     if console.races(infra.get("name", "")) and not retry.text_patching_race(f.accel):
         # the oops TCG's race makes, where that race cannot be: the kernel's own
         said = f"kernel oops: {f.outcome.detail}"

@@ -67,6 +67,17 @@ def sleeping_task(f: Findings) -> Verdict:
                    signature=sig.name, title=sig.title)
 
 
+def int3_crash(f: Findings, c: classify.CpuClass) -> Verdict:
+    """A CPU that oopsed on an int3 in the kernel's text and panicked, under
+    an accelerator where TCG's text-patching race cannot be: the kernel
+    crashed, as the same oops on the console says (decide.py); titled by
+    the code the int3 interrupted."""
+    trapped = next((classify.base_name(fr.get("function", "")) for fr in c.frames if fr.get("interrupted")), "")
+    title = f"Oops: int3 in {trapped}" if trapped else "Oops: int3"
+    said = f"kernel oops: {title}, then a panic (CPU{c.cpu}; under {f.accel}, where no emulator race patches its text)"
+    return Verdict(VerdictKind.CRASHED, f"{_what(f)}; {said}", summary=said, confidence="high", title=title)
+
+
 def cpus(f: Findings) -> Verdict:
     """A freeze or stuck progress, judged by every vCPU's class: a culprit
     signature's, a measured stall, an emulator fault, or a culprit the CPUs'
@@ -96,8 +107,11 @@ def cpus(f: Findings) -> Verdict:
                        signature=sig.name, title=sig.title)
     if f.stalled:
         return measured_stall(f)
-    if retry.text_patching_race(f.accel) and classify.emulator_fault(classes) is not None:
-        return Verdict(VerdictKind.ERROR, f"emulator fault: {_what(f)}; {summary}", retry=Retry.EMULATOR_FAULT)
+    if (fault := classify.emulator_fault(classes)) is not None:
+        if retry.text_patching_race(f.accel):
+            return Verdict(VerdictKind.ERROR, f"emulator fault: {_what(f)}; {summary}", retry=Retry.EMULATOR_FAULT)
+        if fault.signature.shape_alone:  # a panic over an int3 oops where no race patches the text: the kernel's
+            return int3_crash(f, fault)
     hang = f.hang
     if isinstance(hang, cpu_state.Hang) and hang.culprits:
         waited_on = any(c.waits_for for c in hang.cpus)

@@ -56,7 +56,13 @@ class Arch:
     table: dict = field(default_factory=dict, hash=False, compare=False, repr=False)  # the whole row
 
     def in_user_mode(self, regs: dict) -> bool:
-        return bool(self.user_bit.holds(regs))
+        """By its mode register; in a dump without one (QEMU's monitor prints
+        no riscv64 `priv`), by a pc below the kernel's addresses where the
+        kernel has the upper half of them."""
+        held = self.user_bit.holds(regs)
+        if held is None and self.kernel_from and (pc := regs.get(self.pc)) is not None:
+            return (int(pc, 16) if isinstance(pc, str) else pc) < self.kernel_from
+        return bool(held)
 
     def irqs_off(self, regs: dict) -> bool:
         """Interrupts masked; a dump without the flags register says on."""

@@ -3,7 +3,7 @@
 import pytest
 from recorded import load_samples
 
-from harness.analysis import classify
+from harness.analysis import classify, cpu_state
 from harness.base import reproducers
 
 REPRO = reproducers.load("perf-refresh")
@@ -177,14 +177,16 @@ def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_besi
     assert {c.cpu: c.signature.name for c in classes} == {0: "idle", 1: "schedule_int3_oops_panic"}
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg"))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
-    # single-threaded, where no vCPU runs code another patches, the same CPUs are the kernel's hang
-    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg-single"))
-    assert v.verdict != "ERROR" and not v.retryable, v.reason
+    # single-threaded, where no vCPU runs code another patches, the same CPUs are the kernel's crash
+    samples = load_samples("refresh-or-sleep-6.12.116-int3-panic")
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg-single",
+                      hang=cpu_state.analyze(samples, classes)))
+    assert v.verdict == "CRASHED" and not v.retryable and v.title == "Oops: int3 in __schedule", v.reason
+    assert "tcg-single" in v.reason
 
 @pytest.mark.parametrize("fixture", ["bpf-ringbuf-6.16.12-held-locks", "bpf-ringbuf-6.16.12-rq-lock",
                                      "bpf-ringbuf-6.16.12-rqspinlock"])
 def test_a_cpu_no_signature_names_is_described_by_its_state_never_as_unknown(fixture):
-    from harness.analysis import cpu_state
     samples = load_samples(fixture)
     classes = classify.classify_samples(samples, classify.load_signatures())
     unnamed = [c.cpu for c in classes if c.signature.role == classify.Role.UNKNOWN]
@@ -210,7 +212,6 @@ def test_a_real_hang_beside_one_cpu_that_looks_like_an_emulator_fault_is_classif
     that task's CPU. Its whole shape is the other CPU re-entering the int3;
     here the other CPU is the recorded 6.16.12 CPU stuck spinning on a lock
     in try_to_wake_up, interrupts off: a hang, never an ERROR."""
-    from harness.analysis import cpu_state
     from harness.analysis.findings import Findings
     from harness.analysis.hang_verdicts import cpus
     from harness.analysis.outcome import Outcome
@@ -262,7 +263,6 @@ def test_a_cpu_caught_at_the_patched_byte_as_often_as_in_exc_int3_completes_the_
     IPI; CPU0 re-enters the int3 planted in __schedule, in exc_int3 in one
     sample and at the patched byte itself in two (no signature names that
     alone). The whole fault: an ERROR tried again, not 'a different hang'."""
-    from harness.analysis import cpu_state
     from harness.analysis.findings import Findings
     from harness.analysis.hang_verdicts import cpus
     from harness.analysis.outcome import Outcome

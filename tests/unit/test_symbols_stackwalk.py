@@ -179,3 +179,7 @@ def test_every_architectures_registers_are_read_from_qemus_monitor(tmp_path, nam
     assert [c["regs"][a.sp] for c in doc["cpus"]] == sps
     assert [c["frames"][0]["text"] for c in doc["cpus"]] == pcs
     assert all(len(c["regs"]) >= 10 for c in doc["cpus"]), doc["cpus"]
+    # a riscv64 dump over QMP has no priv: a pc below the kernel's addresses is user mode
+    if machine == "riscv64":
+        regs = {k: int(v, 16) for k, v in doc["cpus"][0]["regs"].items()}
+        assert "priv" not in regs and not a.in_user_mode(regs) and a.in_user_mode(regs | {"pc": 0x10444})
