@@ -50,6 +50,9 @@ class Signature:
     and_under: frozenset[str] = frozenset()
     and_within: int = 40
     states: frozenset[str] = frozenset()
+    # [match] in_interrupted: the code an interrupt cut into counts (false: only
+    # where the CPU is, not what its interrupt returns to)
+    in_interrupted: bool = True
     description: str = ""
     bug: str = ""
     # an infra signature's whole picture of the emulator fault ([shape]): every
@@ -78,7 +81,7 @@ class Signature:
                    at=frozenset(m.get("at", ())), under=frozenset(m.get("under", ())),
                    within=int(m.get("within", 12)), depth=int(m.get("depth", 1)),
                    and_under=frozenset(m.get("and_under", ())), and_within=int(m.get("and_within", 40)),
-                   states=frozenset(m.get("states", ())),
+                   states=frozenset(m.get("states", ())), in_interrupted=bool(m.get("in_interrupted", True)),
                    description=doc.get("description", "").strip(), bug=doc.get("bug", ""),
                    shape=frozenset(shape.get("others", ())), shape_min=int(shape.get("min", 1)),
                    shape_alone=bool(shape.get("alone", False)),
@@ -173,7 +176,11 @@ def matches(sig: Signature, cpu: dict) -> bool:
         return True
     frames = cpu.get("frames", [])
     names = [base_name(f.get("function", "")) for f in frames]
-    for i in positions(frames, sig.depth):
+    where = positions(frames, sig.depth)
+    if not sig.in_interrupted:  # only the CPU's own context: above the first interrupted frame
+        first = next((j for j, f in enumerate(frames) if j and f.get("interrupted")), len(frames))
+        where = [i for i in where if i < first]
+    for i in where:
         if names[i] not in sig.at:
             continue
         if sig.under and not any(n in sig.under for n in names[i + 1:i + 1 + sig.within]):

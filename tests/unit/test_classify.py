@@ -164,21 +164,25 @@ def test_a_cpu_that_panicked_on_an_int3_anywhere_in_the_kernel_is_an_emulator_fa
 
 
 
-def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_beside_an_idle_spinner(sigs):
+def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_beside_a_spinner(sigs):
     """6.12.116 under TCG, a bisection step of refresh_or_sleep on a busy
     host: only CPU1 oopsed on the int3 in __schedule and panicked, and
     CPU0, spinning in idle's softirq on the runqueue lock CPU1 held, was
     called idle. It was "VULNERABLE: hang in oops_end" and the step was
-    skipped as another hang; the panic alone proves the fault."""
+    skipped as another hang; the panic alone proves the fault. CPU0 is no
+    longer idle: it is in its interrupt, not in the idle loop that
+    interrupt cut into."""
     from harness.analysis.hang_verdicts import cpus
     from harness.analysis.findings import Findings
     from harness.analysis.outcome import Outcome
     classes = classify.classify_samples(load_samples("refresh-or-sleep-6.12.116-int3-panic"), sigs)
-    assert {c.cpu: c.signature.name for c in classes} == {0: "idle", 1: "schedule_int3_oops_panic"}
+    assert {c.cpu: c.signature.name for c in classes} == {0: "unknown", 1: "schedule_int3_oops_panic"}
+    samples = load_samples("refresh-or-sleep-6.12.116-int3-panic")
+    cpu_state.note_waits(classes, cpu_state.analyze(samples, classes))
+    assert classes[0].stuck and "spinning" in classes[0].title, classes[0].title
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg"))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
     # single-threaded, where no vCPU runs code another patches, the same CPUs are the kernel's crash
-    samples = load_samples("refresh-or-sleep-6.12.116-int3-panic")
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg-single",
                       hang=cpu_state.analyze(samples, classes)))
     assert v.verdict == "CRASHED" and not v.retryable and v.title == "Oops: int3 in __schedule", v.reason
@@ -296,3 +300,22 @@ def test_a_cpu_caught_at_the_patched_byte_in_every_sample_completes_the_faults_s
     assert v.verdict == "ERROR" and v.retryable, v.line()
     classes[0].pc = "__schedule+0x524/0xa00"
     assert classify.emulator_fault(classes) is None
+
+
+def test_a_cpu_spinning_in_an_interrupt_over_the_idle_loop_is_no_idle_cpu(sigs):
+    """6.12.116's CPU0 spun with interrupts off in its idle loop's softirq,
+    on a runqueue lock, in all 3 samples. Beside a CPU that is really idle
+    (6.16.12's, in HLT), it is the hang's one stuck CPU, classified by its
+    state: it was "idle", and the freeze INCONCLUSIVE, "no CPU stuck"."""
+    from harness.analysis.findings import Findings
+    from harness.analysis.hang_verdicts import cpus
+    from harness.analysis.outcome import Outcome
+    samples = _with_cpu(load_samples("refresh-or-sleep-6.12.116-int3-panic"), 1,
+                        load_samples("perf-refresh-6.16.12-4cpu"), 2)
+    classes = classify.classify_samples(samples, sigs)
+    assert {c.cpu: c.signature.name for c in classes} == {0: "unknown", 1: "idle"}
+    hang = cpu_state.analyze(samples, classes)
+    cpu_state.note_waits(classes, hang)
+    v = cpus(Findings(Outcome("freeze", "no heartbeat for 3.22s", 0.0), reproducers.load("console-trigger"),
+                      classes=classes, hang=hang))
+    assert v.verdict == "VULNERABLE" and "CPU0" in v.summary and "spinning" in v.summary, v.line()
