@@ -232,7 +232,7 @@ def hmp_registers(text: str, a: Arch) -> dict[str, int]:
     not in 64-bit mode, such as one still in the firmware at boot, prints
     EIP and ESP where a 64-bit one prints RIP and RSP). Recorded outputs of
     each form: tests/fixtures/hmp-registers."""
-    found = [(k, v) for k, v in _REG.findall(text)]
+    found: list[tuple[str, str]] = _REG.findall(text)
     for m in _PSW.finditer(text):
         found += [("pswm", m[1]), ("pswa", m[2])]
     for m in _ROW.finditer(text):
