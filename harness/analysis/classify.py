@@ -124,7 +124,7 @@ USER = Signature("user", "in user mode", Role.BENIGN, -1, frozenset())
 UNKNOWN = Signature("unknown", "unknown", Role.UNKNOWN, -2, frozenset())
 
 
-def positions(frames: list[dict], depth: int = 1) -> list[int]:
+def positions(frames: list[dict], depth: int = 1, interrupted: bool = True) -> list[int]:
     """Indices of the frames the CPU is 'in': the pc and the depth-1 frames
     below it (a spin loop that calls helpers, e.g. hrtimer_cancel ->
     hrtimer_try_to_cancel -> _raw_spin_lock_irqsave), frames inlined there
@@ -135,10 +135,11 @@ def positions(frames: list[dict], depth: int = 1) -> list[int]:
     the stack, no call in progress) or one that names no function (a stack
     word taken for a frame: ppc64el's pv spinlock slow path leaves one) is
     no call of the loop's and counts for no depth, as syzkaller's report
-    reader skips "? " frames."""
+    reader skips "? " frames. interrupted=False: the pc's run only, not
+    what an interrupt returns to."""
     if not frames:
         return []
-    starts = [0] + [j for j, f in enumerate(frames) if f.get("interrupted") and j]
+    starts = [0] + [j for j, f in enumerate(frames) if f.get("interrupted") and j and interrupted]
     out: list[int] = []
     for start in starts:
         i, taken = start, 0
@@ -176,11 +177,7 @@ def matches(sig: Signature, cpu: dict) -> bool:
         return True
     frames = cpu.get("frames", [])
     names = [base_name(f.get("function", "")) for f in frames]
-    where = positions(frames, sig.depth)
-    if not sig.in_interrupted:  # only the CPU's own context: above the first interrupted frame
-        first = next((j for j, f in enumerate(frames) if j and f.get("interrupted")), len(frames))
-        where = [i for i in where if i < first]
-    for i in where:
+    for i in positions(frames, sig.depth, sig.in_interrupted):
         if names[i] not in sig.at:
             continue
         if sig.under and not any(n in sig.under for n in names[i + 1:i + 1 + sig.within]):

@@ -63,7 +63,7 @@ def _emulator_fault(f: Findings) -> Verdict:
     if console.races(infra.get("name", "")) and not retry.text_patching_race(f.accel):
         # the oops TCG's race makes, where that race cannot be: the kernel's own
         said = f"kernel oops: {f.outcome.detail}"
-        return Verdict(VerdictKind.CRASHED, f"{said} (under {f.accel}, where no emulator race patches its text)",
+        return Verdict(VerdictKind.CRASHED, f"{said} ({retry.no_race_under(f.accel)})",
                        summary=said, confidence="high", title=f.outcome.detail)
     why = f"{f.report_reason} ({f.outcome.detail})" if f.report_reason else f.outcome.detail
     return Verdict(VerdictKind.ERROR, f"emulator fault: {why}", retry=Retry.EMULATOR_FAULT)

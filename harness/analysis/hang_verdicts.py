@@ -74,7 +74,7 @@ def int3_crash(f: Findings, c: classify.CpuClass) -> Verdict:
     the code the int3 interrupted."""
     trapped = next((classify.base_name(fr.get("function", "")) for fr in c.frames if fr.get("interrupted")), "")
     title = f"Oops: int3 in {trapped}" if trapped else "Oops: int3"
-    said = f"kernel oops: {title}, then a panic (CPU{c.cpu}; under {f.accel}, where no emulator race patches its text)"
+    said = f"kernel oops: {title}, then a panic (CPU{c.cpu}; {retry.no_race_under(f.accel)})"
     return Verdict(VerdictKind.CRASHED, f"{_what(f)}; {said}", summary=said, confidence="high", title=title)
 
 

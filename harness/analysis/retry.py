@@ -44,6 +44,11 @@ def text_patching_race(accel: str) -> bool:
     return accel in TEXT_PATCHING_RACE
 
 
+def no_race_under(accel: str) -> str:
+    """What a verdict says of an int3 oops where the race cannot be."""
+    return f"under {accel}, where no emulator race patches its text"
+
+
 def accel_after(cause: Retry | None, accel: str) -> str:
     """The accelerator of the attempt after one that ended with cause under accel."""
     return NEXT_ACCEL.get((cause, accel), accel) if cause is not None else accel

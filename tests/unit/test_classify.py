@@ -163,7 +163,6 @@ def test_a_cpu_that_panicked_on_an_int3_anywhere_in_the_kernel_is_an_emulator_fa
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
 
 
-
 def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_beside_a_spinner(sigs):
     """6.12.116 under TCG, a bisection step of refresh_or_sleep on a busy
     host: only CPU1 oopsed on the int3 in __schedule and panicked, and
@@ -175,18 +174,20 @@ def test_one_cpu_that_panicked_on_the_int3_in_schedule_is_an_emulator_fault_besi
     from harness.analysis.hang_verdicts import cpus
     from harness.analysis.findings import Findings
     from harness.analysis.outcome import Outcome
-    classes = classify.classify_samples(load_samples("refresh-or-sleep-6.12.116-int3-panic"), sigs)
-    assert {c.cpu: c.signature.name for c in classes} == {0: "unknown", 1: "schedule_int3_oops_panic"}
     samples = load_samples("refresh-or-sleep-6.12.116-int3-panic")
-    cpu_state.note_waits(classes, cpu_state.analyze(samples, classes))
+    classes = classify.classify_samples(samples, sigs)
+    assert {c.cpu: c.signature.name for c in classes} == {0: "unknown", 1: "schedule_int3_oops_panic"}
+    hang = cpu_state.analyze(samples, classes)
+    cpu_state.note_waits(classes, hang)
     assert classes[0].stuck and "spinning" in classes[0].title, classes[0].title
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg"))
     assert v.verdict == "ERROR" and v.retryable and v.reason.startswith("emulator fault: freeze")
     # single-threaded, where no vCPU runs code another patches, the same CPUs are the kernel's crash
     v = cpus(Findings(Outcome("freeze", "no heartbeat for 0.39s", 0.0), REPRO, classes=classes, accel="tcg-single",
-                      hang=cpu_state.analyze(samples, classes)))
+                      hang=hang))
     assert v.verdict == "CRASHED" and not v.retryable and v.title == "Oops: int3 in __schedule", v.reason
     assert "tcg-single" in v.reason
+
 
 @pytest.mark.parametrize("fixture", ["bpf-ringbuf-6.16.12-held-locks", "bpf-ringbuf-6.16.12-rq-lock",
                                      "bpf-ringbuf-6.16.12-rqspinlock"])
