@@ -8,6 +8,7 @@ its vmcore; riscv64's 6.12.117 runs the BPF timer pair to its target count,
 its loader built from trixie's libbpf on this bookworm host."""
 from __future__ import annotations
 
+import fnmatch
 import json
 
 import pytest
@@ -31,10 +32,13 @@ def test_ppc64el_6_1_170_hangs_both_cpus_in_the_bpf_timer_cancel_wait(tmp_path):
     assert sorted(c["cpu"] for c in culprits) == [0, 1], doc["cpus"]
     for c in culprits:  # the back chain runs from the cancel wait to the bottom of its task's stack:
         # the system call, or a kernel thread's start where the callback ran in a softirq on the
-        # thread's stack (the RCU kthread's, as its interrupts came back on after a switch)
+        # thread's stack (the RCU kthread's, as its interrupts came back on after a switch), or the
+        # timer interrupt's entry when it cut into user space (CI, 2026-12-05: the chain's last frame
+        # decrementer_common_virt, its saved pc no kernel code)
         names = [f.lstrip("? ").split("+")[0] for f in c["frames"]]
-        assert "bpf_timer_cancel" in names and any(n.startswith("system_call") or n == "ret_from_kernel_thread"
-                                                   for n in names), c["frames"]
+        assert "bpf_timer_cancel" in names and (
+            any(n.startswith("system_call") or n == "ret_from_kernel_thread" for n in names)
+            or fnmatch.fnmatchcase(names[-1], "*_common_virt")), c["frames"]
 
 
 def test_s390x_7_2_13_names_a_deadlock_among_sleeping_tasks_read_big_endian(tmp_path):
